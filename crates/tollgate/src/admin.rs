@@ -1,0 +1,89 @@
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `POST /reload`.
+
+use crate::body::{Body, full};
+use crate::reload;
+use crate::state::Shared;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let s = shared.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let s = s.clone();
+                async move { Ok::<_, Infallible>(route(&s, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
+    text(
+        status,
+        "application/json",
+        serde_json::to_string_pretty(&v).expect("json") + "\n",
+    )
+}
+
+async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        (&Method::GET, "/readyz") if shared.is_draining() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "draining\n".into(),
+        ),
+        (&Method::GET, "/readyz") => text(StatusCode::OK, "text/plain", "ready\n".into()),
+        (&Method::GET, "/metrics") => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            shared.metrics.encode(),
+        ),
+        (&Method::GET, "/config") => json(StatusCode::OK, shared.runtime.load().config.effective()),
+        (&Method::POST, "/reload") => match reload::reload(shared).await {
+            Ok(diff) => json(
+                StatusCode::OK,
+                serde_json::json!({ "reloaded": true, "diff": diff }),
+            ),
+            Err(errors) => json(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                serde_json::json!({
+                    "reloaded": false,
+                    "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+                }),
+            ),
+        },
+        (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/reload") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n".into(),
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /healthz /readyz /metrics /config or POST /reload\n".into(),
+        ),
+    }
+}

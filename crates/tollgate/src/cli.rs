@@ -1,0 +1,180 @@
+//! The command line: `tollgate run | check | schema | provider`.
+
+use crate::config::{self, Config};
+use crate::server::{Gateway, StartOptions};
+use crate::state::Overrides;
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "API egress gateway: forwards your outgoing API calls with remedies and diagnosis"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway (built-in defaults without a config file).
+    Run(RunArgs),
+    /// Validate a config file: prints every error with its field path; exit 0 valid, 1 invalid.
+    Check {
+        /// The config file to validate.
+        file: PathBuf,
+    },
+    /// Print the JSON Schema of the config file.
+    Schema,
+    /// Run the built-in provider emulator (httpbin-compatible paths) for tests, demos and benchmarks.
+    Provider {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+        /// Worker threads (default: available cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Config file (YAML). Without it tollgate runs on built-in defaults.
+    #[arg(long, short, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Proxy listener address, overriding `listen.address`.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener address, overriding `admin.address`.
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Check { file } => check(&file),
+        Command::Schema => {
+            print!("{}", config::json_schema());
+            ExitCode::SUCCESS
+        }
+        Command::Provider { listen, threads } => block_on(threads, async move {
+            crate::logging::init(&Config::default().log);
+            match crate::provider::Provider::start(listen).await {
+                Ok(p) => {
+                    eprintln!("tollgate provider listening on http://{}", p.addr);
+                    shutdown_signal().await;
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: cannot listen on {listen}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }),
+    }
+}
+
+fn check(file: &std::path::Path) -> ExitCode {
+    match Config::load(file) {
+        Ok(_) => {
+            println!("{}: valid", file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn block_on<F: std::future::Future<Output = ExitCode>>(threads: Option<usize>, f: F) -> ExitCode {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        rt.worker_threads(n.max(1));
+    }
+    match rt.enable_all().build() {
+        Ok(rt) => rt.block_on(f),
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tollgate run`: start, reload on SIGHUP, drain on SIGTERM/SIGINT, exit 0.
+pub fn run(args: RunArgs) -> ExitCode {
+    block_on(args.threads, async move {
+        let log_config = match &args.config {
+            Some(p) => Config::load(p)
+                .map(|c| c.log)
+                .unwrap_or_else(|_| Config::default().log),
+            None => Config::default().log,
+        };
+        crate::logging::init(&log_config);
+        let opts = StartOptions {
+            config_path: args.config,
+            config: None,
+            overrides: Overrides {
+                listen: args.listen,
+                admin: args.admin,
+            },
+            watch: true,
+        };
+        let gateway = match Gateway::start(opts).await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        eprintln!(
+            "tollgate listening: proxy http://{} admin http://{}",
+            gateway.proxy_addr, gateway.admin_addr
+        );
+        spawn_sighup(gateway.shared().clone());
+        shutdown_signal().await;
+        tracing::info!("shutdown signal received");
+        gateway.shutdown();
+        gateway.wait().await;
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(unix)]
+fn spawn_sighup(shared: std::sync::Arc<crate::state::Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let _ = crate::reload::reload(&shared).await;
+        }
+    });
+}
+
+#[cfg(not(unix))]
+fn spawn_sighup(_: std::sync::Arc<crate::state::Shared>) {}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,38 @@
+//! A typed diff between two configs, logged and returned on reload so operators see
+//! what a reload changed (and what needs a restart).
+
+use super::Config;
+
+/// What changed between two configs, by section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigDiff {
+    /// Sections whose new values apply to requests that start after the reload.
+    pub changed: Vec<&'static str>,
+    /// Changes that only take effect after a restart (listener addresses).
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl ConfigDiff {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.needs_restart.is_empty()
+    }
+}
+
+pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
+    let mut d = ConfigDiff::default();
+    let (o, n) = (old.effective(), new.effective());
+    for section in [
+        "listen", "admin", "upstream", "domains", "routes", "policies", "log", "shutdown",
+    ] {
+        if o[section] != n[section] {
+            d.changed.push(section);
+        }
+    }
+    if old.listen.address != new.listen.address {
+        d.needs_restart.push("listen.address");
+    }
+    if old.admin.address != new.admin.address {
+        d.needs_restart.push("admin.address");
+    }
+    d
+}

@@ -1,0 +1,176 @@
+//! Configuration: the YAML file is read into raw serde types (unknown keys rejected),
+//! then validated into the domain types below. Errors name the field path, and the
+//! line and column where the YAML parser gives them.
+
+mod diff;
+mod env;
+pub mod raw;
+pub mod units;
+mod validate;
+
+pub use diff::{ConfigDiff, diff};
+
+use crate::domains::DomainRules;
+use crate::policy::PolicySet;
+use crate::routes::RouteTable;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The validated configuration a request runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Listen,
+    pub admin: Admin,
+    pub upstream: Upstream,
+    pub domains: DomainRules,
+    pub routes: RouteTable,
+    pub policies: PolicySet,
+    pub log: Log,
+    pub shutdown: Shutdown,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listen {
+    pub address: SocketAddr,
+    pub max_header_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub max_concurrent_streams: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admin {
+    pub address: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upstream {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub dns_ttl: Duration,
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+    pub extra_ca_file: Option<PathBuf>,
+    pub insecure_skip_verify: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Log {
+    pub level: String,
+    pub json: bool,
+    pub access_log: bool,
+    pub queue_capacity: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shutdown {
+    pub drain_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        validate::validate(&raw::RawConfig::default()).expect("built-in defaults are valid")
+    }
+}
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted field path, e.g. `upstream.pool.idle_timeout` or `routes[1].prefix`; empty for the whole file.
+    pub path: String,
+    pub message: String,
+    /// 1-based line and column, when the parser knows them.
+    pub location: Option<(usize, usize)>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some((l, c)) = self.location {
+            write!(f, " (line {l}, column {c})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in a config file (validation reports them all, not only the first).
+#[derive(Debug, Clone)]
+pub struct ConfigErrors {
+    pub source: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config {}:", self.source)?;
+        for e in &self.errors {
+            write!(f, "\n  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+            source: source.clone(),
+            errors: vec![ConfigError {
+                path: String::new(),
+                message: format!("cannot read file: {e}"),
+                location: None,
+            }],
+        })?;
+        Self::from_yaml(&text).map_err(|errors| ConfigErrors { source, errors })
+    }
+
+    /// Parses and validates YAML text.
+    pub fn from_yaml(text: &str) -> Result<Config, Vec<ConfigError>> {
+        validate::validate(&parse(text)?)
+    }
+
+    /// The effective configuration as JSON, secrets masked (served by `GET /config`).
+    pub fn effective(&self) -> serde_json::Value {
+        validate::effective(self)
+    }
+}
+
+/// Parses YAML into the raw types, naming the failing field path and its line:column.
+pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
+    // An empty file (or one with only comments) means "all defaults".
+    if matches!(
+        yaml_serde::from_str::<yaml_serde::Value>(text),
+        Ok(yaml_serde::Value::Null)
+    ) {
+        return Ok(raw::RawConfig::default());
+    }
+    let de = yaml_serde::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let location = inner.location().map(|l| (l.line(), l.column()));
+        let mut message = inner.to_string();
+        // yaml_serde appends " at line L column C"; we report the location separately.
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        vec![ConfigError {
+            path: if path == "." { String::new() } else { path },
+            message,
+            location,
+        }]
+    })
+}
+
+/// The JSON Schema of the config file.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(raw::RawConfig);
+    serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}

@@ -1,0 +1,203 @@
+//! Raw configuration types: the YAML file as written, unknown keys rejected.
+//!
+//! These types only describe the shape of the file (and its JSON Schema). They are
+//! turned into the validated domain types of [`super::Config`] by `validate.rs`;
+//! nothing outside the config module sees them. Durations and sizes stay strings
+//! here so that errors can name the field and the offending text.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A tollgate configuration file. Every key is optional; an empty file runs the
+/// built-in defaults (forward everything, no policies).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// The proxy listener that applications send their outgoing calls to.
+    pub listen: RawListen,
+    /// The admin listener: health, readiness, metrics, effective config, reload.
+    pub admin: RawAdmin,
+    /// How tollgate connects to providers.
+    pub upstream: RawUpstream,
+    /// Domain allow/deny lists, applied to every traffic mode.
+    pub domains: RawDomains,
+    /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
+    pub routes: Vec<RawRoute>,
+    /// Policies: which traffic remedies and diagnosis apply to (matched by host, path template and method).
+    pub policies: Vec<RawPolicy>,
+    /// Logging.
+    pub log: RawLog,
+    /// Graceful shutdown.
+    pub shutdown: RawShutdown,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawListen {
+    /// Address of the proxy listener.
+    pub address: String,
+    /// Largest total size of request headers (names + values) accepted; larger requests get 431 `headers_too_large`.
+    pub max_header_bytes: String,
+    /// Time allowed for a client to send a complete request head (HTTP/1.1).
+    pub header_read_timeout: String,
+    /// Largest number of concurrent HTTP/2 streams per client connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for RawListen {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1:8000".into(),
+            max_header_bytes: "64KiB".into(),
+            header_read_timeout: "30s".into(),
+            max_concurrent_streams: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAdmin {
+    /// Address of the admin listener.
+    pub address: String,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1:8081".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpstream {
+    /// Time allowed to resolve, connect and (for https) finish the TLS handshake; then 504 `upstream_timeout`.
+    pub connect_timeout: String,
+    /// Time allowed from sending the request until the provider's response headers arrive; then 504 `upstream_timeout`.
+    pub response_timeout: String,
+    /// How long resolved addresses are cached.
+    pub dns_ttl: String,
+    /// The upstream connection pool.
+    pub pool: RawPool,
+    /// TLS towards providers.
+    pub tls: RawTls,
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        Self {
+            connect_timeout: "5s".into(),
+            response_timeout: "60s".into(),
+            dns_ttl: "30s".into(),
+            pool: RawPool::default(),
+            tls: RawTls::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPool {
+    /// Idle upstream connections are closed after this long.
+    pub idle_timeout: String,
+    /// Most idle keep-alive connections kept per upstream host.
+    pub max_idle_per_host: usize,
+}
+
+impl Default for RawPool {
+    fn default() -> Self {
+        Self {
+            idle_timeout: "90s".into(),
+            max_idle_per_host: 256,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTls {
+    /// A PEM file of extra CA certificates trusted in addition to the webpki (Mozilla) roots.
+    pub extra_ca_file: Option<String>,
+    /// Upstream host names whose certificates are NOT verified. Only exact names; use for test servers only.
+    pub insecure_skip_verify: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDomains {
+    /// When non-empty, only hosts matching one of these glob patterns (`*.example.com`, `api.*.com`, `*`) are reachable.
+    pub allow: Vec<String>,
+    /// Hosts matching one of these glob patterns are refused with 403 `domain_denied`. Deny wins over allow.
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// Path prefix on the proxy listener, starting with `/` (a trailing `/*` is accepted and ignored). The prefix is stripped before forwarding.
+    pub prefix: String,
+    /// Upstream base URL (`http://` or `https://`, optional base path). `${ENV_VAR}` is substituted.
+    pub upstream: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    /// A name for the policy, used in logs and metrics.
+    pub name: String,
+    /// Which requests the policy applies to. All given conditions must hold.
+    #[serde(rename = "match", default)]
+    pub matcher: RawMatch,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMatch {
+    /// Host glob pattern (`api.example.com`, `*.example.com`). Absent: any host.
+    pub host: Option<String>,
+    /// Path template: literal segments, `{param}` for one segment, trailing `*` for any rest (`/v1/users/{id}/*`). Absent: any path.
+    pub path: Option<String>,
+    /// HTTP methods (`GET`, `POST`, ...). Empty: any method.
+    pub methods: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    /// Log filter in `tracing` EnvFilter syntax (`info`, `tollgate=debug`). `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+    /// Write one access-log line per request to standard output (off the hot path, through a bounded queue).
+    pub access_log: bool,
+    /// Capacity of the access-log and metrics queue; events beyond it are dropped and counted.
+    pub queue_capacity: usize,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: "text".into(),
+            access_log: false,
+            queue_capacity: 65536,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// On SIGTERM/SIGINT, in-flight requests and tunnels get this long to finish before they are cut.
+    pub drain_timeout: String,
+}
+
+impl Default for RawShutdown {
+    fn default() -> Self {
+        Self {
+            drain_timeout: "30s".into(),
+        }
+    }
+}

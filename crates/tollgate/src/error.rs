@@ -1,0 +1,93 @@
+//! Proxy-made errors and the one place that turns them into HTTP responses
+//! (status, `x-tollgate-error`, JSON body `{"error", "message"}`).
+//!
+//! Provider responses never pass through here: a provider's own 4xx/5xx is relayed
+//! untouched and never carries `x-tollgate-error`.
+
+use crate::body::{Body, full};
+use crate::headers::{X_TOLLGATE_ERROR, X_TOLLGATE_REQUEST_ID};
+use http::{HeaderValue, Response, StatusCode, header};
+use std::time::Duration;
+
+/// Every way tollgate itself can fail a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(
+        "no upstream target: send `x-tollgate-host`, use the proxy as HTTP_PROXY (absolute-form URL), or call a declared route"
+    )]
+    MissingTarget,
+    #[error("{0}")]
+    BadTarget(String),
+    #[error("cannot resolve `{host}`: {detail}")]
+    Dns { host: String, detail: String },
+    #[error("cannot connect to `{target}`: {detail}")]
+    Connect { target: String, detail: String },
+    #[error("TLS with `{target}` failed: {detail}")]
+    Tls { target: String, detail: String },
+    #[error("`{target}` did not {stage} within {limit:?}")]
+    UpstreamTimeout {
+        target: String,
+        stage: &'static str,
+        limit: Duration,
+    },
+    #[error("domain `{0}` is not allowed by the domain lists")]
+    DomainDenied(String),
+    #[error("request headers are {size} bytes, more than the limit of {limit} bytes")]
+    HeadersTooLarge { size: usize, limit: usize },
+    #[error("tollgate is shutting down; retry on another instance")]
+    ShuttingDown,
+    #[error("the upstream connection failed: {0}")]
+    Upstream(String),
+}
+
+impl ProxyError {
+    /// The stable machine-readable code sent in `x-tollgate-error`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProxyError::MissingTarget => "missing_target",
+            ProxyError::BadTarget(_) => "bad_target",
+            ProxyError::Dns { .. } => "dns_error",
+            ProxyError::Connect { .. } => "connect_error",
+            ProxyError::Tls { .. } => "tls_error",
+            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
+            ProxyError::DomainDenied(_) => "domain_denied",
+            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
+            ProxyError::ShuttingDown => "shutting_down",
+            ProxyError::Upstream(_) => "upstream_error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::MissingTarget | ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
+            ProxyError::Dns { .. }
+            | ProxyError::Connect { .. }
+            | ProxyError::Tls { .. }
+            | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::DomainDenied(_) => StatusCode::FORBIDDEN,
+            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The error response. `request_id` is echoed like on every response.
+    pub fn to_response(&self, request_id: &HeaderValue) -> Response<Body> {
+        let body =
+            serde_json::json!({ "error": self.code(), "message": self.to_string() }).to_string();
+        let mut resp = Response::new(full(body));
+        *resp.status_mut() = self.status();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(X_TOLLGATE_ERROR, HeaderValue::from_static(self.code()));
+        h.insert(X_TOLLGATE_REQUEST_ID, request_id.clone());
+        if matches!(self, ProxyError::ShuttingDown) {
+            // RFC 9112 §9.6: tell HTTP/1.1 clients this connection is going away.
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
+    }
+}

@@ -1,0 +1,113 @@
+//! Header rules of a proxy: hop-by-hop removal (RFC 9110 §7.6.1) and tollgate's own
+//! `x-tollgate-*` control headers, which never leave tollgate.
+
+use http::HeaderMap;
+use http::header::{CONNECTION, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE};
+
+pub const X_TOLLGATE_HOST: HeaderName = HeaderName::from_static("x-tollgate-host");
+pub const X_TOLLGATE_SCHEME: HeaderName = HeaderName::from_static("x-tollgate-scheme");
+pub const X_TOLLGATE_REQUEST_ID: HeaderName = HeaderName::from_static("x-tollgate-request-id");
+pub const X_TOLLGATE_ERROR: HeaderName = HeaderName::from_static("x-tollgate-error");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const CONTROL_PREFIX: &str = "x-tollgate-";
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1): `Connection` and every header it
+/// names, plus `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` and `Upgrade`.
+/// `TE: trailers` is kept: it is the one TE value HTTP/2 allows end to end
+/// (RFC 9113 §8.2.2) and gRPC needs it.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            if name != TE {
+                h.remove(&name);
+            }
+        }
+        h.remove(CONNECTION);
+    }
+    h.remove(KEEP_ALIVE);
+    h.remove(PROXY_CONNECTION);
+    h.remove(TRANSFER_ENCODING);
+    h.remove(UPGRADE);
+    if let Some(te) = h.get(TE)
+        && !te.as_bytes().eq_ignore_ascii_case(b"trailers")
+    {
+        h.remove(TE);
+    }
+}
+
+/// Removes what is addressed to tollgate itself: every `x-tollgate-*` header and
+/// `Proxy-Authorization` (credentials for the proxy, RFC 9110 §11.7.2).
+pub fn strip_control(h: &mut HeaderMap) {
+    h.remove(PROXY_AUTHORIZATION);
+    let mut found = false;
+    for name in h.keys() {
+        if name.as_str().starts_with(CONTROL_PREFIX) {
+            found = true;
+            break;
+        }
+    }
+    if found {
+        let names: Vec<HeaderName> = h
+            .keys()
+            .filter(|n| n.as_str().starts_with(CONTROL_PREFIX))
+            .cloned()
+            .collect();
+        for n in names {
+            h.remove(n);
+        }
+    }
+}
+
+/// Total size of the header section as a client sent it, approximately: names,
+/// values and `": "` plus CRLF per field.
+pub fn size(h: &HeaderMap) -> usize {
+    h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(TE, HeaderValue::from_static("gzip"));
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        h.append("x-kept", HeaderValue::from_static("twice"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h.get_all("x-kept").iter().count(), 2);
+        let mut h = HeaderMap::new();
+        h.insert(TE, HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.contains_key(TE));
+    }
+
+    #[test]
+    fn control_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(X_TOLLGATE_HOST, HeaderValue::from_static("a"));
+        h.insert("x-tollgate-anything", HeaderValue::from_static("a"));
+        h.insert(PROXY_AUTHORIZATION, HeaderValue::from_static("Basic x"));
+        h.insert("x-tollgatekeeper", HeaderValue::from_static("stays"));
+        strip_control(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-tollgatekeeper"));
+    }
+}

@@ -1,0 +1,33 @@
+//! tollgate: an API egress gateway. A compact proxy next to an application that carries
+//! its outgoing calls to third-party APIs, with remedies and diagnosis on top.
+//!
+//! The binary is a thin shell over [`cli::main`]; tests start [`Gateway`] in-process.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod body;
+pub mod cli;
+pub mod config;
+pub mod domains;
+pub mod error;
+pub mod glob;
+pub mod headers;
+pub mod logging;
+pub mod metrics;
+pub mod observe;
+pub mod policy;
+pub mod provider;
+pub mod proxy;
+pub mod reload;
+pub mod request_id;
+pub mod routes;
+pub mod secret;
+pub mod server;
+pub mod state;
+pub mod target;
+pub mod tunnel;
+pub mod upstream;
+
+pub use config::Config;
+pub use server::{Gateway, StartError, StartOptions};
+pub use state::Overrides;

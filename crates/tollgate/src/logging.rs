@@ -1,0 +1,17 @@
+//! Process logging with `tracing`: text or JSON to standard error; `RUST_LOG` wins over `log.level`.
+
+use crate::config::Log;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber once; later calls (tests, reloads) are no-ops.
+pub fn init(log: &Log) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if log.json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,137 @@
+//! Prometheus metrics (prometheus-client). Gauges are atomics updated in place; per-request
+//! counters and histograms are updated by the observer thread from request events, so the
+//! request path never takes a metrics lock.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub host: String,
+    pub method: String,
+    pub status_class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabels {
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    // 100 µs … ~105 s, doubling.
+    prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 21)
+}
+
+/// All metrics; cheap to clone (everything inside is shared).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub requests: Family<RequestLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub request_duration: Family<HostLabels, Histogram>,
+    pub upstream_duration: Family<HostLabels, Histogram>,
+    pub client_connections: Gauge,
+    pub upstream_connections: Gauge,
+    pub tunnels: Gauge,
+    pub reloads: Family<ResultLabels, Counter>,
+    pub events_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::with_prefix("tollgate");
+        let hist = || Histogram::new(latency_buckets());
+        let m = Metrics {
+            registry: Arc::default(),
+            requests: Family::default(),
+            errors: Family::default(),
+            request_duration: Family::new_with_constructor(hist),
+            upstream_duration: Family::new_with_constructor(hist),
+            client_connections: Gauge::default(),
+            upstream_connections: Gauge::default(),
+            tunnels: Gauge::default(),
+            reloads: Family::default(),
+            events_dropped: Counter::default(),
+        };
+        r.register(
+            "requests",
+            "Requests by upstream host, method and status class",
+            m.requests.clone(),
+        );
+        r.register(
+            "errors",
+            "Proxy-made error responses by x-tollgate-error code",
+            m.errors.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Total time from request head to end of the response body",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "upstream_duration_seconds",
+            "Time from sending upstream to the provider's response head",
+            m.upstream_duration.clone(),
+        );
+        r.register(
+            "client_connections",
+            "Open client connections on the proxy listener",
+            m.client_connections.clone(),
+        );
+        r.register(
+            "upstream_connections",
+            "Open upstream connections (pooled and in use)",
+            m.upstream_connections.clone(),
+        );
+        r.register("tunnels", "Open CONNECT tunnels", m.tunnels.clone());
+        r.register(
+            "reloads",
+            "Config reloads by result (ok, error)",
+            m.reloads.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Request events (metrics, access log) dropped because the observer queue was full",
+            m.events_dropped.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            ..m
+        }
+    }
+}
+
+impl Metrics {
+    /// Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -1,0 +1,125 @@
+//! Request events: one per finished request, sent through a bounded queue to an observer
+//! thread that updates metrics and writes the access log. A full queue drops the event
+//! and counts it (`tollgate_events_dropped_total`); the request never waits.
+
+use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, status_class};
+use http::{HeaderValue, Method};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub struct Event {
+    pub host: Option<Arc<str>>,
+    pub method: Method,
+    pub status: u16,
+    pub error: Option<&'static str>,
+    pub total: Duration,
+    pub upstream: Option<Duration>,
+    pub request_id: HeaderValue,
+    /// Filled only when the access log is on.
+    pub access: Option<Box<Access>>,
+}
+
+pub struct Access {
+    pub path: String,
+    pub policy: Option<String>,
+    pub body_bytes: u64,
+    pub completed: bool,
+}
+
+#[derive(Clone)]
+pub struct Observer {
+    tx: mpsc::Sender<Event>,
+    metrics: Metrics,
+}
+
+impl Observer {
+    /// Starts the observer thread. It ends when every sender is gone.
+    pub fn start(metrics: Metrics, capacity: usize, access_json: bool) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("tollgate-observer".into())
+            .spawn(move || consume(rx, m, access_json))
+            .expect("spawn observer thread");
+        Self { tx, metrics }
+    }
+
+    #[inline]
+    pub fn emit(&self, event: Event) {
+        if self.tx.try_send(event).is_err() {
+            self.metrics.events_dropped.inc();
+        }
+    }
+}
+
+fn consume(mut rx: mpsc::Receiver<Event>, metrics: Metrics, json: bool) {
+    let stdout = std::io::stdout();
+    while let Some(first) = rx.blocking_recv() {
+        let mut out = stdout.lock();
+        let mut next = Some(first);
+        while let Some(ev) = next {
+            record(&metrics, &ev);
+            if let Some(a) = &ev.access {
+                let _ = write_access(&mut out, &ev, a, json);
+            }
+            next = rx.try_recv().ok();
+        }
+        let _ = out.flush();
+    }
+}
+
+fn record(m: &Metrics, ev: &Event) {
+    let host = ev.host.as_deref().unwrap_or("-").to_owned();
+    m.requests
+        .get_or_create(&RequestLabels {
+            host: host.clone(),
+            method: ev.method.as_str().to_owned(),
+            status_class: status_class(ev.status),
+        })
+        .inc();
+    if let Some(code) = ev.error {
+        m.errors.get_or_create(&ErrorLabels { code }).inc();
+    }
+    let labels = HostLabels { host };
+    m.request_duration
+        .get_or_create(&labels)
+        .observe(ev.total.as_secs_f64());
+    if let Some(u) = ev.upstream {
+        m.upstream_duration
+            .get_or_create(&labels)
+            .observe(u.as_secs_f64());
+    }
+}
+
+fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {
+    let host = ev.host.as_deref().unwrap_or("-");
+    let id = ev.request_id.to_str().unwrap_or("-");
+    let total_ms = ev.total.as_secs_f64() * 1e3;
+    let upstream_ms = ev.upstream.map(|u| u.as_secs_f64() * 1e3);
+    if json {
+        let line = serde_json::json!({
+            "type": "access", "request_id": id, "method": ev.method.as_str(), "host": host,
+            "path": a.path, "status": ev.status, "error": ev.error, "policy": a.policy,
+            "total_ms": total_ms, "upstream_ms": upstream_ms, "body_bytes": a.body_bytes,
+            "completed": a.completed,
+        });
+        writeln!(out, "{line}")
+    } else {
+        writeln!(
+            out,
+            "access id={id} method={} host={host} path={} status={} error={} policy={} total_ms={total_ms:.3} upstream_ms={} bytes={} completed={}",
+            ev.method,
+            a.path,
+            ev.status,
+            ev.error.unwrap_or("-"),
+            a.policy.as_deref().unwrap_or("-"),
+            upstream_ms
+                .map(|u| format!("{u:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            a.body_bytes,
+            a.completed
+        )
+    }
+}

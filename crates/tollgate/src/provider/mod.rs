@@ -1,0 +1,130 @@
+//! `tollgate provider`: a fast, httpbin-compatible provider emulator for tests, demos and
+//! benchmarks. Same hyper stack as the proxy, no logging on the request path, so it is
+//! never the bottleneck of a benchmark.
+
+mod echo;
+mod streams;
+
+use crate::body::{Body, full};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// The fixed body of `/static`: 110 bytes, for capacity tests.
+pub const STATIC_BODY: &[u8; 110] =
+    b"{\"provider\":\"tollgate\",\"path\":\"/static\",\"note\":\"fixed body for capacity benchmarks\",\"ok\":true,\"pad\":\"xxxxxx\"}\n";
+
+pub struct Provider {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Provider {
+    pub async fn start(addr: SocketAddr) -> std::io::Result<Provider> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, peer)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| async move {
+                        Ok::<_, Infallible>(route(req, peer).await)
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Provider { addr, task })
+    }
+}
+
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<bytes::Bytes>,
+) -> Response<Body> {
+    let mut r = Response::new(full(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+pub(crate) fn json(v: &serde_json::Value) -> Response<Body> {
+    let mut s = serde_json::to_vec_pretty(v).expect("json");
+    s.push(b'\n');
+    respond(StatusCode::OK, "application/json", s)
+}
+
+fn not_found(what: &str) -> Response<Body> {
+    respond(StatusCode::NOT_FOUND, "text/plain", format!("{what}\n"))
+}
+
+/// `d` as seconds (`0.15`) or a duration (`150ms`); at most 60 s.
+pub(crate) fn parse_delay(d: &str) -> Option<Duration> {
+    let dur = match d.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return None,
+        Err(_) => humantime::parse_duration(d).ok()?,
+    };
+    Some(dur.min(Duration::from_secs(60)))
+}
+
+async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let mut segs = path.trim_start_matches('/').splitn(2, '/');
+    let (head, rest) = (segs.next().unwrap_or(""), segs.next());
+    match (head, rest) {
+        ("static", None) => respond(StatusCode::OK, "application/json", &STATIC_BODY[..]),
+        ("delay", Some(d)) => match parse_delay(d) {
+            Some(dur) => {
+                tokio::time::sleep(dur).await;
+                echo::echo(req, peer, false).await
+            }
+            None => not_found("bad delay: use /delay/0.15 or /delay/150ms"),
+        },
+        ("status", Some(codes)) => streams::status(codes),
+        ("bytes", Some(n)) => streams::bytes(n, req.uri().query()),
+        ("stream-bytes", Some(n)) => streams::bytes(n, req.uri().query()),
+        ("stream", Some(n)) => streams::stream(n, req, peer),
+        ("drip", None) => streams::drip(req.uri().query()),
+        ("gzip", None) => streams::gzip(req, peer).await,
+        ("json", None) => echo::sample_json(),
+        ("uuid", None) => streams::uuid(),
+        ("anything", _) => echo::echo(req, peer, true).await,
+        ("headers", None) => echo::headers(&req),
+        ("get", None) if req.method() == Method::GET || req.method() == Method::HEAD => {
+            echo::echo(req, peer, false).await
+        }
+        ("post", None) if req.method() == Method::POST => echo::echo(req, peer, true).await,
+        ("put", None) if req.method() == Method::PUT => echo::echo(req, peer, true).await,
+        ("patch", None) if req.method() == Method::PATCH => echo::echo(req, peer, true).await,
+        ("delete", None) if req.method() == Method::DELETE => echo::echo(req, peer, true).await,
+        ("get" | "post" | "put" | "patch" | "delete", None) => respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n",
+        ),
+        _ => not_found(
+            "not found: /static /delay/{d} /status/{code} /bytes/{n} /anything /headers /get /post /drip /gzip /json /uuid /stream/{n}",
+        ),
+    }
+}

@@ -1,0 +1,295 @@
+//! The request pipeline: every request on the proxy listener runs these phases in order
+//! (docs/architecture.md describes them). Errors from any phase become a response in
+//! one place, [`crate::error::ProxyError::to_response`].
+//!
+//! 1. snapshot the runtime (config + upstream client) the request will run on
+//! 2. request id
+//! 3. admission: draining → 503, header size → 431
+//! 4. CONNECT → tunnel
+//! 5. target: absolute-form (forward proxy) → `x-tollgate-host` → declared route
+//! 6. domain allow/deny lists
+//! 7. policy match (remedies and diagnosis attach here)
+//! 8. upstream request: hop-by-hop and control headers removed, URI rewritten
+//! 9. send, with the response-head timeout
+//! 10. response: hop-by-hop removed, request id added, body streamed and observed
+
+use crate::body::{Body, BoxError, from_incoming};
+use crate::error::ProxyError;
+use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
+use crate::observe::{Access, Event};
+use crate::state::{Runtime, Shared};
+use crate::target::{Scheme, Target};
+use crate::tunnel;
+use bytes::Bytes;
+use http::uri::{PathAndQuery, Uri};
+use http::{HeaderValue, Method, Request, Response, Version, header};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// What the pipeline learns about a request, for the response and the request event.
+pub struct Ctx {
+    pub start: Instant,
+    pub id: HeaderValue,
+    pub method: Method,
+    pub host: Option<Arc<str>>,
+    pub upstream: Option<Duration>,
+    pub policy: Option<String>,
+    /// Kept only when the access log is on.
+    pub path: Option<String>,
+}
+
+impl Ctx {
+    pub fn event(
+        &self,
+        status: u16,
+        error: Option<&'static str>,
+        body_bytes: u64,
+        completed: bool,
+    ) -> Event {
+        Event {
+            host: self.host.clone(),
+            method: self.method.clone(),
+            status,
+            error,
+            total: self.start.elapsed(),
+            upstream: self.upstream,
+            request_id: self.id.clone(),
+            access: self.path.as_ref().map(|p| {
+                Box::new(Access {
+                    path: p.clone(),
+                    policy: self.policy.clone(),
+                    body_bytes,
+                    completed,
+                })
+            }),
+        }
+    }
+}
+
+/// Entry point for one request on the proxy listener. Never fails: errors become responses.
+pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let rt = shared.runtime.load_full();
+    let mut ctx = Ctx {
+        start: Instant::now(),
+        id: shared.ids.for_request(req.headers()),
+        method: req.method().clone(),
+        host: None,
+        upstream: None,
+        policy: None,
+        path: rt
+            .config
+            .log
+            .access_log
+            .then(|| req.uri().path().to_owned()),
+    };
+    match forward(&shared, &rt, req, &mut ctx).await {
+        Ok(resp) => resp,
+        Err(err) => {
+            tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
+            shared
+                .observer
+                .emit(ctx.event(err.status().as_u16(), Some(err.code()), 0, true));
+            err.to_response(&ctx.id)
+        }
+    }
+}
+
+async fn forward(
+    shared: &Arc<Shared>,
+    rt: &Runtime,
+    req: Request<Incoming>,
+    ctx: &mut Ctx,
+) -> Result<Response<Body>, ProxyError> {
+    let config = &rt.config;
+    if shared.is_draining() {
+        return Err(ProxyError::ShuttingDown);
+    }
+    let size = headers::size(req.headers());
+    if size > config.listen.max_header_bytes {
+        return Err(ProxyError::HeadersTooLarge {
+            size,
+            limit: config.listen.max_header_bytes,
+        });
+    }
+    if req.method() == Method::CONNECT {
+        return tunnel::open(shared, rt, req, ctx).await;
+    }
+
+    let (target, path_and_query) = resolve_target(config, &req)?;
+    ctx.host = Some(target.host.clone());
+    if !config.domains.permits(&target.host) {
+        return Err(ProxyError::DomainDenied(target.host.to_string()));
+    }
+    if let Some(p) = config
+        .policies
+        .find(&target.host, req.method(), req.uri().path())
+    {
+        ctx.policy = Some(p.name.clone());
+    }
+
+    let (mut parts, body) = req.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    headers::strip_control(&mut parts.headers);
+    // The client sets Host (HTTP/1.1) or :authority (HTTP/2) from the URI (RFC 9110 §7.2).
+    parts.headers.remove(header::HOST);
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(target.scheme.uri_scheme());
+    uri.authority = Some(target.authority.clone());
+    uri.path_and_query = Some(path_and_query);
+    parts.uri = Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
+    // The upstream protocol is chosen by ALPN, not by the client's version.
+    parts.version = Version::HTTP_11;
+    let upstream_req = Request::from_parts(parts, from_incoming(body));
+
+    let sent = Instant::now();
+    let resp = rt
+        .client
+        .send(upstream_req, target.authority.as_str())
+        .await?;
+    ctx.upstream = Some(sent.elapsed());
+
+    let (mut parts, body) = resp.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
+    let status = parts.status.as_u16();
+    let observed = Observed {
+        inner: body,
+        bytes: 0,
+        done: false,
+        report: Some(Report {
+            shared: shared.clone(),
+            ctx: std::mem::replace(ctx, placeholder()),
+            status,
+        }),
+    };
+    Ok(Response::from_parts(parts, observed.boxed_unsync()))
+}
+
+fn placeholder() -> Ctx {
+    Ctx {
+        start: Instant::now(),
+        id: HeaderValue::from_static(""),
+        method: Method::GET,
+        host: None,
+        upstream: None,
+        policy: None,
+        path: None,
+    }
+}
+
+/// Finds the upstream and the path to send, in order: absolute-form request target
+/// (forward proxy, HTTP/1.x; RFC 9112 §3.2.2), `x-tollgate-host`, declared route.
+fn resolve_target<B>(
+    config: &crate::config::Config,
+    req: &Request<B>,
+) -> Result<(Target, PathAndQuery), ProxyError> {
+    let uri = req.uri();
+    let pq = || {
+        uri.path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))
+    };
+    // HTTP/2 requests always carry :scheme and :authority, so only HTTP/1.x absolute-form
+    // means forward-proxy mode.
+    if req.version() <= Version::HTTP_11
+        && let (Some(scheme), Some(auth)) = (uri.scheme_str(), uri.authority())
+    {
+        let scheme = Scheme::parse(scheme).ok_or_else(|| {
+            ProxyError::BadTarget(format!("scheme `{scheme}` is not http or https"))
+        })?;
+        let target = Target::from_authority(scheme, auth).map_err(ProxyError::BadTarget)?;
+        return Ok((target, pq()));
+    }
+    if let Some(host) = req.headers().get(X_TOLLGATE_HOST) {
+        let scheme = match req.headers().get(X_TOLLGATE_SCHEME) {
+            None => Scheme::Https,
+            Some(v) => v.to_str().ok().and_then(Scheme::parse).ok_or_else(|| {
+                ProxyError::BadTarget(format!(
+                    "x-tollgate-scheme `{}` is not http or https",
+                    String::from_utf8_lossy(v.as_bytes())
+                ))
+            })?,
+        };
+        let host = host
+            .to_str()
+            .map_err(|_| ProxyError::BadTarget("x-tollgate-host is not valid text".into()))?;
+        let target = Target::parse(scheme, host.trim())
+            .map_err(|e| ProxyError::BadTarget(format!("x-tollgate-host: {e}")))?;
+        return Ok((target, pq()));
+    }
+    if let Some((route, path)) = config.routes.find(uri.path()) {
+        let pq = match uri.query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        let pq = PathAndQuery::try_from(pq).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
+        return Ok((route.target.clone(), pq));
+    }
+    Err(ProxyError::MissingTarget)
+}
+
+struct Report {
+    shared: Arc<Shared>,
+    ctx: Ctx,
+    status: u16,
+}
+
+pin_project_lite::pin_project! {
+    /// The provider's response body, streamed as is; when it ends or is dropped (client
+    /// gone) the request event is emitted with the total time and byte count.
+    struct Observed {
+        #[pin]
+        inner: Incoming,
+        bytes: u64,
+        done: bool,
+        report: Option<Report>,
+    }
+
+    impl PinnedDrop for Observed {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(r) = this.report.take() {
+                r.shared.observer.emit(r.ctx.event(r.status, None, *this.bytes, *this.done));
+            }
+        }
+    }
+}
+
+impl HttpBody for Observed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    *this.bytes += d.len() as u64;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                *this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

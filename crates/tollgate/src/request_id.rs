@@ -1,0 +1,56 @@
+//! Request ids: `x-tollgate-request-id` echoed from the request or generated.
+
+use http::{HeaderMap, HeaderValue};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::headers::X_TOLLGATE_REQUEST_ID;
+
+/// Generates ids `<process prefix>-<counter>`: unique within a process, and across
+/// processes by the random prefix; no lock, one atomic add.
+pub struct RequestIds {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        Self {
+            prefix: format!("{:08x}", fastrand::u32(..)),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl RequestIds {
+    /// The client's id if it sent a usable one (visible ASCII, at most 200 bytes), else a new one.
+    pub fn for_request(&self, headers: &HeaderMap) -> HeaderValue {
+        if let Some(v) = headers.get(X_TOLLGATE_REQUEST_ID)
+            && !v.is_empty()
+            && v.len() <= 200
+            && v.as_bytes().iter().all(|b| b.is_ascii_graphic())
+        {
+            return v.clone();
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::try_from(format!("{}-{n:x}", self.prefix))
+            .expect("hex is a valid header value")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoes_or_generates() {
+        let ids = RequestIds::default();
+        let mut h = HeaderMap::new();
+        let a = ids.for_request(&h);
+        let b = ids.for_request(&h);
+        assert_ne!(a, b);
+        h.insert(X_TOLLGATE_REQUEST_ID, HeaderValue::from_static("abc-123"));
+        assert_eq!(ids.for_request(&h), "abc-123");
+        h.insert(X_TOLLGATE_REQUEST_ID, HeaderValue::from_static("has space"));
+        assert_ne!(ids.for_request(&h), "has space");
+    }
+}

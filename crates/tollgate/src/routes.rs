@@ -1,0 +1,129 @@
+//! Declared routes: a path prefix on the listener mapped to an upstream base URL
+//! (`/github/*` → `https://api.github.com`, prefix stripped).
+
+use crate::secret::mask_url;
+use crate::target::{Scheme, Target};
+use http::Uri;
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Normalised prefix: starts with `/`, no trailing `/` (except the root route `/`).
+    pub prefix: String,
+    pub target: Target,
+    /// Base path of the upstream URL without trailing `/` (empty for none).
+    pub base_path: String,
+    /// The upstream URL with secrets masked, for `/config` and logs.
+    pub display: String,
+}
+
+impl Route {
+    pub fn new(prefix: &str, upstream: &str) -> Result<Self, String> {
+        let mut p = prefix
+            .trim_end_matches('*')
+            .trim_end_matches('/')
+            .to_owned();
+        if !prefix.starts_with('/') {
+            return Err(format!("prefix `{prefix}` must start with `/`"));
+        }
+        if p.is_empty() {
+            p.push('/');
+        }
+        let uri: Uri = upstream
+            .parse()
+            .map_err(|e| format!("upstream `{}` is not a URL: {e}", mask_url(upstream)))?;
+        let scheme = uri.scheme_str().and_then(Scheme::parse).ok_or_else(|| {
+            format!(
+                "upstream `{}` must start with http:// or https://",
+                mask_url(upstream)
+            )
+        })?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| format!("upstream `{}` has no host", mask_url(upstream)))?;
+        let target =
+            Target::from_authority(scheme, authority).map_err(|e| format!("upstream: {e}"))?;
+        if uri.query().is_some() {
+            return Err("upstream base URL must not have a query string".into());
+        }
+        let base_path = uri.path().trim_end_matches('/').to_owned();
+        Ok(Self {
+            prefix: p,
+            target,
+            base_path,
+            display: mask_url(upstream),
+        })
+    }
+
+    /// The path left after the prefix when `path` is under this route.
+    #[inline]
+    fn strip<'a>(&self, path: &'a str) -> Option<&'a str> {
+        if self.prefix == "/" {
+            return Some(path);
+        }
+        let rest = path.strip_prefix(self.prefix.as_str())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+}
+
+/// Routes ordered longest prefix first, so the most specific route wins.
+#[derive(Debug, Clone, Default)]
+pub struct RouteTable {
+    routes: Vec<Route>,
+}
+
+impl RouteTable {
+    pub fn new(mut routes: Vec<Route>) -> Self {
+        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        Self { routes }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+        self.routes.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// Finds the route for `path` and the upstream path to send (base path + rest).
+    pub fn find(&self, path: &str) -> Option<(&Route, String)> {
+        self.routes.iter().find_map(|r| {
+            let rest = r.strip(path)?;
+            let mut upstream_path = String::with_capacity(r.base_path.len() + rest.len() + 1);
+            upstream_path.push_str(&r.base_path);
+            upstream_path.push_str(rest);
+            if !upstream_path.starts_with('/') {
+                upstream_path.insert(0, '/');
+            }
+            Some((r, upstream_path))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins_and_prefix_is_stripped() {
+        let table = RouteTable::new(vec![
+            Route::new("/github/*", "https://api.github.com").unwrap(),
+            Route::new("/github/raw", "https://raw.github.com/base/").unwrap(),
+            Route::new("/", "http://fallback:8080").unwrap(),
+        ]);
+        let (r, p) = table.find("/github/users/octocat").unwrap();
+        assert_eq!(
+            (&*r.target.host, p.as_str()),
+            ("api.github.com", "/users/octocat")
+        );
+        let (r, p) = table.find("/github/raw/x").unwrap();
+        assert_eq!((&*r.target.host, p.as_str()), ("raw.github.com", "/base/x"));
+        let (r, p) = table.find("/github").unwrap();
+        assert_eq!((&*r.target.host, p.as_str()), ("api.github.com", "/"));
+        let (r, p) = table.find("/githubx").unwrap();
+        assert_eq!((&*r.target.host, p.as_str()), ("fallback", "/githubx"));
+        assert!(Route::new("github", "https://x").is_err());
+        assert!(Route::new("/x", "ftp://x").is_err());
+        assert!(Route::new("/x", "https://x/?a=1").is_err());
+    }
+}

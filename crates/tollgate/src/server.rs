@@ -1,0 +1,209 @@
+//! Listeners and connections: accept, TCP_NODELAY, serve HTTP/1.1 and HTTP/2 (h2c prior
+//! knowledge) with upgrades for CONNECT, and the graceful shutdown sequence.
+
+use crate::admin;
+use crate::config::{Config, ConfigErrors};
+use crate::metrics::Metrics;
+use crate::proxy;
+use crate::reload;
+use crate::state::{Overrides, Runtime, Shared};
+use crate::upstream::UpstreamClient;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// How to start a gateway in-process.
+#[derive(Debug, Default)]
+pub struct StartOptions {
+    /// Config file; `None` runs the built-in defaults (or `config`).
+    pub config_path: Option<PathBuf>,
+    /// A config given directly (tests); used when `config_path` is `None`.
+    pub config: Option<Config>,
+    pub overrides: Overrides,
+    /// Watch the config file for changes and reload.
+    pub watch: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigErrors),
+    #[error("upstream TLS setup: {0}")]
+    Tls(String),
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway: proxy and admin listeners, reload watcher, observer.
+pub struct Gateway {
+    pub proxy_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    shared: Arc<Shared>,
+    done: JoinHandle<()>,
+}
+
+impl Gateway {
+    pub async fn start(opts: StartOptions) -> Result<Gateway, StartError> {
+        let mut config = match &opts.config_path {
+            Some(p) => Config::load(p)?,
+            None => opts.config.unwrap_or_default(),
+        };
+        opts.overrides.apply(&mut config);
+        let metrics = Metrics::default();
+        let client =
+            UpstreamClient::new(&config.upstream, metrics.clone()).map_err(StartError::Tls)?;
+        let bind = |what, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let proxy_listener = bind("proxy", config.listen.address).await?;
+        let admin_listener = bind("admin", config.admin.address).await?;
+        let proxy_addr = proxy_listener
+            .local_addr()
+            .expect("bound listener has an address");
+        let admin_addr = admin_listener
+            .local_addr()
+            .expect("bound listener has an address");
+        let runtime = Runtime {
+            config: Arc::new(config),
+            client: Arc::new(client),
+        };
+        let shared = Arc::new(Shared::new(
+            runtime,
+            opts.config_path.clone(),
+            opts.overrides,
+            metrics,
+        ));
+
+        let admin_task = tokio::spawn(admin::serve(admin_listener, shared.clone()));
+        if opts.watch
+            && let Some(path) = opts.config_path
+        {
+            tokio::spawn(reload::watch(shared.clone(), path));
+        }
+        let s = shared.clone();
+        let done = tokio::spawn(async move {
+            accept_loop(proxy_listener, &s).await;
+            drain(&s).await;
+            admin_task.abort();
+        });
+        tracing::info!(%proxy_addr, %admin_addr, "tollgate listening");
+        Ok(Gateway {
+            proxy_addr,
+            admin_addr,
+            shared,
+            done,
+        })
+    }
+
+    /// Starts graceful shutdown: readiness goes 503, listeners close, open connections
+    /// finish their in-flight requests (new ones get 503 `shutting_down`).
+    pub fn shutdown(&self) {
+        self.shared.start_draining();
+    }
+
+    /// Waits until shutdown has finished (all connections closed or the drain deadline passed).
+    pub async fn wait(self) {
+        let _ = self.done.await;
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: &Arc<Shared>) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shared.stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                shared.tasks.spawn(serve_connection(stream, shared.clone()));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    // hyper answers 431 by itself when the head outgrows its read buffer; keep that buffer
+    // comfortably above our own limit so our 431 (with x-tollgate-error) is what clients see.
+    let buf = (config.listen.max_header_bytes * 2).max(400 * 1024);
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.listen.header_read_timeout)
+        .max_buf_size(buf);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.listen.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(buf).unwrap_or(u32::MAX));
+    b
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    shared.metrics.client_connections.inc();
+    let builder = builder(&shared.runtime.load().config);
+    let s = shared.clone();
+    let svc = service_fn(move |req| {
+        let s = s.clone();
+        async move { Ok::<_, Infallible>(proxy::handle(s, req).await) }
+    });
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let finished = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = shared.stop.cancelled() => None,
+    };
+    let result = match finished {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => r,
+                _ = shared.cut.cancelled() => Ok(()),
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("client connection ended: {e}");
+    }
+    shared.metrics.client_connections.dec();
+}
+
+/// Waits for connections and tunnels to finish, up to the drain deadline, then cuts the rest.
+async fn drain(shared: &Arc<Shared>) {
+    shared.tasks.close();
+    let deadline = shared.runtime.load().config.shutdown.drain_timeout;
+    tracing::info!(open = shared.tasks.len(), ?deadline, "draining");
+    if tokio::time::timeout(deadline, shared.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = shared.tasks.len(),
+            "drain deadline passed; cutting what is left"
+        );
+        shared.cut.cancel();
+        shared.tasks.wait().await;
+    }
+    tracing::info!("shutdown complete");
+}

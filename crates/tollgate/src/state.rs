@@ -1,0 +1,92 @@
+//! Shared state of a running gateway: the swappable runtime (config + upstream client)
+//! and the process-wide parts that survive reloads.
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::observe::Observer;
+use crate::request_id::RequestIds;
+use crate::upstream::UpstreamClient;
+use arc_swap::ArcSwap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What a request runs on, start to end: taken once per request, replaced whole on reload.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub client: Arc<UpstreamClient>,
+}
+
+/// Values from the command line that override the file on every (re)load.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub admin: Option<SocketAddr>,
+}
+
+impl Overrides {
+    pub fn apply(&self, c: &mut Config) {
+        if let Some(a) = self.listen {
+            c.listen.address = a;
+        }
+        if let Some(a) = self.admin {
+            c.admin.address = a;
+        }
+    }
+}
+
+pub struct Shared {
+    pub runtime: ArcSwap<Runtime>,
+    pub config_path: Option<PathBuf>,
+    pub overrides: Overrides,
+    pub metrics: Metrics,
+    pub observer: Observer,
+    pub ids: RequestIds,
+    draining: AtomicBool,
+    /// Cancelled when shutdown starts: stop accepting, drain connections.
+    pub stop: CancellationToken,
+    /// Cancelled at the drain deadline: cut what is still open.
+    pub cut: CancellationToken,
+    /// Client connections and CONNECT tunnels, waited for on shutdown.
+    pub tasks: TaskTracker,
+    /// Serialises reloads (never taken by requests).
+    pub reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    pub fn new(
+        runtime: Runtime,
+        config_path: Option<PathBuf>,
+        overrides: Overrides,
+        metrics: Metrics,
+    ) -> Self {
+        let log = &runtime.config.log;
+        let observer = Observer::start(metrics.clone(), log.queue_capacity, log.json);
+        Self {
+            runtime: ArcSwap::from_pointee(runtime),
+            config_path,
+            overrides,
+            metrics,
+            observer,
+            ids: RequestIds::default(),
+            draining: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+            cut: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            reload_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,147 @@
+//! Upstream targets: where a request goes, parsed from `x-tollgate-host`, an absolute-form
+//! URI (forward proxy), a CONNECT authority, or a declared route.
+
+use http::uri::{Authority, Scheme as UriScheme};
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.eq_ignore_ascii_case("https") {
+            Some(Scheme::Https)
+        } else if s.eq_ignore_ascii_case("http") {
+            Some(Scheme::Http)
+        } else {
+            None
+        }
+    }
+
+    pub fn uri_scheme(self) -> UriScheme {
+        match self {
+            Scheme::Http => UriScheme::HTTP,
+            Scheme::Https => UriScheme::HTTPS,
+        }
+    }
+}
+
+/// A validated upstream: scheme, lower-case host (IPv6 without brackets) and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub scheme: Scheme,
+    pub host: std::sync::Arc<str>,
+    pub port: u16,
+    /// `host[:port]` as sent in `Host` / `:authority` (default port omitted).
+    pub authority: Authority,
+}
+
+impl Target {
+    /// Parses `host[:port]`; the port defaults by scheme. Rejects user-info, paths and
+    /// anything that is not a plausible host name or IP literal.
+    pub fn parse(scheme: Scheme, authority: &str) -> Result<Self, String> {
+        if authority.contains('@') {
+            return Err(format!("`{authority}` must not contain user-info"));
+        }
+        let auth = Authority::from_str(authority)
+            .map_err(|_| format!("`{authority}` is not a valid host[:port]"))?;
+        Self::from_authority(scheme, &auth)
+    }
+
+    pub fn from_authority(scheme: Scheme, auth: &Authority) -> Result<Self, String> {
+        let raw_host = auth.host();
+        if auth.as_str().contains('@') {
+            return Err(format!("`{auth}` must not contain user-info"));
+        }
+        let host = raw_host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim_end_matches('.');
+        if host.is_empty()
+            || !host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._:".contains(c))
+        {
+            return Err(format!("`{raw_host}` is not a valid host name"));
+        }
+        // A port written but unparsable (e.g. `host:99999`) is rejected by `port_u16` returning None.
+        let port = match auth.port() {
+            Some(p) => p.as_u16(),
+            None if auth.as_str().ends_with(':') => {
+                return Err(format!("`{auth}` has an empty port"));
+            }
+            None => scheme.default_port(),
+        };
+        if port == 0 {
+            return Err(format!("`{auth}` has port 0"));
+        }
+        let host = host.to_ascii_lowercase();
+        let authority =
+            if port == scheme.default_port() && auth.port().is_none() && host == raw_host {
+                auth.clone()
+            } else if port == scheme.default_port() {
+                Authority::from_str(&bracket(&host)).map_err(|e| e.to_string())?
+            } else {
+                Authority::from_str(&format!("{}:{port}", bracket(&host)))
+                    .map_err(|e| e.to_string())?
+            };
+        Ok(Self {
+            scheme,
+            host: host.into(),
+            port,
+            authority,
+        })
+    }
+}
+
+fn bracket(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_targets() {
+        let t = Target::parse(Scheme::Https, "API.Example.com").unwrap();
+        assert_eq!(
+            (&*t.host, t.port, t.authority.as_str()),
+            ("api.example.com", 443, "api.example.com")
+        );
+        let t = Target::parse(Scheme::Http, "localhost:8080").unwrap();
+        assert_eq!(
+            (&*t.host, t.port, t.authority.as_str()),
+            ("localhost", 8080, "localhost:8080")
+        );
+        let t = Target::parse(Scheme::Http, "[::1]:9000").unwrap();
+        assert_eq!((&*t.host, t.port), ("::1", 9000));
+        assert!(Target::parse(Scheme::Http, "user@host").is_err());
+        assert!(Target::parse(Scheme::Http, "host:99999").is_err());
+        assert!(Target::parse(Scheme::Http, "host:").is_err());
+        assert!(Target::parse(Scheme::Http, "ho st").is_err());
+        assert!(Target::parse(Scheme::Http, "host/path").is_err());
+        assert!(Target::parse(Scheme::Http, "").is_err());
+    }
+}

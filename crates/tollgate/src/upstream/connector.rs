@@ -1,0 +1,298 @@
+//! The upstream connector: cached DNS, TCP with TCP_NODELAY, TLS with ALPN, one timeout
+//! over all three. Errors are typed so the pipeline can say `dns_error`,
+//! `connect_error`, `tls_error` or `upstream_timeout`.
+
+use super::dns::Resolver;
+use crate::metrics::Metrics;
+use crate::target::Scheme;
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot resolve `{host}`: {detail}")]
+    Dns { host: String, detail: String },
+    #[error("cannot connect to `{target}`: {detail}")]
+    Refused { target: String, detail: String },
+    #[error("TLS handshake with `{target}` failed: {detail}")]
+    Tls { target: String, detail: String },
+    #[error("connecting to `{target}` took longer than {limit:?}")]
+    Timeout { target: String, limit: Duration },
+    #[error("bad upstream URI `{0}`")]
+    BadUri(String),
+}
+
+#[derive(Clone)]
+pub struct Connector {
+    resolver: Resolver,
+    connect_timeout: Duration,
+    tls: Arc<ClientConfig>,
+    tls_insecure: Arc<ClientConfig>,
+    insecure_hosts: Arc<[String]>,
+    metrics: Metrics,
+}
+
+impl Connector {
+    pub fn new(
+        resolver: Resolver,
+        connect_timeout: Duration,
+        (tls, tls_insecure): (Arc<ClientConfig>, Arc<ClientConfig>),
+        insecure_hosts: Vec<String>,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            resolver,
+            connect_timeout,
+            tls,
+            tls_insecure,
+            insecure_hosts: insecure_hosts.into(),
+            metrics,
+        }
+    }
+
+    /// Resolves and opens a TCP connection (also used by CONNECT tunnels), within the connect timeout.
+    pub async fn connect_tcp(&self, host: &Arc<str>, port: u16) -> Result<TcpStream, ConnectError> {
+        let target = format!("{host}:{port}");
+        tokio::time::timeout(self.connect_timeout, self.tcp(host, port, &target))
+            .await
+            .map_err(|_| ConnectError::Timeout {
+                target,
+                limit: self.connect_timeout,
+            })?
+    }
+
+    async fn tcp(
+        &self,
+        host: &Arc<str>,
+        port: u16,
+        target: &str,
+    ) -> Result<TcpStream, ConnectError> {
+        let addrs =
+            self.resolver
+                .resolve(host, port)
+                .await
+                .map_err(|detail| ConnectError::Dns {
+                    host: host.to_string(),
+                    detail,
+                })?;
+        let mut last = None;
+        // Addresses in resolver order (RFC 6724 sorting by getaddrinfo); first that answers wins.
+        for addr in addrs {
+            match TcpStream::connect(addr).await {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(ConnectError::Refused {
+            target: target.to_owned(),
+            detail: last
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "no address".into()),
+        })
+    }
+
+    async fn connect(self, uri: Uri) -> Result<UpstreamConn, ConnectError> {
+        let scheme = uri
+            .scheme_str()
+            .and_then(Scheme::parse)
+            .ok_or_else(|| ConnectError::BadUri(uri.to_string()))?;
+        let raw_host = uri
+            .host()
+            .ok_or_else(|| ConnectError::BadUri(uri.to_string()))?;
+        let host: Arc<str> = raw_host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .into();
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        let target = format!("{raw_host}:{port}");
+        let limit = self.connect_timeout;
+        let work = async {
+            let tcp = self.tcp(&host, port, &target).await?;
+            let (stream, h2) = match scheme {
+                Scheme::Http => (Stream::Plain(tcp), false),
+                Scheme::Https => {
+                    let insecure = self.insecure_hosts.iter().any(|h| **h == *host);
+                    let config = if insecure {
+                        &self.tls_insecure
+                    } else {
+                        &self.tls
+                    };
+                    let name =
+                        ServerName::try_from(host.to_string()).map_err(|e| ConnectError::Tls {
+                            target: target.clone(),
+                            detail: e.to_string(),
+                        })?;
+                    let tls = TlsConnector::from(config.clone())
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| ConnectError::Tls {
+                            target: target.clone(),
+                            detail: e.to_string(),
+                        })?;
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    (Stream::Tls(Box::new(tls)), h2)
+                }
+            };
+            Ok(UpstreamConn::new(stream, h2, self.metrics.clone()))
+        };
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| ConnectError::Timeout { target, limit })?
+    }
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = UpstreamConn;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<UpstreamConn, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(self.clone().connect(uri))
+    }
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+macro_rules! delegate {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            Stream::Plain($s) => {
+                let $s = Pin::new($s);
+                $e
+            }
+            Stream::Tls($s) => {
+                let $s = Pin::new(&mut **$s);
+                $e
+            }
+        }
+    };
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        delegate!(self, s => s.poll_write(cx, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_flush(cx))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_shutdown(cx))
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        delegate!(self, s => s.poll_write_vectored(cx, bufs))
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// One upstream connection, counted in the `tollgate_upstream_connections` gauge while open.
+pub struct UpstreamConn {
+    io: TokioIo<Stream>,
+    h2: bool,
+    metrics: Metrics,
+}
+
+impl UpstreamConn {
+    fn new(stream: Stream, h2: bool, metrics: Metrics) -> Self {
+        metrics.upstream_connections.inc();
+        Self {
+            io: TokioIo::new(stream),
+            h2,
+            metrics,
+        }
+    }
+}
+
+impl Drop for UpstreamConn {
+    fn drop(&mut self) {
+        self.metrics.upstream_connections.dec();
+    }
+}
+
+impl Connection for UpstreamConn {
+    fn connected(&self) -> Connected {
+        let c = Connected::new();
+        if self.h2 { c.negotiated_h2() } else { c }
+    }
+}
+
+impl hyper::rt::Read for UpstreamConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for UpstreamConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
