@@ -73,7 +73,7 @@ pub struct RouteTable {
 
 impl RouteTable {
     pub fn new(mut routes: Vec<Route>) -> Self {
-        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Self { routes }
     }
 

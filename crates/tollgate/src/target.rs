@@ -81,12 +81,15 @@ impl Target {
         {
             return Err(format!("`{raw_host}` is not a valid host name"));
         }
-        // A port written but unparsable (e.g. `host:99999`) is rejected by `port_u16` returning None.
-        let port = match auth.port() {
-            Some(p) => p.as_u16(),
-            None if auth.as_str().ends_with(':') => {
-                return Err(format!("`{auth}` has an empty port"));
-            }
+        // Parse the port text ourselves: `Authority::port` hides an out-of-range port.
+        let explicit_port = auth
+            .as_str()
+            .get(raw_host.len()..)
+            .and_then(|r| r.strip_prefix(':'));
+        let port = match explicit_port {
+            Some(p) => p
+                .parse::<u16>()
+                .map_err(|_| format!("`{auth}` has an invalid port"))?,
             None => scheme.default_port(),
         };
         if port == 0 {

@@ -1,0 +1,182 @@
+//! The four ways traffic gets in: header-routed, forward proxy, CONNECT, declared routes;
+//! and HTTP/2 (h2c prior knowledge) from clients.
+
+mod support;
+
+use http::{Request, StatusCode};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn header_routed_defaults_and_explicit_scheme() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let got = send(
+        &client(),
+        via_header(&gw, up.addr, "/v1/items?x=1")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json()["path"], "/v1/items?x=1");
+    // Without x-tollgate-scheme the scheme is https: an http-only upstream fails the TLS handshake.
+    let req = Request::get(format!("http://{}/", gw.proxy_addr))
+        .header("x-tollgate-host", up.addr.to_string())
+        .body(empty())
+        .unwrap();
+    let got = send(&client(), req).await;
+    assert_eq!(got.error_code().as_deref(), Some("tls_error"));
+}
+
+#[tokio::test]
+async fn forward_proxy_absolute_form() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let raw = format!(
+        "GET http://{}/abs/path?q=1 HTTP/1.1\r\nHost: {}\r\nProxy-Connection: keep-alive\r\nConnection: close\r\n\r\n",
+        up.addr, up.addr
+    );
+    let answer = raw_exchange(gw.proxy_addr, raw.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"path\":\"/abs/path?q=1\""), "{answer}");
+    assert!(!answer.contains("proxy-connection"), "{answer}");
+    assert!(
+        answer.contains(&format!("[\"host\",\"{}\"]", up.addr)),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn declared_routes_strip_the_prefix() {
+    let up = echo_upstream().await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /svc/*\n    upstream: http://{a}/base\n  - prefix: /other\n    upstream: http://{a}\n",
+        a = up.addr
+    ))
+    .await;
+    let c = client();
+    let get = |p: &str| {
+        Request::get(format!("http://{}{p}", gw.proxy_addr))
+            .body(empty())
+            .unwrap()
+    };
+    let got = send(&c, get("/svc/users/1?x=y")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json()["path"], "/base/users/1?x=y");
+    assert_eq!(send(&c, get("/other/a")).await.json()["path"], "/a");
+    assert_eq!(send(&c, get("/other")).await.json()["path"], "/");
+    let miss = send(&c, get("/otherwise")).await;
+    assert_eq!(miss.status, StatusCode::BAD_REQUEST);
+    assert_eq!(miss.error_code().as_deref(), Some("missing_target"));
+}
+
+#[tokio::test]
+async fn connect_tunnels_relay_bytes() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n", a = up.addr).as_bytes())
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 1024];
+    let n = s.read(&mut head).await.unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Through the tunnel, speak HTTP to the upstream directly.
+    s.write_all(b"GET /through/tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).await.unwrap();
+    assert!(rest.contains("\"path\":\"/through/tunnel\""), "{rest}");
+    // Control headers are not involved: the tunnel is a byte relay.
+    assert!(rest.contains("[\"host\",\"x\"]"), "{rest}");
+}
+
+#[tokio::test]
+async fn connect_errors_have_statuses() {
+    let gw = gateway("domains:\n  deny: ['denied.test']\n").await;
+    let closed = tokio::net::TcpListener::bind(local0())
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap(); // dropped: refused
+    let cases = [
+        (
+            format!("CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n"),
+            "403",
+            "domain_denied",
+        ),
+        (
+            format!("CONNECT {closed} HTTP/1.1\r\nHost: {closed}\r\n\r\n"),
+            "502",
+            "connect_error",
+        ),
+    ];
+    for (req, status, code) in cases {
+        let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 2048];
+        let n = s.read(&mut buf).await.unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{answer}"
+        );
+        assert!(
+            answer.contains(&format!("x-tollgate-error: {code}")),
+            "{answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn h2c_clients_in_header_and_route_mode() {
+    let up = echo_upstream().await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /r\n    upstream: http://{}\n",
+        up.addr
+    ))
+    .await;
+    let c = h2c_client();
+    let got = send(
+        &c,
+        via_header(&gw, up.addr, "/h2?x=1").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    let seen = got.json();
+    assert_eq!(seen["path"], "/h2?x=1");
+    assert_eq!(
+        seen["version"], "HTTP/1.1",
+        "plain-http upstreams are spoken to in HTTP/1.1"
+    );
+    let got = send(
+        &c,
+        Request::get(format!("http://{}/r/x", gw.proxy_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.json()["path"], "/x");
+    // Concurrent streams on one connection.
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (c, req) = (
+            c.clone(),
+            via_header(&gw, up.addr, &format!("/s/{i}"))
+                .body(empty())
+                .unwrap(),
+        );
+        tasks.push(tokio::spawn(async move {
+            send(&c, req).await.json()["path"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), format!("/s/{i}"));
+    }
+}

@@ -1,0 +1,336 @@
+//! Test support: in-process gateways on port 0, in-process upstreams (echo, fault
+//! injection, TLS with an rcgen CA), and real HTTP clients.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tollgate::body::{Body, full};
+use tollgate::{Config, Gateway, Overrides, StartOptions};
+
+pub fn local0() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Starts a gateway from YAML on ephemeral ports.
+pub async fn gateway(yaml: &str) -> Gateway {
+    let config = Config::from_yaml(yaml).unwrap_or_else(|e| panic!("test config invalid: {e:?}"));
+    Gateway::start(StartOptions {
+        config: Some(config),
+        overrides: Overrides {
+            listen: Some(local0()),
+            admin: Some(local0()),
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("gateway starts")
+}
+
+/// Starts a gateway from a config file (reload tests).
+pub async fn gateway_from_file(path: &std::path::Path, watch: bool) -> Gateway {
+    Gateway::start(StartOptions {
+        config_path: Some(path.to_owned()),
+        overrides: Overrides {
+            listen: Some(local0()),
+            admin: Some(local0()),
+        },
+        watch,
+        ..Default::default()
+    })
+    .await
+    .expect("gateway starts")
+}
+
+pub struct Server {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An in-process hyper upstream (HTTP/1.1 and h2c) running `handler` for every request.
+pub async fn upstream<F, Fut>(handler: F) -> Server
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let listener = TcpListener::bind(local0()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let h = handler.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let h = h.clone();
+                    async move { Ok::<_, Infallible>(h(req).await) }
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Server { addr, task }
+}
+
+/// What the echo upstream saw, as JSON: method, uri, version, headers in order, body.
+pub async fn echo_json(req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let headers: Vec<Value> = parts
+        .headers
+        .iter()
+        .map(|(n, v)| json!([n.as_str(), String::from_utf8_lossy(v.as_bytes())]))
+        .collect();
+    let seen = json!({
+        "method": parts.method.as_str(),
+        "uri": parts.uri.to_string(),
+        "path": parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or(""),
+        "version": format!("{:?}", parts.version),
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+        "body_len": body.len(),
+    });
+    let mut r = Response::new(full(seen.to_string()));
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}
+
+pub async fn echo_upstream() -> Server {
+    upstream(echo_json).await
+}
+
+/// Accepts connections and reads the request, then closes without answering.
+pub async fn reset_upstream() -> Server {
+    raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        drop(s);
+    })
+    .await
+}
+
+/// Accepts connections and never answers (but keeps them open).
+pub async fn stall_upstream() -> Server {
+    raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await
+}
+
+pub async fn raw_upstream<F, Fut>(f: F) -> Server
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind(local0()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let f = Arc::new(f);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(f(s));
+        }
+    });
+    Server { addr, task }
+}
+
+pub type TestClient = Client<HttpConnector, Body>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub fn h2c_client() -> TestClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+pub struct Got {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Got {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The `x-tollgate-error` code, asserting the JSON body says the same.
+    pub fn error_code(&self) -> Option<String> {
+        let code = self.header("x-tollgate-error")?.to_owned();
+        assert_eq!(self.json()["error"], code.as_str(), "body and header agree");
+        assert!(
+            self.json()["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+        Some(code)
+    }
+}
+
+pub async fn send(client: &TestClient, req: Request<Body>) -> Got {
+    let resp = client.request(req).await.expect("request completes");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body completes").to_bytes();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// A request to the gateway in header-routed mode for an http upstream.
+pub fn via_header(gw: &Gateway, upstream: SocketAddr, path: &str) -> http::request::Builder {
+    Request::get(format!("http://{}{path}", gw.proxy_addr))
+        .header("x-tollgate-host", upstream.to_string())
+        .header("x-tollgate-scheme", "http")
+}
+
+pub fn empty() -> Body {
+    tollgate::body::empty()
+}
+
+pub fn bytes_body(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// GET on the admin listener.
+pub async fn admin_get(gw: &Gateway, path: &str) -> Got {
+    send(
+        &client(),
+        Request::get(format!("http://{}{path}", gw.admin_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await
+}
+
+/// Writes raw bytes to the proxy and reads the whole answer until the server closes.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A test CA and a leaf for `localhost` / 127.0.0.1, made by rcgen.
+pub struct TestPki {
+    pub ca_pem: String,
+    pub leaf_der: rustls_pki_types::CertificateDer<'static>,
+    pub key_der: rustls_pki_types::PrivateKeyDer<'static>,
+}
+
+pub fn pki() -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "tollgate test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    TestPki {
+        ca_pem: ca.pem(),
+        leaf_der: leaf.der().clone(),
+        key_der: rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    }
+}
+
+/// A TLS upstream (ALPN h2 and http/1.1) running `handler`.
+pub async fn tls_upstream<F, Fut>(pki: &TestPki, alpn: &[&[u8]], handler: F) -> Server
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![pki.leaf_der.clone()], pki.key_der.clone_key())
+        .unwrap();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = TcpListener::bind(local0()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, h) = (acceptor.clone(), handler.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = service_fn(move |req| {
+                    let h = h.clone();
+                    async move { Ok::<_, Infallible>(h(req).await) }
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    Server { addr, task }
+}
+
+/// Resident set size of this process in KiB (Linux).
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
