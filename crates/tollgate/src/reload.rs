@@ -65,13 +65,17 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
     Ok(d)
 }
 
-/// Polls the file's modification time and size; reloads when they change.
-pub async fn watch(shared: Arc<Shared>, path: PathBuf) {
-    let stamp = |p: &PathBuf| -> Option<(SystemTime, u64)> {
-        let m = std::fs::metadata(p).ok()?;
-        Some((m.modified().ok()?, m.len()))
-    };
-    let mut last = stamp(&path);
+/// What the watcher compares: modification time and size.
+pub type Stamp = Option<(SystemTime, u64)>;
+
+pub fn stamp(path: &std::path::Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Polls the file's stamp every 500 ms and reloads when it changes. `last` is the stamp
+/// taken before the running config was read, so a change in between is not missed.
+pub async fn watch(shared: Arc<Shared>, path: PathBuf, mut last: Stamp) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {

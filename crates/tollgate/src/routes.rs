@@ -17,7 +17,10 @@ pub struct Route {
 }
 
 impl Route {
-    pub fn new(prefix: &str, upstream: &str) -> Result<Self, String> {
+    /// `upstream` is the URL to use; `written` is the text in the config file (before
+    /// `${ENV}` substitution), the only form shown in errors and `/config`.
+    pub fn new(prefix: &str, upstream: &str, written: &str) -> Result<Self, String> {
+        let shown = mask_url(written);
         let mut p = prefix
             .trim_end_matches('*')
             .trim_end_matches('/')
@@ -30,7 +33,7 @@ impl Route {
         }
         let uri: Uri = upstream
             .parse()
-            .map_err(|e| format!("upstream `{}` is not a URL: {e}", mask_url(upstream)))?;
+            .map_err(|e| format!("upstream `{shown}` is not a URL: {e}"))?;
         let scheme = uri.scheme_str().and_then(Scheme::parse).ok_or_else(|| {
             format!(
                 "upstream `{}` must start with http:// or https://",
@@ -39,9 +42,14 @@ impl Route {
         })?;
         let authority = uri
             .authority()
-            .ok_or_else(|| format!("upstream `{}` has no host", mask_url(upstream)))?;
-        let target =
-            Target::from_authority(scheme, authority).map_err(|e| format!("upstream: {e}"))?;
+            .ok_or_else(|| format!("upstream `{shown}` has no host"))?;
+        if authority.as_str().contains('@') {
+            return Err(format!(
+                "upstream `{shown}` must not contain user-info; credentials belong in headers"
+            ));
+        }
+        let target = Target::from_authority(scheme, authority)
+            .map_err(|_| format!("upstream `{shown}` has an invalid host or port"))?;
         if uri.query().is_some() {
             return Err("upstream base URL must not have a query string".into());
         }
@@ -50,7 +58,7 @@ impl Route {
             prefix: p,
             target,
             base_path,
-            display: mask_url(upstream),
+            display: shown,
         })
     }
 
@@ -107,9 +115,19 @@ mod tests {
     #[test]
     fn longest_prefix_wins_and_prefix_is_stripped() {
         let table = RouteTable::new(vec![
-            Route::new("/github/*", "https://api.github.com").unwrap(),
-            Route::new("/github/raw", "https://raw.github.com/base/").unwrap(),
-            Route::new("/", "http://fallback:8080").unwrap(),
+            Route::new(
+                "/github/*",
+                "https://api.github.com",
+                "https://api.github.com",
+            )
+            .unwrap(),
+            Route::new(
+                "/github/raw",
+                "https://raw.github.com/base/",
+                "https://raw.github.com/base/",
+            )
+            .unwrap(),
+            Route::new("/", "http://fallback:8080", "http://fallback:8080").unwrap(),
         ]);
         let (r, p) = table.find("/github/users/octocat").unwrap();
         assert_eq!(
@@ -122,8 +140,8 @@ mod tests {
         assert_eq!((&*r.target.host, p.as_str()), ("api.github.com", "/"));
         let (r, p) = table.find("/githubx").unwrap();
         assert_eq!((&*r.target.host, p.as_str()), ("fallback", "/githubx"));
-        assert!(Route::new("github", "https://x").is_err());
-        assert!(Route::new("/x", "ftp://x").is_err());
-        assert!(Route::new("/x", "https://x/?a=1").is_err());
+        assert!(Route::new("github", "https://x", "https://x").is_err());
+        assert!(Route::new("/x", "ftp://x", "ftp://x").is_err());
+        assert!(Route::new("/x", "https://x/?a=1", "https://x/?a=1").is_err());
     }
 }

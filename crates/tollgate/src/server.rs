@@ -54,6 +54,7 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn start(opts: StartOptions) -> Result<Gateway, StartError> {
+        let stamp = opts.config_path.as_deref().map(reload::stamp);
         let mut config = match &opts.config_path {
             Some(p) => Config::load(p)?,
             None => opts.config.unwrap_or_default(),
@@ -90,7 +91,7 @@ impl Gateway {
         if opts.watch
             && let Some(path) = opts.config_path
         {
-            tokio::spawn(reload::watch(shared.clone(), path));
+            tokio::spawn(reload::watch(shared.clone(), path, stamp.flatten()));
         }
         let s = shared.clone();
         let done = tokio::spawn(async move {

@@ -132,7 +132,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         let upstream_url = e.env(&format!("routes[{i}].upstream"), &r.upstream);
         if let Some(url) = upstream_url {
             let path = format!("routes[{i}]");
-            if let Some(route) = e.check(&path, Route::new(&r.prefix, &url)) {
+            if let Some(route) = e.check(&path, Route::new(&r.prefix, &url, &r.upstream)) {
                 if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
                     e.check::<()>(
                         &format!("routes[{i}].prefix"),
