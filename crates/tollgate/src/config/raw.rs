@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 /// built-in defaults (forward everything, no policies).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schemars(title = "tollgate configuration")]
 pub struct RawConfig {
     /// The proxy listener that applications send their outgoing calls to.
     pub listen: RawListen,

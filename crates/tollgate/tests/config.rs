@@ -1,0 +1,166 @@
+//! Config parsing and validation: unknown keys rejected, errors with field paths and
+//! line:column, `${ENV}` substitution, defaults, the committed JSON Schema.
+
+use tollgate::Config;
+use tollgate::config::ConfigError;
+
+fn errors(yaml: &str) -> Vec<ConfigError> {
+    Config::from_yaml(yaml).expect_err("config should be invalid")
+}
+
+#[test]
+fn empty_and_comment_only_files_are_the_defaults() {
+    for yaml in ["", "# nothing\n", "{}"] {
+        let c = Config::from_yaml(yaml).unwrap();
+        assert_eq!(c.listen.address.to_string(), "127.0.0.1:8000");
+        assert_eq!(c.admin.address.to_string(), "127.0.0.1:8081");
+        assert!(c.routes.is_empty());
+    }
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_path_and_location() {
+    let e = errors("upstream:\n  pool:\n    max_idle: 3\n");
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].path, "upstream.pool.max_idle");
+    assert!(
+        e[0].message.contains("unknown field `max_idle`"),
+        "{}",
+        e[0].message
+    );
+    assert_eq!(e[0].location.map(|l| l.0), Some(3));
+    let shown = e[0].to_string();
+    assert!(
+        shown.starts_with("upstream.pool.max_idle: unknown field `max_idle`")
+            && shown.contains("(line 3, column"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn type_errors_name_the_field() {
+    let e = errors("upstream:\n  pool:\n    max_idle_per_host: lots\n");
+    assert_eq!(e[0].path, "upstream.pool.max_idle_per_host");
+    assert!(e[0].location.is_some());
+    let e = errors("routes:\n  - prefix: /a\n    upstream: http://a\n  - prefix: /b\n");
+    assert_eq!(e[0].path, "routes[1]");
+    assert!(
+        e[0].message.contains("missing field `upstream`"),
+        "{}",
+        e[0].message
+    );
+}
+
+#[test]
+fn validation_reports_every_error_with_its_path() {
+    let e = errors(
+        "listen:\n  address: nowhere\n  max_header_bytes: 10\nupstream:\n  connect_timeout: 5\n  response_timeout: 0s\ndomains:\n  deny: ['bad host']\nlog:\n  format: xml\npolicies:\n  - name: p\n    match:\n      path: no-slash\n      methods: ['G E T']\n",
+    );
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    for want in [
+        "listen.address",
+        "listen.max_header_bytes",
+        "upstream.connect_timeout",
+        "upstream.response_timeout",
+        "domains.deny[0]",
+        "log.format",
+        "policies[0].match.path",
+        "policies[0].match.methods[0]",
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+}
+
+#[test]
+fn env_substitution_and_missing_variables() {
+    let e = errors(
+        "routes:\n  - prefix: /x\n    upstream: https://${TOLLGATE_SURELY_UNSET_VAR}.example.com\n",
+    );
+    assert_eq!(e[0].path, "routes[0].upstream");
+    assert!(
+        e[0].message.contains("TOLLGATE_SURELY_UNSET_VAR"),
+        "{}",
+        e[0].message
+    );
+    // SAFETY: only this test uses this variable.
+    unsafe { std::env::set_var("TOLLGATE_TEST_HOST", "api.example.com") };
+    let c = Config::from_yaml(
+        "routes:\n  - prefix: /x\n    upstream: https://${TOLLGATE_TEST_HOST}/v2\n",
+    )
+    .unwrap();
+    let (route, path) = c.routes.find("/x/y").unwrap();
+    assert_eq!(
+        (&*route.target.host, path.as_str()),
+        ("api.example.com", "/v2/y")
+    );
+}
+
+#[test]
+fn sizes_durations_and_policies_parse() {
+    let c = Config::from_yaml(
+        "listen:\n  max_header_bytes: 1MiB\nupstream:\n  response_timeout: 1m30s\n  pool:\n    idle_timeout: 250ms\npolicies:\n  - name: users\n    match:\n      host: '*.example.com'\n      path: /v1/users/{id}/*\n      methods: [get, POST]\n",
+    )
+    .unwrap();
+    assert_eq!(c.listen.max_header_bytes, 1 << 20);
+    assert_eq!(c.upstream.response_timeout.as_secs(), 90);
+    assert_eq!(c.upstream.pool_idle_timeout.as_millis(), 250);
+    let p = c
+        .policies
+        .find("api.example.com", &http::Method::GET, "/v1/users/7/posts")
+        .unwrap();
+    assert_eq!(p.name, "users");
+    assert!(
+        c.policies
+            .find("api.example.com", &http::Method::DELETE, "/v1/users/7")
+            .is_none()
+    );
+}
+
+#[test]
+fn committed_schema_is_current() {
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tollgate.schema.json"
+    ))
+    .expect("tollgate.schema.json is committed at the repository root");
+    assert!(
+        committed == tollgate::config::json_schema(),
+        "tollgate.schema.json is stale: run `cargo run -- schema > tollgate.schema.json`"
+    );
+}
+
+#[test]
+fn schema_states_defaults() {
+    let schema: serde_json::Value = serde_json::from_str(&tollgate::config::json_schema()).unwrap();
+    let text = schema.to_string();
+    for default in [
+        "127.0.0.1:8000",
+        "127.0.0.1:8081",
+        "64KiB",
+        "5s",
+        "60s",
+        "90s",
+        "30s",
+    ] {
+        assert!(
+            text.contains(&format!("\"{default}\"")),
+            "default {default} missing from schema"
+        );
+    }
+}
+
+#[test]
+fn example_configs_are_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).expect("examples/ exists") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            n += 1;
+            if let Err(e) = Config::load(&path) {
+                panic!("{e}");
+            }
+        }
+    }
+    assert!(n > 0);
+}
