@@ -161,6 +161,13 @@ pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
         if let Some(i) = message.find(" at line ") {
             message.truncate(i);
         }
+        // yaml_serde also prefixes its own view of the path; we report ours.
+        if let Some((prefix, rest)) = message.split_once(": ")
+            && !prefix.contains(' ')
+            && path.starts_with(prefix)
+        {
+            message = rest.to_owned();
+        }
         vec![ConfigError {
             path: if path == "." { String::new() } else { path },
             message,
