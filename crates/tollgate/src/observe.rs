@@ -36,14 +36,23 @@ pub struct Observer {
 
 impl Observer {
     /// Starts the observer thread. It ends when every sender is gone.
-    pub fn start(metrics: Metrics, capacity: usize, access_json: bool) -> Self {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+    pub fn start(metrics: Metrics, log: &crate::config::Log) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(log.queue_capacity.max(1));
+        let out: Box<dyn Write + Send> = match &log.access_log_file {
+            Some(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+            None => Box::new(std::io::stdout()),
+        };
         let m = metrics.clone();
+        let json = log.json;
         std::thread::Builder::new()
             .name("tollgate-observer".into())
-            .spawn(move || consume(rx, m, access_json))
-            .expect("spawn observer thread");
-        Self { tx, metrics }
+            .spawn(move || consume(rx, m, json, out))?;
+        Ok(Self { tx, metrics })
     }
 
     #[inline]
@@ -54,10 +63,14 @@ impl Observer {
     }
 }
 
-fn consume(mut rx: mpsc::Receiver<Event>, metrics: Metrics, json: bool) {
-    let stdout = std::io::stdout();
+fn consume(
+    mut rx: mpsc::Receiver<Event>,
+    metrics: Metrics,
+    json: bool,
+    out: Box<dyn Write + Send>,
+) {
+    let mut out = std::io::BufWriter::new(out);
     while let Some(first) = rx.blocking_recv() {
-        let mut out = stdout.lock();
         let mut next = Some(first);
         while let Some(ev) = next {
             record(&metrics, &ev);

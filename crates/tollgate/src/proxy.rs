@@ -254,7 +254,11 @@ pin_project_lite::pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if let Some(r) = this.report.take() {
-                r.shared.observer.emit(r.ctx.event(r.status, None, *this.bytes, *this.done));
+                // hyper stops polling once `is_end_stream` says so, so the end is seen here.
+                let done = *this.done || this.inner.is_end_stream();
+                r.shared
+                    .observer
+                    .emit(r.ctx.event(r.status, None, *this.bytes, done));
             }
         }
     }

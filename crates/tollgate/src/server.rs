@@ -36,6 +36,8 @@ pub enum StartError {
     Config(#[from] ConfigErrors),
     #[error("upstream TLS setup: {0}")]
     Tls(String),
+    #[error("cannot open the access log: {0}")]
+    AccessLog(std::io::Error),
     #[error("cannot listen on {addr} ({what}): {source}")]
     Bind {
         what: &'static str,
@@ -80,12 +82,10 @@ impl Gateway {
             config: Arc::new(config),
             client: Arc::new(client),
         };
-        let shared = Arc::new(Shared::new(
-            runtime,
-            opts.config_path.clone(),
-            opts.overrides,
-            metrics,
-        ));
+        let shared = Arc::new(
+            Shared::new(runtime, opts.config_path.clone(), opts.overrides, metrics)
+                .map_err(StartError::AccessLog)?,
+        );
 
         let admin_task = tokio::spawn(admin::serve(admin_listener, shared.clone()));
         if opts.watch

@@ -62,10 +62,9 @@ impl Shared {
         config_path: Option<PathBuf>,
         overrides: Overrides,
         metrics: Metrics,
-    ) -> Self {
-        let log = &runtime.config.log;
-        let observer = Observer::start(metrics.clone(), log.queue_capacity, log.json);
-        Self {
+    ) -> std::io::Result<Self> {
+        let observer = Observer::start(metrics.clone(), &runtime.config.log)?;
+        Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
             config_path,
             overrides,
@@ -77,7 +76,7 @@ impl Shared {
             cut: CancellationToken::new(),
             tasks: TaskTracker::new(),
             reload_lock: tokio::sync::Mutex::new(()),
-        }
+        })
     }
 
     #[inline]

@@ -104,7 +104,7 @@ async fn connect_errors_have_statuses() {
         .unwrap(); // dropped: refused
     let cases = [
         (
-            format!("CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n"),
+            "CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n".to_string(),
             "403",
             "domain_denied",
         ),

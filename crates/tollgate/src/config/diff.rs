@@ -8,7 +8,7 @@ use super::Config;
 pub struct ConfigDiff {
     /// Sections whose new values apply to requests that start after the reload.
     pub changed: Vec<&'static str>,
-    /// Changes that only take effect after a restart (listener addresses).
+    /// Changes that only take effect after a restart (listener addresses, log set-up).
     pub needs_restart: Vec<&'static str>,
 }
 
@@ -33,6 +33,12 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     }
     if old.admin.address != new.admin.address {
         d.needs_restart.push("admin.address");
+    }
+    if old.log.level != new.log.level
+        || old.log.json != new.log.json
+        || old.log.access_log_file != new.log.access_log_file
+    {
+        d.needs_restart.push("log (level, format, access_log_file)");
     }
     d
 }

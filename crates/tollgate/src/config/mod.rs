@@ -60,6 +60,7 @@ pub struct Log {
     pub level: String,
     pub json: bool,
     pub access_log: bool,
+    pub access_log_file: Option<PathBuf>,
     pub queue_capacity: usize,
 }
 

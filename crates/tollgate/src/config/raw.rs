@@ -171,8 +171,10 @@ pub struct RawLog {
     pub level: String,
     /// `text` or `json`.
     pub format: String,
-    /// Write one access-log line per request to standard output (off the hot path, through a bounded queue).
+    /// Write one access-log line per request (off the hot path, through a bounded queue).
     pub access_log: bool,
+    /// Where access-log lines go: a file path (appended to), or absent for standard output. Read at start-up.
+    pub access_log_file: Option<String>,
     /// Capacity of the access-log and metrics queue; events beyond it are dropped and counted.
     pub queue_capacity: usize,
 }
@@ -183,6 +185,7 @@ impl Default for RawLog {
             level: "info".into(),
             format: "text".into(),
             access_log: false,
+            access_log_file: None,
             queue_capacity: 65536,
         }
     }

@@ -207,6 +207,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         level: raw.log.level.clone(),
         json,
         access_log: raw.log.access_log,
+        access_log_file: raw.log.access_log_file.as_ref().map(Into::into),
         queue_capacity: raw.log.queue_capacity,
     };
     let shutdown = Shutdown {
@@ -269,6 +270,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "level": c.log.level,
             "format": if c.log.json { "json" } else { "text" },
             "access_log": c.log.access_log,
+            "access_log_file": c.log.access_log_file.as_ref().map(|p| p.display().to_string()),
             "queue_capacity": c.log.queue_capacity,
         },
         "shutdown": { "drain_timeout": d(c.shutdown.drain_timeout) },

@@ -1,0 +1,194 @@
+//! The `tollgate` binary as users run it: `check`, `schema`, `run` with SIGHUP reload
+//! and SIGTERM graceful exit, `provider`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+fn tollgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+}
+
+/// Minimal HTTP/1.0 GET over std sockets: (status line, body).
+fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// Starts a long-running subcommand and reads the addresses it prints on stderr.
+fn spawn(cmd: &mut Command, marker: &str) -> (Child, Vec<String>) {
+    let mut child = cmd
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = loop {
+        let l = lines
+            .next()
+            .expect("process printed its listening line")
+            .unwrap();
+        if l.contains(marker) {
+            break l;
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let addrs = line
+        .split("http://")
+        .skip(1)
+        .map(|s| s.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    (child, addrs)
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn check_reports_errors_with_paths_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "routes:\n  - prefix: /a\n    upstream: https://api.example.com\n",
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "upstream:\n  connect_timeout: soon\n  pool:\n    max_idle_per_host: 2\ndomains:\n  deny: ['a b']\n").unwrap();
+    let out = tollgate().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("upstream.connect_timeout: `soon` is not a duration"),
+        "{err}"
+    );
+    assert!(err.contains("domains.deny[0]:"), "{err}");
+
+    std::fs::write(&bad, "listen:\n  adress: x\n").unwrap();
+    let out = tollgate().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("listen.adress: unknown field `adress`") && err.contains("line 2, column 3"),
+        "{err}"
+    );
+
+    let out = tollgate()
+        .arg("check")
+        .arg(dir.path().join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read file"));
+}
+
+#[test]
+fn schema_matches_the_committed_file() {
+    let out = tollgate().arg("schema").output().unwrap();
+    assert!(out.status.success());
+    let committed = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tollgate.schema.json"
+    ))
+    .unwrap();
+    assert!(
+        out.stdout == committed,
+        "tollgate.schema.json is stale: run `cargo run -- schema > tollgate.schema.json`"
+    );
+}
+
+#[test]
+fn run_reloads_on_sighup_and_exits_zero_on_sigterm() {
+    let (mut provider, p) = spawn(
+        tollgate().args(["provider", "--listen", "127.0.0.1:0"]),
+        "provider listening",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &cfg,
+        format!("routes:\n  - prefix: /one\n    upstream: http://{}\n", p[0]),
+    )
+    .unwrap();
+    let (mut gw, a) = spawn(
+        tollgate()
+            .args([
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+                "--config",
+            ])
+            .arg(&cfg),
+        "tollgate listening:",
+    );
+    let (proxy, admin) = (&a[0], &a[1]);
+    let (status, body) = get(proxy, "/one/static", &[]);
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body.len(), 110);
+
+    // Same size on purpose: the stamp may differ only by mtime; SIGHUP reloads anyway.
+    std::fs::write(
+        &cfg,
+        format!("routes:\n  - prefix: /two\n    upstream: http://{}\n", p[0]),
+    )
+    .unwrap();
+    signal(&gw, "-HUP");
+    let mut reloaded = false;
+    for _ in 0..100 {
+        if get(proxy, "/two/static", &[]).0.contains("200") {
+            reloaded = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(reloaded, "SIGHUP (or the watcher) applied the new config");
+    let (status, _) = get(admin, "/healthz", &[]);
+    assert!(status.contains("200"));
+
+    signal(&gw, "-TERM");
+    let code = gw.wait().unwrap();
+    assert_eq!(code.code(), Some(0), "graceful exit");
+    signal(&provider, "-TERM");
+    assert_eq!(provider.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn run_on_defaults_refuses_a_bad_config_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(&cfg, "routes: 3\n").unwrap();
+    let out = tollgate()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes: invalid type"), "{err}");
+}
