@@ -97,9 +97,14 @@ fn check(file: &std::path::Path) -> ExitCode {
 }
 
 fn block_on<F: std::future::Future<Output = ExitCode>>(threads: Option<usize>, f: F) -> ExitCode {
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = threads {
-        rt.worker_threads(n.max(1));
+    // One thread: a current-thread runtime, which skips the work-stealing machinery.
+    let mut rt = if threads == Some(1) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if let Some(n) = threads.filter(|&n| n > 1) {
+        rt.worker_threads(n);
     }
     match rt.enable_all().build() {
         Ok(rt) => rt.block_on(f),

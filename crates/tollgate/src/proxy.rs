@@ -135,8 +135,11 @@ async fn forward(
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::strip_control(&mut parts.headers);
-    // The client sets Host (HTTP/1.1) or :authority (HTTP/2) from the URI (RFC 9110 §7.2).
-    parts.headers.remove(header::HOST);
+    // RFC 9110 §7.2: Host is the upstream's authority. Set from the precomputed value
+    // (hyper-util would format it per request); HTTP/2 upstreams get `:authority` from the URI.
+    parts
+        .headers
+        .insert(header::HOST, target.host_header.clone());
     let mut uri = http::uri::Parts::default();
     uri.scheme = Some(target.scheme.uri_scheme());
     uri.authority = Some(target.authority.clone());

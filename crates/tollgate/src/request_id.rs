@@ -7,6 +7,8 @@ use crate::headers::X_TOLLGATE_REQUEST_ID;
 
 /// Generates ids `<process prefix>-<counter>`: unique within a process, and across
 /// processes by the random prefix; no lock, one atomic add.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 pub struct RequestIds {
     prefix: String,
     next: AtomicU64,
@@ -48,6 +50,17 @@ mod tests {
         let a = ids.for_request(&h);
         let b = ids.for_request(&h);
         assert_ne!(a, b);
+        assert!(
+            a.to_str().unwrap().ends_with("-1") && b.to_str().unwrap().ends_with("-2"),
+            "{a:?} {b:?}"
+        );
+        ids.next.store(0xabc_def0_1234, Ordering::Relaxed);
+        assert!(
+            ids.for_request(&h)
+                .to_str()
+                .unwrap()
+                .ends_with("-abcdef01234")
+        );
         h.insert(X_TOLLGATE_REQUEST_ID, HeaderValue::from_static("abc-123"));
         assert_eq!(ids.for_request(&h), "abc-123");
         h.insert(X_TOLLGATE_REQUEST_ID, HeaderValue::from_static("has space"));

@@ -1,6 +1,7 @@
 //! Upstream targets: where a request goes, parsed from `x-tollgate-host`, an absolute-form
 //! URI (forward proxy), a CONNECT authority, or a declared route.
 
+use http::HeaderValue;
 use http::uri::{Authority, Scheme as UriScheme};
 use std::str::FromStr;
 
@@ -51,6 +52,8 @@ pub struct Target {
     pub port: u16,
     /// `host[:port]` as sent in `Host` / `:authority` (default port omitted).
     pub authority: Authority,
+    /// The same, ready to insert as the `Host` header (no per-request formatting).
+    pub host_header: HeaderValue,
 }
 
 impl Target {
@@ -105,11 +108,13 @@ impl Target {
                 Authority::from_str(&format!("{}:{port}", bracket(&host)))
                     .map_err(|e| e.to_string())?
             };
+        let host_header = HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?;
         Ok(Self {
             scheme,
             host: host.into(),
             port,
             authority,
+            host_header,
         })
     }
 }

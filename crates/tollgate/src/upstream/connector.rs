@@ -35,8 +35,14 @@ pub enum ConnectError {
     BadUri(String),
 }
 
+/// Cheap to clone (one reference count): hyper-util's pooled client clones its connector
+/// for every request, even when a pooled connection is then used.
 #[derive(Clone)]
 pub struct Connector {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     resolver: Resolver,
     connect_timeout: Duration,
     tls: Arc<ClientConfig>,
@@ -54,23 +60,25 @@ impl Connector {
         metrics: Metrics,
     ) -> Self {
         Self {
-            resolver,
-            connect_timeout,
-            tls,
-            tls_insecure,
-            insecure_hosts: insecure_hosts.into(),
-            metrics,
+            inner: Arc::new(Inner {
+                resolver,
+                connect_timeout,
+                tls,
+                tls_insecure,
+                insecure_hosts: insecure_hosts.into(),
+                metrics,
+            }),
         }
     }
 
     /// Resolves and opens a TCP connection (also used by CONNECT tunnels), within the connect timeout.
     pub async fn connect_tcp(&self, host: &Arc<str>, port: u16) -> Result<TcpStream, ConnectError> {
         let target = format!("{host}:{port}");
-        tokio::time::timeout(self.connect_timeout, self.tcp(host, port, &target))
+        tokio::time::timeout(self.inner.connect_timeout, self.tcp(host, port, &target))
             .await
             .map_err(|_| ConnectError::Timeout {
                 target,
-                limit: self.connect_timeout,
+                limit: self.inner.connect_timeout,
             })?
     }
 
@@ -80,14 +88,15 @@ impl Connector {
         port: u16,
         target: &str,
     ) -> Result<TcpStream, ConnectError> {
-        let addrs =
-            self.resolver
-                .resolve(host, port)
-                .await
-                .map_err(|detail| ConnectError::Dns {
-                    host: host.to_string(),
-                    detail,
-                })?;
+        let addrs = self
+            .inner
+            .resolver
+            .resolve(host, port)
+            .await
+            .map_err(|detail| ConnectError::Dns {
+                host: host.to_string(),
+                detail,
+            })?;
         let mut last = None;
         // Addresses in resolver order (RFC 6724 sorting by getaddrinfo); first that answers wins.
         for addr in addrs {
@@ -121,17 +130,17 @@ impl Connector {
             .into();
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let target = format!("{raw_host}:{port}");
-        let limit = self.connect_timeout;
+        let limit = self.inner.connect_timeout;
         let work = async {
             let tcp = self.tcp(&host, port, &target).await?;
             let (stream, h2) = match scheme {
                 Scheme::Http => (Stream::Plain(tcp), false),
                 Scheme::Https => {
-                    let insecure = self.insecure_hosts.iter().any(|h| **h == *host);
+                    let insecure = self.inner.insecure_hosts.iter().any(|h| **h == *host);
                     let config = if insecure {
-                        &self.tls_insecure
+                        &self.inner.tls_insecure
                     } else {
-                        &self.tls
+                        &self.inner.tls
                     };
                     let name =
                         ServerName::try_from(host.to_string()).map_err(|e| ConnectError::Tls {
@@ -149,7 +158,7 @@ impl Connector {
                     (Stream::Tls(Box::new(tls)), h2)
                 }
             };
-            Ok(UpstreamConn::new(stream, h2, self.metrics.clone()))
+            Ok(UpstreamConn::new(stream, h2, self.inner.metrics.clone()))
         };
         tokio::time::timeout(limit, work)
             .await

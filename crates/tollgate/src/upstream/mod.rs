@@ -40,6 +40,8 @@ impl UpstreamClient {
             .pool_max_idle_per_host(settings.pool_max_idle_per_host)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
+            // The pipeline sets Host itself from the target (precomputed).
+            .set_host(false)
             .build(connector.clone());
         Ok(Self {
             client,
