@@ -34,8 +34,15 @@ impl RequestIds {
             return v.clone();
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::try_from(format!("{}-{n:x}", self.prefix))
-            .expect("hex is a valid header value")
+        // `<8 hex>-<up to 16 hex>` built on the stack: no formatting machinery per request.
+        let mut buf = [0u8; 25];
+        buf[..8].copy_from_slice(self.prefix.as_bytes());
+        buf[8] = b'-';
+        let digits = (16 - n.leading_zeros() as usize / 4).max(1);
+        for i in 0..digits {
+            buf[9 + digits - 1 - i] = HEX[((n >> (4 * i)) & 0xf) as usize];
+        }
+        HeaderValue::from_bytes(&buf[..9 + digits]).expect("hex is a valid header value")
     }
 }
 
