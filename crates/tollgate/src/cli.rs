@@ -58,8 +58,12 @@ pub struct RunArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    dispatch(Cli::parse().command)
+}
+
+/// Runs one of the core commands (the binary adds `bench` on top).
+pub fn dispatch(command: Command) -> ExitCode {
+    match command {
         Command::Run(args) => run(args),
         Command::Check { file } => check(&file),
         Command::Schema => {

@@ -1,0 +1,207 @@
+//! `tollgate bench capacity`: requests per second on the provider's 110-byte `/static`
+//! body, closed loop, at several concurrencies and tollgate thread counts, with direct and
+//! peers measured in the same run (interleaved rounds, medians).
+
+use crate::harness::{Harness, Target};
+use crate::loadgen::Mode;
+use crate::stats::{self, median};
+use crate::{CommonArgs, charts, machine, report};
+use serde_json::json;
+use std::fmt::Write as _;
+
+#[derive(Debug, clap::Args)]
+pub struct CapacityArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Concurrencies (connections), comma separated.
+    #[arg(long, default_value = "32,64,128,256", value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// tollgate worker-thread counts, comma separated (default: 1 up to the core count).
+    #[arg(long, value_delimiter = ',')]
+    pub cores: Vec<usize>,
+    /// Requests per measurement (default 50000; --quick 10000).
+    #[arg(long)]
+    pub requests: Option<u64>,
+}
+
+struct Point {
+    target: String,
+    cores: usize,
+    concurrency: usize,
+    requests: u64,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+}
+
+pub fn run(args: CapacityArgs) -> Result<(), String> {
+    let c = &args.common;
+    let requests = args
+        .requests
+        .unwrap_or(if c.quick { 10_000 } else { 50_000 });
+    let core_list = if args.cores.is_empty() {
+        (1..=machine::cores()).collect()
+    } else {
+        args.cores.clone()
+    };
+    let load_before = machine::loadavg();
+    let mut points: Vec<Point> = Vec::new();
+    let mut placement_lines = Vec::new();
+    let rounds = c.rounds.max(1);
+    for &cores in &core_list {
+        let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement())?;
+        let cfg = h.passthrough_config()?;
+        let mut targets: Vec<Target> = vec![h.direct(), h.tollgate("tollgate", &cfg, cores)?];
+        for p in c.peers()? {
+            if let Ok(t) = h.peer(p, cores) {
+                targets.push(t);
+            }
+        }
+        for l in &h.lines {
+            eprintln!("{l}");
+        }
+        placement_lines.extend(h.lines.iter().cloned());
+        for &conc in &args.concurrency {
+            let mut samples: Vec<Vec<(f64, f64, f64, u64)>> = vec![Vec::new(); targets.len()];
+            for round in 0..rounds {
+                for (i, t) in targets.iter().enumerate() {
+                    let w = if round == 0 {
+                        c.warmup.unwrap_or(2000)
+                    } else {
+                        0
+                    };
+                    let r = h.measure(t, "/static", requests, w, conc, Mode::Closed)?;
+                    samples[i].push((
+                        r.rps(),
+                        stats::value_us(&r.hist, 50.0) / 1000.0,
+                        stats::value_us(&r.hist, 99.0) / 1000.0,
+                        r.errors + r.non_2xx,
+                    ));
+                }
+            }
+            for (t, s) in targets.iter().zip(samples) {
+                let mut rps: Vec<f64> = s.iter().map(|x| x.0).collect();
+                let mut p50: Vec<f64> = s.iter().map(|x| x.1).collect();
+                let mut p99: Vec<f64> = s.iter().map(|x| x.2).collect();
+                let p = Point {
+                    target: t.name.clone(),
+                    cores,
+                    concurrency: conc,
+                    requests,
+                    rps: median(&mut rps),
+                    p50_ms: median(&mut p50),
+                    p99_ms: median(&mut p99),
+                    errors: s.iter().map(|x| x.3).sum(),
+                };
+                eprintln!(
+                    "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
+                    p.target, p.rps, p.p50_ms, p.p99_ms
+                );
+                points.push(p);
+            }
+        }
+    }
+    let load_after = machine::loadavg();
+
+    let direct_rps = |cores: usize, conc: usize| {
+        points
+            .iter()
+            .find(|p| p.target == "direct" && p.cores == cores && p.concurrency == conc)
+            .map(|p| p.rps)
+            .unwrap_or(f64::NAN)
+    };
+    let mut csv = String::from(
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors\n",
+    );
+    let mut md = String::from(
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct |\n|---:|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for p in &points {
+        let ratio = p.rps / direct_rps(p.cores, p.concurrency);
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{}",
+            p.concurrency,
+            p.cores,
+            p.target,
+            p.requests,
+            p.rps,
+            p.p50_ms,
+            p.p99_ms,
+            ratio,
+            p.errors
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.2} |",
+            p.concurrency, p.cores, p.target, p.requests, p.rps, p.p50_ms, p.p99_ms, ratio
+        );
+    }
+    // tollgate against each peer, per cores and concurrency.
+    let mut vs = String::new();
+    for &cores in &core_list {
+        for &conc in &args.concurrency {
+            let get = |n: &str| {
+                points
+                    .iter()
+                    .find(|p| p.target == n && p.cores == cores && p.concurrency == conc)
+                    .map(|p| p.rps)
+            };
+            if let Some(t) = get("tollgate") {
+                for peer in ["nginx", "haproxy"] {
+                    if let Some(v) = get(peer) {
+                        let _ = writeln!(
+                            vs,
+                            "- {cores} core(s), concurrency {conc}: tollgate {:.2}× {peer}",
+                            t / v
+                        );
+                    }
+                }
+            }
+        }
+    }
+    report::write(&c.out, "capacity.csv", &csv)?;
+    let mut files = Vec::new();
+    for &cores in &core_list {
+        let mut series = Vec::new();
+        for name in ["direct", "tollgate", "nginx", "haproxy"] {
+            let pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.target == name && p.cores == cores)
+                .map(|p| (p.concurrency as f64, p.rps))
+                .collect();
+            if !pts.is_empty() {
+                series.push((name.to_owned(), pts));
+            }
+        }
+        files.extend(charts::soft(charts::capacity_chart(
+            &c.out,
+            &format!("capacity-{cores}core"),
+            &format!("Requests/s on /static, tollgate on {cores} thread(s)"),
+            &series,
+        )));
+    }
+    let summary = format!(
+        "# tollgate bench capacity\n\n{} · {} · closed loop on the 110-byte `/static`, {requests} requests per point, median of {rounds} interleaved round(s)\n\n{md}\n{vs}\n{}\n- load average before {load_before}, after {load_after}\n",
+        machine::now(),
+        machine::cpu_model(),
+        placement_lines
+            .iter()
+            .map(|l| format!("- {l}\n"))
+            .collect::<String>()
+    );
+    report::write(&c.out, "capacity.md", &md)?;
+    report::write(&c.out, "summary.md", &summary)?;
+    let mut meta = machine::metadata("capacity", &std::env::args().collect::<Vec<_>>());
+    meta["placement"] = json!(placement_lines);
+    meta["load_average"] = json!({"before": load_before, "after": load_after});
+    meta["files"] = json!(files);
+    report::write(
+        &c.out,
+        "metadata.json",
+        &(serde_json::to_string_pretty(&meta).expect("json") + "\n"),
+    )?;
+    println!("{summary}");
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `tollgate bench`: the latency-footprint and capacity benchmarks, built in, with charts
+//! and peers (nginx, HAProxy) measured in the same run. Kept in its own crate so the
+//! proxy builds and tests without plotting and load-generation dependencies.
+#![forbid(unsafe_code)]
+
+pub mod capacity;
+pub mod charts;
+pub mod correlation;
+pub mod harness;
+pub mod latency;
+pub mod loadgen;
+pub mod machine;
+pub mod peers;
+pub mod procs;
+pub mod report;
+pub mod stats;
+
+use harness::Placement;
+use peers::Peer;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Latency footprint per percentile: direct vs tollgate scenarios (and peers), with charts.
+    Latency(latency::LatencyArgs),
+    /// Does the footprint depend on the provider's response time? One delta line per delay.
+    Correlation(correlation::CorrelationArgs),
+    /// Requests per second on a tiny body at several concurrencies and thread counts.
+    Capacity(capacity::CapacityArgs),
+}
+
+/// Options every bench command takes.
+#[derive(Debug, clap::Args)]
+pub struct CommonArgs {
+    /// Output folder (created).
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Shorter run: fewer requests (see each command).
+    #[arg(long)]
+    pub quick: bool,
+    /// Warm-up requests per target before measuring (discarded).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Interleaved rounds (A B A B …); direct is always measured at least twice.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Peers to measure in the same run when on PATH: `nginx`, `haproxy` (repeatable).
+    #[arg(long = "peer")]
+    pub peers: Vec<String>,
+    /// tollgate worker threads (and peer workers).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Do not pin processes to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// The tollgate binary to run (default: this one).
+    #[arg(long)]
+    pub tollgate_bin: Option<PathBuf>,
+}
+
+impl CommonArgs {
+    pub fn placement(&self) -> Placement {
+        Placement::default_for_machine(self.no_pin)
+    }
+
+    pub fn peers(&self) -> Result<Vec<Peer>, String> {
+        self.peers.iter().map(|p| Peer::parse(p)).collect()
+    }
+}
+
+pub fn main(cmd: BenchCommand) -> ExitCode {
+    let result = match cmd {
+        BenchCommand::Latency(a) => latency::run(a),
+        BenchCommand::Correlation(a) => correlation::run(a),
+        BenchCommand::Capacity(a) => capacity::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

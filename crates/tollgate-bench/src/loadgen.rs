@@ -1,0 +1,258 @@
+//! The load generator: keep-alive HTTP/1.1 connections on one pinned thread, closed loop
+//! (like `ab`/`hey`) or open loop at a fixed arrival rate with coordinated-omission
+//! correction. Every latency goes into an HdrHistogram; errors and non-2xx are counted.
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Latencies in nanoseconds, 1 µs .. 120 s, 4 significant digits (0.01 % resolution,
+/// 15 µs at 150 ms).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 120_000_000_000, 4).expect("valid histogram bounds")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Each connection sends its next request when the previous one completes.
+    Closed,
+    /// Requests are sent at a fixed total rate (per second), spread over the connections.
+    Open { rate: f64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub url: Uri,
+    /// Extra request headers (e.g. `x-tollgate-host` for header-routed targets).
+    pub headers: Vec<(String, String)>,
+    pub requests: u64,
+    pub warmup: u64,
+    pub concurrency: usize,
+    pub mode: Mode,
+    /// Core to pin the load-generator thread to, when the OS allows.
+    pub core: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub hist: Histogram<u64>,
+    pub ok: u64,
+    pub non_2xx: u64,
+    pub errors: u64,
+    pub elapsed: Duration,
+    /// CPU time the load-generator thread used during the measured part.
+    pub cpu: Duration,
+}
+
+impl RunResult {
+    pub fn rps(&self) -> f64 {
+        (self.ok + self.non_2xx) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Fraction of one core the load generator used; near 1.0 means it may be the bottleneck.
+    pub fn cpu_share(&self) -> f64 {
+        self.cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// CPU time of the calling thread (Linux: /proc/thread-self/schedstat), if available.
+pub fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+        .map(Duration::from_nanos)
+}
+
+/// Runs a load on a dedicated (pinned) thread with its own single-threaded runtime.
+pub fn run(spec: LoadSpec) -> Result<RunResult, String> {
+    std::thread::Builder::new()
+        .name("tollgate-loadgen".into())
+        .spawn(move || {
+            if let Some(core) = spec.core {
+                core_affinity::set_for_current(core_affinity::CoreId { id: core });
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(run_async(spec))
+        })
+        .map_err(|e| e.to_string())?
+        .join()
+        .map_err(|_| "load generator panicked".to_string())?
+}
+
+struct Shared {
+    spec: LoadSpec,
+    next: AtomicU64,
+    non_2xx: AtomicU64,
+    errors: AtomicU64,
+}
+
+async fn run_async(spec: LoadSpec) -> Result<RunResult, String> {
+    // Probe once so a dead target is an error, not 100 000 counted failures.
+    let mut probe = connect(&spec.url)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", spec.url))?;
+    let _ = send(&mut probe, &spec).await;
+    if spec.warmup > 0 {
+        let warm = LoadSpec {
+            requests: spec.warmup,
+            warmup: 0,
+            mode: Mode::Closed,
+            ..spec.clone()
+        };
+        measure(warm).await;
+    }
+    let cpu0 = thread_cpu();
+    let mut r = measure(spec).await;
+    if let (Some(a), Some(b)) = (cpu0, thread_cpu()) {
+        r.cpu = b.saturating_sub(a);
+    }
+    Ok(r)
+}
+
+async fn measure(spec: LoadSpec) -> RunResult {
+    let shared = Arc::new(Shared {
+        spec,
+        next: AtomicU64::new(0),
+        non_2xx: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    let c = shared.spec.concurrency.max(1);
+    // Connect every connection before the clock starts: connection set-up is not latency.
+    let mut conns = Vec::with_capacity(c);
+    for _ in 0..c {
+        conns.push(connect(&shared.spec.url).await.ok());
+    }
+    let start = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for (i, conn) in conns.into_iter().enumerate() {
+        workers.spawn(worker(shared.clone(), i, c, start, conn));
+    }
+    let mut hist = new_histogram();
+    while let Some(h) = workers.join_next().await {
+        if let Ok(h) = h {
+            hist.add(&h).expect("same bounds");
+        }
+    }
+    let elapsed = start.elapsed();
+    RunResult {
+        ok: hist.len(),
+        hist,
+        non_2xx: shared.non_2xx.load(Ordering::Relaxed),
+        errors: shared.errors.load(Ordering::Relaxed),
+        elapsed,
+        cpu: Duration::ZERO,
+    }
+}
+
+async fn worker(
+    shared: Arc<Shared>,
+    index: usize,
+    concurrency: usize,
+    start: Instant,
+    mut conn: Option<SendRequest<Empty<Bytes>>>,
+) -> Histogram<u64> {
+    let spec = &shared.spec;
+    let mut hist = new_histogram();
+    // Open loop: this connection's share of the schedule, offset so connections interleave.
+    let interval = match spec.mode {
+        Mode::Open { rate } => Some(Duration::from_secs_f64(concurrency as f64 / rate.max(1e-9))),
+        Mode::Closed => None,
+    };
+    let mut intended = interval.map(|iv| start + iv.mul_f64(index as f64 / concurrency as f64));
+    loop {
+        if shared.next.fetch_add(1, Ordering::Relaxed) >= spec.requests {
+            break;
+        }
+        let mut from = None;
+        if let (Some(at), Some(iv)) = (intended, interval) {
+            let now = Instant::now();
+            if now < at {
+                tokio::time::sleep_until(at.into()).await;
+                // On time (or late only by the timer's granularity): measure from the
+                // actual send, so timer resolution is not counted as server latency.
+                from = Some(Instant::now());
+            } else {
+                // Behind schedule because the previous response was slow: count the
+                // wait (coordinated-omission correction).
+                from = Some(at);
+            }
+            intended = Some(at + iv);
+        }
+        let sent = Instant::now();
+        let from = from.unwrap_or(sent);
+        if conn.is_none() {
+            match connect(&spec.url).await {
+                Ok(c) => conn = Some(c),
+                Err(_) => {
+                    shared.errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        match send(c, spec).await {
+            Ok(status) if (200..300).contains(&status) => {
+                let ns = from.elapsed().as_nanos().clamp(1_000, 120_000_000_000) as u64;
+                hist.saturating_record(ns);
+            }
+            Ok(_) => {
+                shared.non_2xx.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                conn = None;
+            }
+        }
+    }
+    hist
+}
+
+async fn connect(url: &Uri) -> Result<SendRequest<Empty<Bytes>>, String> {
+    let host = url.host().ok_or("URL has no host")?;
+    let port = url.port_u16().unwrap_or(80);
+    let tcp = TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<u16, String> {
+    c.ready().await.map_err(|e| e.to_string())?;
+    let authority = spec
+        .url
+        .authority()
+        .map(|a| a.as_str())
+        .unwrap_or("localhost");
+    let mut req = Request::get(spec.url.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .header("host", authority);
+    for (k, v) in &spec.headers {
+        req = req.header(k, v);
+    }
+    let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
+    let resp = c.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    resp.into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(status)
+}

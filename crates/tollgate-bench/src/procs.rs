@@ -1,0 +1,141 @@
+//! Child processes the bench starts and stops: the provider, tollgate, nginx, HAProxy.
+//! Pinned to cores with `taskset` when it is available; always killed on drop.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process, killed when dropped.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    /// Where it runs, for the report (`core 0`, `unpinned`).
+    pub placement: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub fn new(name: &str, child: Child, placement: String) -> Self {
+        Self {
+            name: name.to_owned(),
+            child,
+            placement,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident set size in KiB (Linux).
+    pub fn rss_kib(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+pub fn on_path(bin: &str) -> Option<PathBuf> {
+    if bin.contains('/') {
+        return Path::new(bin).is_file().then(|| bin.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+}
+
+/// `taskset -c CORES cmd …` when taskset exists and cores are given; plain `cmd` otherwise.
+pub fn command(bin: &Path, cores: Option<&str>) -> (Command, String) {
+    match (cores, on_path("taskset")) {
+        (Some(c), Some(taskset)) => {
+            let mut cmd = Command::new(taskset);
+            cmd.arg("-c").arg(c).arg(bin);
+            (cmd, format!("cores {c}"))
+        }
+        _ => (Command::new(bin), "unpinned".into()),
+    }
+}
+
+/// Starts a tollgate subcommand and waits for the line with its `http://ADDR` addresses.
+pub fn spawn_tollgate(
+    name: &str,
+    mut cmd: Command,
+    placement: String,
+    marker: &str,
+) -> Result<(Proc, Vec<SocketAddr>), String> {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        let mut seen = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !sent && line.contains(&marker) {
+                let _ = tx.send(Ok(line));
+                sent = true;
+            } else if !sent {
+                seen.push(line);
+            }
+        }
+        if !sent {
+            let _ = tx.send(Err(seen.join("\n")));
+        }
+    });
+    let proc = Proc {
+        name: name.to_owned(),
+        child,
+        placement,
+    };
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(line)) => {
+            let addrs = line
+                .split("http://")
+                .skip(1)
+                .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+                .collect();
+            Ok((proc, addrs))
+        }
+        Ok(Err(output)) => Err(format!("{name} exited before listening:\n{output}")),
+        Err(_) => Err(format!("{name} did not start within 20 s")),
+    }
+}
+
+/// Waits until a TCP port accepts connections (for peers that print nothing).
+pub fn wait_port(addr: SocketAddr, within: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("nothing listens on {addr} after {within:?}"))
+}
+
+/// A free loopback port (bound then released; fine for a benchmark on one machine).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}

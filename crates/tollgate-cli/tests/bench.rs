@@ -1,0 +1,264 @@
+//! `tollgate bench` machinery on tiny runs (a few hundred requests): file shapes, charts,
+//! peers skipped when absent, errors counted. No timing assertions: speed is what the
+//! bench reports, not what tests judge.
+
+use std::path::Path;
+use std::process::Command;
+
+fn bench(args: &[&str], out: &Path) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("bench")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn non_empty(path: &Path) -> u64 {
+    let len = std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .len();
+    assert!(len > 1000, "{} is only {len} bytes", path.display());
+    len
+}
+
+#[test]
+fn latency_writes_csv_json_summary_and_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "latency",
+            "--requests",
+            "300",
+            "--warmup",
+            "20",
+            "--concurrency",
+            "10",
+            "--delay",
+            "10ms",
+            "--rounds",
+            "2",
+        ],
+        dir.path(),
+    );
+    let csv = std::fs::read_to_string(dir.path().join("percentiles.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "percentile,label,scenario,latency_us,delta_us,noise_us,within_noise"
+    );
+    assert_eq!(
+        lines.len(),
+        1 + 102 * 2,
+        "102 percentiles × (direct, passthrough)"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("99.9,p99.9,passthrough,"))
+    );
+    assert!(lines.iter().any(|l| l.starts_with("100,max,direct,")));
+    for l in &lines[1..] {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f.len(), 7, "{l}");
+        let latency: f64 = f[3].parse().unwrap();
+        assert!(
+            latency >= 10_000.0,
+            "a 10 ms provider cannot answer in {latency} µs: {l}"
+        );
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("metadata.json")).unwrap()).unwrap();
+    for key in [
+        "date",
+        "tollgate_version",
+        "git_commit",
+        "cpu_model",
+        "cpu_count",
+        "kernel",
+        "args",
+        "scenarios",
+        "runs",
+        "load_average",
+    ] {
+        assert!(!meta[key].is_null(), "metadata.json lacks {key}: {meta}");
+    }
+    let scenarios = meta["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 2);
+    assert!(
+        scenarios[1]["config_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(
+        meta["runs"].as_array().unwrap().len(),
+        4,
+        "2 rounds × 2 scenarios, interleaved"
+    );
+    for r in meta["runs"].as_array().unwrap() {
+        assert_eq!(r["ok"], 150);
+        assert_eq!(r["errors"], 0);
+    }
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("| passthrough |") && summary.contains("noise"),
+        "{summary}"
+    );
+    for chart in ["latency.svg", "latency.png", "delta.svg", "delta.png"] {
+        non_empty(&dir.path().join(chart));
+    }
+}
+
+#[test]
+fn missing_peers_are_skipped_with_a_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "bench",
+            "latency",
+            "--requests",
+            "100",
+            "--warmup",
+            "0",
+            "--concurrency",
+            "5",
+            "--delay",
+            "5ms",
+        ])
+        .args(["--peer", "nginx", "--peer", "haproxy", "--no-pin", "--out"])
+        .arg(dir.path())
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("peer nginx: nginx is not on PATH; skipped"),
+        "{err}"
+    );
+    assert!(
+        err.contains("peer haproxy: haproxy is not on PATH; skipped"),
+        "{err}"
+    );
+}
+
+#[test]
+fn errors_and_non_2xx_are_counted_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let deny = dir.path().join("deny.yaml");
+    std::fs::write(&deny, "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\ndomains:\n  deny: ['127.0.0.1']\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "bench",
+            "latency",
+            "--requests",
+            "100",
+            "--warmup",
+            "0",
+            "--concurrency",
+            "5",
+            "--delay",
+            "5ms",
+            "--no-passthrough",
+        ])
+        .arg("--scenario")
+        .arg(format!("denied={}", deny.display()))
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("metadata.json")).unwrap()).unwrap();
+    let denied: Vec<&serde_json::Value> = meta["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["scenario"] == "denied")
+        .collect();
+    assert_eq!(denied.len(), 2);
+    for r in denied {
+        assert_eq!(r["non_2xx"], 50, "every 403 counted: {r}");
+        assert_eq!(r["ok"], 0);
+    }
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("non-2xx"), "{summary}");
+}
+
+#[test]
+fn correlation_and_capacity_tiny_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "correlation",
+            "--delays",
+            "5ms,10ms",
+            "--requests",
+            "100",
+            "--concurrency",
+            "5",
+            "--warmup",
+            "10",
+        ],
+        dir.path(),
+    );
+    let csv = std::fs::read_to_string(dir.path().join("correlation.csv")).unwrap();
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "delay_ms,percentile,label,direct_us,tollgate_us,delta_us,noise_us,within_noise"
+    );
+    assert_eq!(csv.lines().count(), 1 + 2 * 102);
+    non_empty(&dir.path().join("correlation.svg"));
+
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "capacity",
+            "--concurrency",
+            "4,8",
+            "--cores",
+            "1",
+            "--requests",
+            "300",
+            "--warmup",
+            "20",
+            "--rounds",
+            "1",
+        ],
+        dir.path(),
+    );
+    let csv = std::fs::read_to_string(dir.path().join("capacity.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors"
+    );
+    assert_eq!(
+        lines.len(),
+        1 + 2 * 2,
+        "2 concurrencies × (direct, tollgate)"
+    );
+    for l in &lines[1..] {
+        let f: Vec<&str> = l.split(',').collect();
+        assert!(f[4].parse::<f64>().unwrap() > 0.0, "{l}");
+        assert_eq!(f[8], "0", "no errors: {l}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("capacity.md")).unwrap();
+    assert!(md.starts_with(
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct |"
+    ));
+    non_empty(&dir.path().join("capacity-1core.svg"));
+}
