@@ -33,6 +33,18 @@ struct Point {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    /// Share of its core the load generator used (near 1: the client may be the limit).
+    loadgen_cpu: f64,
+}
+
+/// One measurement of one target.
+#[derive(Clone)]
+struct Sample {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+    cpu: f64,
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -63,7 +75,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         }
         placement_lines.extend(h.lines.iter().cloned());
         for &conc in &args.concurrency {
-            let mut samples: Vec<Vec<(f64, f64, f64, u64)>> = vec![Vec::new(); targets.len()];
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
             for round in 0..rounds {
                 for (i, t) in targets.iter().enumerate() {
                     let w = if round == 0 {
@@ -72,18 +84,19 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                         0
                     };
                     let r = h.measure(t, "/static", requests, w, conc, Mode::Closed)?;
-                    samples[i].push((
-                        r.rps(),
-                        stats::value_us(&r.hist, 50.0) / 1000.0,
-                        stats::value_us(&r.hist, 99.0) / 1000.0,
-                        r.errors + r.non_2xx,
-                    ));
+                    samples[i].push(Sample {
+                        rps: r.rps(),
+                        p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
+                        p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
+                        errors: r.errors + r.non_2xx,
+                        cpu: r.cpu_share(),
+                    });
                 }
             }
             for (t, s) in targets.iter().zip(samples) {
-                let mut rps: Vec<f64> = s.iter().map(|x| x.0).collect();
-                let mut p50: Vec<f64> = s.iter().map(|x| x.1).collect();
-                let mut p99: Vec<f64> = s.iter().map(|x| x.2).collect();
+                let mut rps: Vec<f64> = s.iter().map(|x| x.rps).collect();
+                let mut p50: Vec<f64> = s.iter().map(|x| x.p50_ms).collect();
+                let mut p99: Vec<f64> = s.iter().map(|x| x.p99_ms).collect();
                 let p = Point {
                     target: t.name.clone(),
                     cores,
@@ -92,7 +105,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     rps: median(&mut rps),
                     p50_ms: median(&mut p50),
                     p99_ms: median(&mut p99),
-                    errors: s.iter().map(|x| x.3).sum(),
+                    errors: s.iter().map(|x| x.errors).sum(),
+                    loadgen_cpu: median(&mut s.iter().map(|x| x.cpu).collect::<Vec<_>>()),
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
@@ -112,16 +126,16 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             .unwrap_or(f64::NAN)
     };
     let mut csv = String::from(
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors\n",
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu\n",
     );
     let mut md = String::from(
-        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct |\n|---:|---:|---|---:|---:|---:|---:|---:|\n",
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for p in &points {
         let ratio = p.rps / direct_rps(p.cores, p.concurrency);
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{}",
+            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2}",
             p.concurrency,
             p.cores,
             p.target,
@@ -130,12 +144,21 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             p.p50_ms,
             p.p99_ms,
             ratio,
-            p.errors
+            p.errors,
+            p.loadgen_cpu
         );
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.2} |",
-            p.concurrency, p.cores, p.target, p.requests, p.rps, p.p50_ms, p.p99_ms, ratio
+            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.2} | {:.0}% |",
+            p.concurrency,
+            p.cores,
+            p.target,
+            p.requests,
+            p.rps,
+            p.p50_ms,
+            p.p99_ms,
+            ratio,
+            p.loadgen_cpu * 100.0
         );
     }
     // tollgate against each peer, per cores and concurrency.

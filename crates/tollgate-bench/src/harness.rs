@@ -78,6 +78,8 @@ impl Harness {
         };
         std::fs::create_dir_all(out)
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        // Absolute: peers (nginx) resolve relative paths against their own prefix.
+        let out = &std::fs::canonicalize(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let (mut cmd, where_) = procs::command(&bin, placement.servers.as_deref());
         cmd.args(["provider", "--listen", "127.0.0.1:0", "--threads", "1"]);
         let (proc, addrs) =

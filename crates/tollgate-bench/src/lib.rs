@@ -42,8 +42,9 @@ pub struct CommonArgs {
     /// Warm-up requests per target before measuring (discarded).
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// Interleaved rounds (A B A B …); direct is always measured at least twice.
-    #[arg(long, default_value_t = 2)]
+    /// Interleaved rounds (A B A B …); each percentile is the median over rounds, and
+    /// direct is always measured at least twice (its spread is the noise floor).
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Peers to measure in the same run when on PATH: `nginx`, `haproxy` (repeatable).
     #[arg(long = "peer")]

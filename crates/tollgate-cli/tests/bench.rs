@@ -169,6 +169,8 @@ fn errors_and_non_2xx_are_counted_not_dropped() {
             "--delay",
             "5ms",
             "--no-passthrough",
+            "--rounds",
+            "2",
         ])
         .arg("--scenario")
         .arg(format!("denied={}", deny.display()))
@@ -244,7 +246,7 @@ fn correlation_and_capacity_tiny_runs() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors"
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu"
     );
     assert_eq!(
         lines.len(),
@@ -258,7 +260,7 @@ fn correlation_and_capacity_tiny_runs() {
     }
     let md = std::fs::read_to_string(dir.path().join("capacity.md")).unwrap();
     assert!(md.starts_with(
-        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct |"
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
 }
