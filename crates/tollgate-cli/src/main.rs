@@ -4,9 +4,6 @@
 
 use clap::{Parser, Subcommand};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "tollgate",

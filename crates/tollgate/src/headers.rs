@@ -12,11 +12,25 @@ const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const CONTROL_PREFIX: &str = "x-tollgate-";
 
+fn is_hop_by_hop(n: &HeaderName) -> bool {
+    n == CONNECTION
+        || n == KEEP_ALIVE
+        || n == PROXY_CONNECTION
+        || n == TRANSFER_ENCODING
+        || n == UPGRADE
+        || n == TE
+}
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1): `Connection` and every header it
 /// names, plus `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` and `Upgrade`.
 /// `TE: trailers` is kept: it is the one TE value HTTP/2 allows end to end
 /// (RFC 9113 §8.2.2) and gRPC needs it.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Fast path: one pass of cheap name comparisons; most messages carry none of these,
+    // and every `remove` would hash.
+    if !h.keys().any(is_hop_by_hop) {
+        return;
+    }
     if h.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = h
             .get_all(CONNECTION)
@@ -43,26 +57,19 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+fn is_control(n: &HeaderName) -> bool {
+    n == PROXY_AUTHORIZATION || n.as_str().starts_with(CONTROL_PREFIX)
+}
+
 /// Removes what is addressed to tollgate itself: every `x-tollgate-*` header and
 /// `Proxy-Authorization` (credentials for the proxy, RFC 9110 §11.7.2).
 pub fn strip_control(h: &mut HeaderMap) {
-    h.remove(PROXY_AUTHORIZATION);
-    let mut found = false;
-    for name in h.keys() {
-        if name.as_str().starts_with(CONTROL_PREFIX) {
-            found = true;
-            break;
-        }
+    if !h.keys().any(is_control) {
+        return;
     }
-    if found {
-        let names: Vec<HeaderName> = h
-            .keys()
-            .filter(|n| n.as_str().starts_with(CONTROL_PREFIX))
-            .cloned()
-            .collect();
-        for n in names {
-            h.remove(n);
-        }
+    let names: Vec<HeaderName> = h.keys().filter(|n| is_control(n)).cloned().collect();
+    for n in names {
+        h.remove(n);
     }
 }
 

@@ -75,11 +75,12 @@ fn consume(
 ) {
     use mpsc::error::TryRecvError;
     let mut out = std::io::BufWriter::new(out);
+    let mut cache = rustc_hash::FxHashMap::default();
     loop {
         loop {
             match rx.try_recv() {
                 Ok(ev) => {
-                    record(&metrics, &ev);
+                    record(&metrics, &mut cache, &ev);
                     if let Some(a) = &ev.access {
                         let _ = write_access(&mut out, &ev, a, json);
                     }
@@ -96,26 +97,48 @@ fn consume(
     }
 }
 
-fn record(m: &Metrics, ev: &Event) {
-    let host = ev.host.as_deref().unwrap_or("-").to_owned();
-    m.requests
-        .get_or_create(&RequestLabels {
+/// The metric handles of one (host, method, status class), looked up in the registry's
+/// families once and then reused: no label hashing or String allocation per event.
+struct Handles {
+    requests: prometheus_client::metrics::counter::Counter,
+    duration: prometheus_client::metrics::histogram::Histogram,
+    upstream: prometheus_client::metrics::histogram::Histogram,
+}
+
+type HandleKey = (Option<Arc<str>>, Method, &'static str);
+
+/// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
+const MAX_CACHED: usize = 10_000;
+
+fn record(m: &Metrics, cache: &mut rustc_hash::FxHashMap<HandleKey, Handles>, ev: &Event) {
+    let class = status_class(ev.status);
+    let key: HandleKey = (ev.host.clone(), ev.method.clone(), class);
+    if !cache.contains_key(&key) {
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        let host = ev.host.as_deref().unwrap_or("-").to_owned();
+        let labels = RequestLabels {
             host: host.clone(),
             method: ev.method.as_str().to_owned(),
-            status_class: status_class(ev.status),
-        })
-        .inc();
+            status_class: class,
+        };
+        let host_labels = HostLabels { host };
+        let handles = Handles {
+            requests: m.requests.get_or_create(&labels).clone(),
+            duration: m.request_duration.get_or_create(&host_labels).clone(),
+            upstream: m.upstream_duration.get_or_create(&host_labels).clone(),
+        };
+        cache.insert(key.clone(), handles);
+    }
+    let h = &cache[&key];
+    h.requests.inc();
+    h.duration.observe(ev.total.as_secs_f64());
+    if let Some(u) = ev.upstream {
+        h.upstream.observe(u.as_secs_f64());
+    }
     if let Some(code) = ev.error {
         m.errors.get_or_create(&ErrorLabels { code }).inc();
-    }
-    let labels = HostLabels { host };
-    m.request_duration
-        .get_or_create(&labels)
-        .observe(ev.total.as_secs_f64());
-    if let Some(u) = ev.upstream {
-        m.upstream_duration
-            .get_or_create(&labels)
-            .observe(u.as_secs_f64());
     }
 }
 
