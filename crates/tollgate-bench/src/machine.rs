@@ -35,14 +35,9 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The commit this binary was built from (recorded by build.rs).
 pub fn git_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_else(|| "unknown".into())
+    env!("TOLLGATE_GIT_COMMIT").to_owned()
 }
 
 pub fn file_hash(path: &Path) -> String {
