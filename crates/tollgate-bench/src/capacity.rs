@@ -6,7 +6,6 @@ use crate::harness::{Harness, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, median};
 use crate::{CommonArgs, charts, machine, report};
-use serde_json::json;
 use std::fmt::Write as _;
 
 #[derive(Debug, clap::Args)]
@@ -216,14 +215,13 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     );
     report::write(&c.out, "capacity.md", &md)?;
     report::write(&c.out, "summary.md", &summary)?;
-    let mut meta = machine::metadata("capacity", &std::env::args().collect::<Vec<_>>());
-    meta["placement"] = json!(placement_lines);
-    meta["load_average"] = json!({"before": load_before, "after": load_after});
-    meta["files"] = json!(files);
-    report::write(
+    let meta = machine::metadata("capacity", &std::env::args().collect::<Vec<_>>());
+    report::write_metadata(
         &c.out,
-        "metadata.json",
-        &(serde_json::to_string_pretty(&meta).expect("json") + "\n"),
+        meta,
+        &placement_lines,
+        (&load_before, &load_after),
+        &files,
     )?;
     println!("{summary}");
     Ok(())

@@ -144,7 +144,26 @@ where
     root.present().map_err(|e| e.to_string())
 }
 
-/// Writes `<stem>.svg` and `<stem>.png`. Returns the files written.
+/// Draws one chart on both backends (the drawing code is generic over the backend),
+/// writing `<stem>.svg` and `<stem>.png`; evaluates to the file names written.
+macro_rules! svg_and_png {
+    ($dir:expr, $stem:expr, |$root:ident| $draw:expr) => {{
+        need_font()?;
+        let svg = $dir.join(format!("{}.svg", $stem));
+        {
+            let $root = SVGBackend::new(&svg, (960, 540)).into_drawing_area();
+            $draw?;
+        }
+        let png = $dir.join(format!("{}.png", $stem));
+        {
+            let $root = BitMapBackend::new(&png, (960, 540)).into_drawing_area();
+            $draw?;
+        }
+        Ok(vec![format!("{}.svg", $stem), format!("{}.png", $stem)])
+    }};
+}
+
+/// A percentile chart (x: percentile on the 1/(1-p) scale), one line per entry.
 pub fn percentile_chart(
     dir: &Path,
     stem: &str,
@@ -152,52 +171,17 @@ pub fn percentile_chart(
     y_desc: &str,
     lines: &[Line],
 ) -> Result<Vec<String>, String> {
-    let mut written = Vec::new();
-    need_font()?;
-    let svg = dir.join(format!("{stem}.svg"));
-    draw(
-        SVGBackend::new(&svg, (960, 540)).into_drawing_area(),
-        title,
-        y_desc,
-        lines,
-    )?;
-    written.push(format!("{stem}.svg"));
-    {
-        let png = dir.join(format!("{stem}.png"));
-        draw(
-            BitMapBackend::new(&png, (960, 540)).into_drawing_area(),
-            title,
-            y_desc,
-            lines,
-        )?;
-        written.push(format!("{stem}.png"));
-    }
-    Ok(written)
+    svg_and_png!(dir, stem, |root| draw(root, title, y_desc, lines))
 }
 
-/// A bar-free capacity chart: requests/s by concurrency, one line per target.
+/// Requests/s by concurrency, one line per target.
 pub fn capacity_chart(
     dir: &Path,
     stem: &str,
     title: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<Vec<String>, String> {
-    let render = |root: DrawingArea<_, _>| -> Result<(), String> { draw_xy(root, title, series) };
-    let mut written = Vec::new();
-    need_font()?;
-    let svg = dir.join(format!("{stem}.svg"));
-    render(SVGBackend::new(&svg, (960, 540)).into_drawing_area())?;
-    written.push(format!("{stem}.svg"));
-    {
-        let png = dir.join(format!("{stem}.png"));
-        draw_xy(
-            BitMapBackend::new(&png, (960, 540)).into_drawing_area(),
-            title,
-            series,
-        )?;
-        written.push(format!("{stem}.png"));
-    }
-    Ok(written)
+    svg_and_png!(dir, stem, |root| draw_xy(root, title, series))
 }
 
 fn draw_xy<DB: DrawingBackend>(

@@ -150,14 +150,7 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
     report::write(&c.out, "summary.md", &summary)?;
     let mut meta = machine::metadata("correlation", &std::env::args().collect::<Vec<_>>());
     meta["config_hash"] = json!(machine::file_hash(&cfg));
-    meta["placement"] = json!(h.lines);
-    meta["load_average"] = json!({"before": load_before, "after": load_after});
-    meta["files"] = json!(files);
-    report::write(
-        &c.out,
-        "metadata.json",
-        &(serde_json::to_string_pretty(&meta).expect("json") + "\n"),
-    )?;
+    report::write_metadata(&c.out, meta, &h.lines, (&load_before, &load_after), &files)?;
     println!("{summary}");
     Ok(())
 }

@@ -230,15 +230,8 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         .iter()
         .map(|t| json!({"name": t.name, "config_hash": t.config_hash, "placement": t.placement, "idle_rss_kib": t.idle_rss_kib}))
         .collect();
-    meta["placement"] = json!(h.lines);
-    meta["load_average"] = json!({"before": load_before, "after": load_after});
     meta["runs"] = json!(runs);
-    meta["files"] = json!(files);
-    report::write(
-        &c.out,
-        "metadata.json",
-        &(serde_json::to_string_pretty(&meta).expect("json") + "\n"),
-    )?;
+    report::write_metadata(&c.out, meta, &h.lines, (&load_before, &load_after), &files)?;
     println!("{summary}");
     println!("written to {}", c.out.display());
     Ok(())

@@ -4,6 +4,24 @@ use crate::stats::{Row, label};
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Completes `metadata.json` with what every command records about its run, and writes it.
+pub fn write_metadata(
+    dir: &Path,
+    mut meta: serde_json::Value,
+    placement: &[String],
+    load: (&str, &str),
+    files: &[String],
+) -> Result<(), String> {
+    meta["placement"] = serde_json::json!(placement);
+    meta["load_average"] = serde_json::json!({"before": load.0, "after": load.1});
+    meta["files"] = serde_json::json!(files);
+    write(
+        dir,
+        "metadata.json",
+        &(serde_json::to_string_pretty(&meta).expect("json") + "\n"),
+    )
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     std::fs::write(dir.join(name), text)
         .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))
