@@ -3,7 +3,7 @@
 
 mod support;
 
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use std::sync::{Arc, Mutex};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -147,5 +147,4 @@ async fn shutting_down_error_shape() {
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.headers()["x-tollgate-error"], "shutting_down");
     assert_eq!(resp.headers()["connection"], "close");
-    let _ = Request::get("/").body(());
 }
