@@ -88,7 +88,8 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             .then(|| req.uri().path().to_owned()),
     };
     match forward(&shared, &rt, req, &mut ctx).await {
-        Ok(resp) => resp,
+        Ok(Forwarded::Ready(resp)) => resp,
+        Ok(Forwarded::Upstream(resp)) => respond(shared, ctx, resp),
         Err(err) => {
             tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
             shared
@@ -99,12 +100,19 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     }
 }
 
+/// What the pipeline produced: the provider's response, still to be relayed, or a
+/// response already complete (CONNECT).
+enum Forwarded {
+    Upstream(Response<Incoming>),
+    Ready(Response<Body>),
+}
+
 async fn forward(
     shared: &Arc<Shared>,
     rt: &Runtime,
     req: Request<Incoming>,
     ctx: &mut Ctx,
-) -> Result<Response<Body>, ProxyError> {
+) -> Result<Forwarded, ProxyError> {
     let config = &rt.config;
     if shared.is_draining() {
         return Err(ProxyError::ShuttingDown);
@@ -117,7 +125,9 @@ async fn forward(
         });
     }
     if req.method() == Method::CONNECT {
-        return tunnel::open(shared, rt, req, ctx).await;
+        return tunnel::open(shared, rt, req, ctx)
+            .await
+            .map(Forwarded::Ready);
     }
 
     let (target, path_and_query) = resolve_target(config, &req)?;
@@ -155,7 +165,12 @@ async fn forward(
         .send(upstream_req, target.authority.as_str())
         .await?;
     ctx.upstream = Some(sent.elapsed());
+    Ok(Forwarded::Upstream(resp))
+}
 
+/// Relays the provider's response: hop-by-hop headers removed, request id added, body
+/// streamed through [`Observed`], which owns the request's context until the body ends.
+fn respond(shared: Arc<Shared>, ctx: Ctx, resp: Response<Incoming>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
@@ -165,24 +180,12 @@ async fn forward(
         bytes: 0,
         done: false,
         report: Some(Report {
-            shared: shared.clone(),
-            ctx: std::mem::replace(ctx, placeholder()),
+            shared,
+            ctx,
             status,
         }),
     };
-    Ok(Response::from_parts(parts, observed.boxed_unsync()))
-}
-
-fn placeholder() -> Ctx {
-    Ctx {
-        start: Instant::now(),
-        id: HeaderValue::from_static(""),
-        method: Method::GET,
-        host: None,
-        upstream: None,
-        policy: None,
-        path: None,
-    }
+    Response::from_parts(parts, observed.boxed_unsync())
 }
 
 /// Finds the upstream and the path to send, in order: absolute-form request target
