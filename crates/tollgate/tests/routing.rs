@@ -75,13 +75,7 @@ async fn declared_routes_strip_the_prefix() {
 async fn connect_tunnels_relay_bytes() {
     let up = echo_upstream().await;
     let gw = gateway("").await;
-    let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
-    s.write_all(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n", a = up.addr).as_bytes())
-        .await
-        .unwrap();
-    let mut head = vec![0u8; 1024];
-    let n = s.read(&mut head).await.unwrap();
-    let head = String::from_utf8_lossy(&head[..n]).to_string();
+    let (mut s, head) = connect_via(gw.proxy_addr, &up.addr.to_string()).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // Through the tunnel, speak HTTP to the upstream directly.
     s.write_all(b"GET /through/tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -102,24 +96,11 @@ async fn connect_errors_have_statuses() {
         .unwrap()
         .local_addr()
         .unwrap(); // dropped: refused
-    let cases = [
-        (
-            "CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n".to_string(),
-            "403",
-            "domain_denied",
-        ),
-        (
-            format!("CONNECT {closed} HTTP/1.1\r\nHost: {closed}\r\n\r\n"),
-            "502",
-            "connect_error",
-        ),
-    ];
-    for (req, status, code) in cases {
-        let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut buf = vec![0u8; 2048];
-        let n = s.read(&mut buf).await.unwrap();
-        let answer = String::from_utf8_lossy(&buf[..n]);
+    for (target, status, code) in [
+        ("denied.test:443".to_string(), "403", "domain_denied"),
+        (closed.to_string(), "502", "connect_error"),
+    ] {
+        let (_, answer) = connect_via(gw.proxy_addr, &target).await;
         assert!(
             answer.starts_with(&format!("HTTP/1.1 {status}")),
             "{answer}"

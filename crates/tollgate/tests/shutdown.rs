@@ -122,13 +122,8 @@ async fn drain_deadline_cuts_stuck_requests() {
 async fn open_tunnels_finish_during_drain() {
     let up = echo_upstream().await;
     let gw = gateway("").await;
-    let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
-    s.write_all(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n", a = up.addr).as_bytes())
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 1024];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let (mut s, head) = connect_via(gw.proxy_addr, &up.addr.to_string()).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     gw.shutdown();
     s.write_all(b"GET /after-shutdown HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await

@@ -257,6 +257,17 @@ pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Sends `CONNECT target` through the proxy; returns the connection and the answer's head.
+pub async fn connect_via(proxy: SocketAddr, target: &str) -> (tokio::net::TcpStream, String) {
+    let mut s = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 2048];
+    let n = s.read(&mut buf).await.unwrap();
+    (s, String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 /// A test CA and a leaf for `localhost` / 127.0.0.1, made by rcgen.
 pub struct TestPki {
     pub ca_pem: String,
