@@ -20,6 +20,7 @@ use crate::observe::{Access, Event};
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};
 use crate::tunnel;
+use crate::upstream::PooledBody;
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
 use http::{HeaderValue, Method, Request, Response, Version, header};
@@ -103,7 +104,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
 /// What the pipeline produced: the provider's response, still to be relayed, or a
 /// response already complete (CONNECT).
 enum Forwarded {
-    Upstream(Response<Incoming>),
+    Upstream(Response<PooledBody>),
     Ready(Response<Body>),
 }
 
@@ -160,17 +161,14 @@ async fn forward(
     let upstream_req = Request::from_parts(parts, from_incoming(body));
 
     let sent = Instant::now();
-    let resp = rt
-        .client
-        .send(upstream_req, target.authority.as_str())
-        .await?;
+    let resp = rt.client.send(upstream_req, &target).await?;
     ctx.upstream = Some(sent.elapsed());
     Ok(Forwarded::Upstream(resp))
 }
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body
 /// streamed through [`Observed`], which owns the request's context until the body ends.
-fn respond(shared: Arc<Shared>, ctx: Ctx, resp: Response<Incoming>) -> Response<Body> {
+fn respond(shared: Arc<Shared>, ctx: Ctx, resp: Response<PooledBody>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
@@ -250,7 +248,7 @@ pin_project_lite::pin_project! {
     /// gone) the request event is emitted with the total time and byte count.
     struct Observed {
         #[pin]
-        inner: Incoming,
+        inner: PooledBody,
         bytes: u64,
         done: bool,
         report: Option<Report>,
@@ -290,7 +288,7 @@ impl HttpBody for Observed {
                 *this.done = true;
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Pending => Poll::Pending,
         }
     }

@@ -1,9 +1,14 @@
-//! The upstream side: a pooled HTTP client (HTTP/1.1 keep-alive, HTTP/2 by ALPN) over
-//! the connector, and the mapping of its failures onto [`ProxyError`].
+//! The upstream side: pooled clients over the connector (a lean HTTP/1.1 pool for `http`
+//! upstreams; hyper-util's client, HTTP/2 by ALPN, for `https`), and the mapping of their
+//! failures onto [`ProxyError`].
 
 mod connector;
 pub mod dns;
+mod h1pool;
 pub mod tls;
+
+pub use h1pool::PooledBody;
+use h1pool::{H1Pool, PoolError};
 
 pub use connector::{ConnectError, Connector};
 
@@ -11,16 +16,18 @@ use crate::body::Body;
 use crate::config::Upstream;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+use crate::target::{Scheme, Target};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as _;
+use std::sync::Arc;
 
 /// The pooled client to providers. Rebuilt only when the `upstream` section changes on
 /// reload; otherwise kept, pool and DNS cache included.
 pub struct UpstreamClient {
     client: Client<Connector, Body>,
+    h1: Arc<H1Pool>,
     pub connector: Connector,
     pub settings: Upstream,
 }
@@ -43,8 +50,14 @@ impl UpstreamClient {
             // The pipeline sets Host itself from the target (precomputed).
             .set_host(false)
             .build(connector.clone());
+        let h1 = H1Pool::new(
+            connector.clone(),
+            settings.pool_max_idle_per_host,
+            settings.pool_idle_timeout,
+        );
         Ok(Self {
             client,
+            h1,
             connector,
             settings: settings.clone(),
         })
@@ -54,18 +67,41 @@ impl UpstreamClient {
     pub async fn send(
         &self,
         req: Request<Body>,
-        target: &str,
-    ) -> Result<Response<Incoming>, ProxyError> {
+        target: &Target,
+    ) -> Result<Response<PooledBody>, ProxyError> {
         let limit = self.settings.response_timeout;
-        match tokio::time::timeout(limit, self.client.request(req)).await {
-            Err(_) => Err(ProxyError::UpstreamTimeout {
-                target: target.to_owned(),
-                stage: "respond",
-                limit,
-            }),
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(classify(&e, target)),
+        let name = target.authority.as_str();
+        let timed_out = || ProxyError::UpstreamTimeout {
+            target: name.to_owned(),
+            stage: "respond",
+            limit,
+        };
+        if target.scheme == Scheme::Http {
+            return match tokio::time::timeout(limit, self.h1.send(req, &target.authority)).await {
+                Err(_) => Err(timed_out()),
+                Ok(Ok(resp)) => Ok(resp),
+                Ok(Err(PoolError::Connect(c))) => Err(ProxyError::from(&c)),
+                Ok(Err(PoolError::Http(e))) => Err(classify_http(&e, name)),
+            };
         }
+        match tokio::time::timeout(limit, self.client.request(req)).await {
+            Err(_) => Err(timed_out()),
+            Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
+            Ok(Err(e)) => Err(classify(&e, name)),
+        }
+    }
+}
+
+/// Maps a failure on an established HTTP/1.1 connection.
+fn classify_http(err: &hyper::Error, target: &str) -> ProxyError {
+    let detail = err.to_string();
+    if reset_before_response(err) {
+        ProxyError::Connect {
+            target: target.to_owned(),
+            detail,
+        }
+    } else {
+        ProxyError::Upstream(format!("`{target}`: {detail}"))
     }
 }
 
@@ -118,9 +154,9 @@ impl From<&ConnectError> for ProxyError {
     }
 }
 
-/// The connection closed or was reset before a response head arrived.
-fn reset_before_response(err: &hyper_util::client::legacy::Error) -> bool {
-    let mut source = err.source();
+/// The connection closed or was reset before a response head arrived (`err` and its sources).
+fn reset_before_response(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
     while let Some(s) = source {
         if let Some(h) = s.downcast_ref::<hyper::Error>()
             && (h.is_incomplete_message() || h.is_closed() || h.is_canceled())
