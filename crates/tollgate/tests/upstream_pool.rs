@@ -1,0 +1,91 @@
+//! The HTTP/1.1 upstream pool: connections are reused, and an upstream that silently
+//! closes idle keep-alive connections never costs a client request.
+
+mod support;
+
+use http::StatusCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Answers exactly one request per connection with a keep-alive response (no
+/// `Connection: close`), then closes the socket: the classic stale pooled connection.
+async fn one_shot_upstream(accepted: Arc<AtomicUsize>) -> Server {
+    raw_upstream(move |mut s| {
+        accepted.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            let _ = s.flush().await;
+            // Let the response reach the proxy before the close, like a server whose
+            // keep-alive timeout fires between two requests.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn stale_pooled_connections_never_fail_a_request() {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let up = one_shot_upstream(accepted.clone()).await;
+    let gw = gateway("").await;
+    let c = client();
+    for i in 0..20 {
+        let got = send(
+            &c,
+            via_header(&gw, up.addr, &format!("/{i}"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(got.status, StatusCode::OK, "request {i}: {:?}", got.body);
+        assert_eq!(got.body, "ok");
+        // Give the upstream's close time to arrive, so the next request meets a stale connection.
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    }
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        20,
+        "one connection per request"
+    );
+}
+
+#[tokio::test]
+async fn keep_alive_connections_are_reused() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let c = client();
+    for i in 0..50 {
+        let got = send(
+            &c,
+            via_header(&gw, up.addr, &format!("/{i}"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
+        if text.contains("tollgate_upstream_connections 1") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        text.contains("tollgate_upstream_connections 1"),
+        "50 sequential requests on one connection: {text}"
+    );
+}
