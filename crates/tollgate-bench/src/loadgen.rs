@@ -113,12 +113,7 @@ async fn run_async(spec: LoadSpec) -> Result<RunResult, String> {
         };
         measure(warm).await;
     }
-    let cpu0 = thread_cpu();
-    let mut r = measure(spec).await;
-    if let (Some(a), Some(b)) = (cpu0, thread_cpu()) {
-        r.cpu = b.saturating_sub(a);
-    }
-    Ok(r)
+    Ok(measure(spec).await)
 }
 
 async fn measure(spec: LoadSpec) -> RunResult {
@@ -136,25 +131,36 @@ async fn measure(spec: LoadSpec) -> RunResult {
     for _ in 0..c {
         conns.push((connect(&shared.spec.url).await.ok(), new_histogram()));
     }
+    // CPU and wall time cover the same window: from the start to the last response, with
+    // neither the set-up above nor the merge below.
+    let cpu0 = thread_cpu();
     let start = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for (i, (conn, hist)) in conns.into_iter().enumerate() {
         workers.spawn(worker(shared.clone(), i, c, start, conn, hist));
     }
-    let mut hist = new_histogram();
+    let mut done = Vec::with_capacity(c);
     while let Some(h) = workers.join_next().await {
         if let Ok(h) = h {
-            hist.add(&h).expect("same bounds");
+            done.push(h);
         }
     }
     let elapsed = start.elapsed();
+    let cpu = match (cpu0, thread_cpu()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => Duration::ZERO,
+    };
+    let mut hist = new_histogram();
+    for h in &done {
+        hist.add(h).expect("same bounds");
+    }
     RunResult {
         ok: hist.len(),
         hist,
         non_2xx: shared.non_2xx.load(Ordering::Relaxed),
         errors: shared.errors.load(Ordering::Relaxed),
         elapsed,
-        cpu: Duration::ZERO,
+        cpu,
     }
 }
 
