@@ -2,6 +2,7 @@
 //! Liberation Sans); without one, charts are skipped with a warning and the CSV stays.
 //! The percentile axis is logarithmic in 1/(1-p), the usual latency-percentile scale.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -134,14 +135,7 @@ where
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    finish(&mut chart, &root)
 }
 
 /// Draws one chart on both backends (the drawing code is generic over the backend),
@@ -228,14 +222,7 @@ where
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
             .map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    finish(&mut chart, &root)
 }
 
 /// Charts are a view of the CSV: a chart that cannot be drawn is a warning, not a failed run.
@@ -244,4 +231,24 @@ pub fn soft(r: Result<Vec<String>, String>) -> Vec<String> {
         eprintln!("warning: chart not written: {e}");
         Vec::new()
     })
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The legend box and the write-out every chart ends with.
+fn finish<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
 }

@@ -37,15 +37,10 @@ async fn metrics_count_requests_errors_and_latency() {
             .unwrap(),
     )
     .await;
-    // Events reach the metrics through the observer queue; poll (bounded) until they land.
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
-        if text.contains("status_class=\"2xx\"} 3") && text.contains("missing_target") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let text = metrics_when(&gw, |t| {
+        t.contains("status_class=\"2xx\"} 3") && t.contains("missing_target")
+    })
+    .await;
     assert!(
         text.contains(
             "tollgate_requests_total{host=\"127.0.0.1\",method=\"GET\",status_class=\"2xx\"} 3"

@@ -76,14 +76,7 @@ async fn keep_alive_connections_are_reused() {
         .await;
         assert_eq!(got.status, StatusCode::OK);
     }
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
-        if text.contains("tollgate_upstream_connections 1") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 1")).await;
     assert!(
         text.contains("tollgate_upstream_connections 1"),
         "50 sequential requests on one connection: {text}"

@@ -79,19 +79,26 @@ where
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let h = handler.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let h = h.clone();
-                    async move { Ok::<_, Infallible>(h(req).await) }
-                });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
+            tokio::spawn(serve_http(stream, handler.clone()));
         }
     });
     Server { addr, task }
+}
+
+/// Serves one connection (HTTP/1.1 or h2) with `handler`.
+async fn serve_http<IO, F, Fut>(io: IO, handler: F)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let h = handler.clone();
+        async move { Ok::<_, Infallible>(h(req).await) }
+    });
+    let _ = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
 }
 
 /// What the echo upstream saw, as JSON: method, uri, version, headers in order, body.
@@ -248,6 +255,20 @@ pub async fn admin_get(gw: &Gateway, path: &str) -> Got {
     .await
 }
 
+/// Polls `/metrics` until `done(text)` holds (bounded: a deadline, not a speed assertion;
+/// events reach the metrics through the observer queue) and returns the last text.
+pub async fn metrics_when(gw: &Gateway, done: impl Fn(&str) -> bool) -> String {
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = String::from_utf8_lossy(&admin_get(gw, "/metrics").await.body).into_owned();
+        if done(&text) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    text
+}
+
 /// Writes raw bytes to the proxy and reads the whole answer until the server closes.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -320,16 +341,9 @@ where
             };
             let (acceptor, h) = (acceptor.clone(), handler.clone());
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let svc = service_fn(move |req| {
-                    let h = h.clone();
-                    async move { Ok::<_, Infallible>(h(req).await) }
-                });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    serve_http(tls, h).await;
+                }
             });
         }
     });
