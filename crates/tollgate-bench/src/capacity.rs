@@ -2,7 +2,7 @@
 //! body, closed loop, at several concurrencies and tollgate thread counts, with direct and
 //! peers measured in the same run (interleaved rounds, medians).
 
-use crate::harness::{Harness, Target};
+use crate::harness::{Harness, Layout, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, median};
 use crate::{CommonArgs, charts, machine, report};
@@ -61,7 +61,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let mut placement_lines = Vec::new();
     let rounds = c.rounds.max(1);
     for &cores in &core_list {
-        let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement())?;
+        let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
         let cfg = h.passthrough_config()?;
         let mut targets: Vec<Target> = vec![h.direct(), h.tollgate("tollgate", &cfg, cores)?];
         for p in c.peers()? {

@@ -2,7 +2,7 @@
 //! per delay, to show whether it depends on the provider's response time.
 
 use crate::charts::{self, Line};
-use crate::harness::Harness;
+use crate::harness::{Harness, Interleave, Layout};
 use crate::latency::{delay_path, parse_delay};
 use crate::loadgen::Mode;
 use crate::stats::{self, Series};
@@ -30,6 +30,11 @@ pub struct CorrelationArgs {
     /// Requests in flight; the open-loop rate per delay is concurrency / delay.
     #[arg(long, default_value_t = 100)]
     pub concurrency: usize,
+    /// How targets share the run: `requests` (all at once, request by request, with a
+    /// second copy of direct whose difference is the noise floor) or `rounds` (one target
+    /// after another in each round; the noise floor is the spread of the direct rounds).
+    #[arg(long, value_enum, default_value_t = Interleave::Requests)]
+    pub interleave: Interleave,
 }
 
 pub fn run(args: CorrelationArgs) -> Result<(), String> {
@@ -43,7 +48,7 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
         .map(|d| parse_delay(d))
         .collect::<Result<Vec<_>, _>>()?;
     let load_before = machine::loadavg();
-    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement())?;
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
     let cfg = match &args.config {
         Some(p) => p.clone(),
         None => h.passthrough_config()?,
@@ -73,14 +78,22 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
             } else {
                 0
             };
-            sd.add_round(
-                h.measure(&direct, &path, per_round, w, args.concurrency * 2, mode)?
-                    .hist,
-            );
-            st.add_round(
-                h.measure(&tollgate, &path, per_round, w, args.concurrency * 2, mode)?
-                    .hist,
-            );
+            let results = h.round(
+                &[&direct, &tollgate],
+                args.interleave,
+                &path,
+                per_round,
+                w,
+                args.concurrency * 2,
+                mode,
+            )?;
+            for m in results {
+                match (m.twin, m.index) {
+                    (true, _) => sd.add_twin_round(m.result.hist),
+                    (false, 0) => sd.add_round(m.result.hist),
+                    _ => st.add_round(m.result.hist),
+                }
+            }
         }
         let rows = stats::rows(&sd, &[&st]);
         let ms = delay.as_millis();
@@ -142,14 +155,19 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
     ));
     let load_after = machine::loadavg();
     let summary = format!(
-        "# tollgate bench correlation\n\n{} · {} · {requests} requests per delay and target, open loop at {} in flight\n\n{table}\n- load average before {load_before}, after {load_after}\n",
+        "# tollgate bench correlation\n\n{} · {} · {requests} requests per delay and target, open loop at {} in flight, targets interleaved by {} · placement {}\n\n{table}\nNoise floor: {}.\n\n- load average before {load_before}, after {load_after}\n",
         machine::now(),
         machine::cpu_model(),
-        args.concurrency
+        args.concurrency,
+        args.interleave.name(),
+        h.placement.layout.name(),
+        args.interleave.noise_text(),
     );
     report::write(&c.out, "summary.md", &summary)?;
     let mut meta = machine::metadata("correlation", &std::env::args().collect::<Vec<_>>());
     meta["config_hash"] = json!(machine::file_hash(&cfg));
+    meta["settings"] =
+        json!({"interleave": args.interleave.name(), "placement": h.placement.layout.name()});
     report::write_metadata(&c.out, meta, &h.lines, (&load_before, &load_after), &files)?;
     println!("{summary}");
     Ok(())

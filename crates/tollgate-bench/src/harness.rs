@@ -9,40 +9,101 @@ use http::Uri;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// Where things run. With two or more cores: servers on core 0, the load generator on the
-/// last core, so that the proxy shares its core with the provider (the setting in which
-/// the peers' published ratios were measured) and the client does not steal from either.
+/// Where the processes under test run (`--placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// The provider and the proxy on core 0, the load generator alone on the last core:
+    /// the proxy competes with the provider, the setting of the peers' published
+    /// one-core ratios (capacity's default).
+    Shared,
+    /// The provider alone on core 0, the proxy on the load generator's core: a sidecar
+    /// next to the application, in front of a provider that is elsewhere (the deployment
+    /// tollgate is made for).
+    Sidecar,
+    /// No pinning: the scheduler decides.
+    None,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Shared => "shared",
+            Layout::Sidecar => "sidecar",
+            Layout::None => "none",
+        }
+    }
+}
+
+/// How targets share a round (`--interleave`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Interleave {
+    Requests,
+    Rounds,
+}
+
+impl Interleave {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interleave::Requests => "requests",
+            Interleave::Rounds => "rounds",
+        }
+    }
+
+    /// What the noise floor is, in words, for reports.
+    pub fn noise_text(self) -> &'static str {
+        match self {
+            Interleave::Requests => {
+                "the largest difference, in any round, between two copies of direct measured at the same time"
+            }
+            Interleave::Rounds => "the spread between the direct rounds",
+        }
+    }
+}
+
+/// One target's result in a round; `twin` marks the second copy of the baseline.
+pub struct Measured {
+    pub index: usize,
+    pub twin: bool,
+    pub result: RunResult,
+}
+
+/// Cores per role for a [`Layout`] on this machine (all `None` when not pinning).
 #[derive(Debug, Clone)]
 pub struct Placement {
-    pub servers: Option<String>,
+    pub layout: Layout,
+    pub provider: Option<String>,
     pub loadgen: Option<usize>,
 }
 
 impl Placement {
-    pub fn default_for_machine(no_pin: bool) -> Self {
+    pub fn new(layout: Layout) -> Self {
         let n = machine::cores();
-        if no_pin || n < 2 {
-            Placement {
-                servers: None,
+        if layout == Layout::None || n < 2 {
+            return Placement {
+                layout: Layout::None,
+                provider: None,
                 loadgen: None,
-            }
-        } else {
-            Placement {
-                servers: Some("0".into()),
-                loadgen: Some(n - 1),
-            }
+            };
+        }
+        Placement {
+            layout,
+            provider: Some("0".into()),
+            loadgen: Some(n - 1),
         }
     }
 
-    /// Cores for a server using `threads` threads (0..threads-1), when pinning.
+    /// Cores for a proxy using `threads` threads, when pinning: from core 0 up (shared),
+    /// or from the last core down (sidecar, so one thread shares the load generator's core).
     pub fn server_cores(&self, threads: usize) -> Option<String> {
-        self.servers.as_ref().map(|_| {
-            if threads <= 1 {
-                "0".into()
-            } else {
-                format!("0-{}", threads - 1)
-            }
-        })
+        let n = machine::cores();
+        let threads = threads.clamp(1, n.max(1));
+        match self.layout {
+            Layout::None => None,
+            Layout::Shared if threads == 1 => Some("0".into()),
+            Layout::Shared => Some(format!("0-{}", threads - 1)),
+            Layout::Sidecar if threads == 1 => Some((n - 1).to_string()),
+            Layout::Sidecar => Some(format!("{}-{}", n - threads, n - 1)),
+        }
     }
 }
 
@@ -80,7 +141,7 @@ impl Harness {
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         // Absolute: peers (nginx) resolve relative paths against their own prefix.
         let out = &std::fs::canonicalize(out).map_err(|e| format!("{}: {e}", out.display()))?;
-        let (mut cmd, where_) = procs::command(&bin, placement.servers.as_deref());
+        let (mut cmd, where_) = procs::command(&bin, placement.provider.as_deref());
         cmd.args(["provider", "--listen", "127.0.0.1:0", "--threads", "1"]);
         let (proc, addrs) =
             procs::spawn_tollgate("provider", cmd, where_.clone(), "provider listening")?;
@@ -216,6 +277,52 @@ impl Harness {
         }
     }
 
+    /// One round over `targets` (the first is the baseline, direct): one after another, or
+    /// all at once request by request with a second copy of the baseline (its twin).
+    #[allow(clippy::too_many_arguments)]
+    pub fn round(
+        &self,
+        targets: &[&Target],
+        how: Interleave,
+        path: &str,
+        requests: u64,
+        warmup: u64,
+        connections: usize,
+        mode: Mode,
+    ) -> Result<Vec<Measured>, String> {
+        match how {
+            Interleave::Rounds => {
+                let mut v = Vec::new();
+                for (index, t) in targets.iter().enumerate() {
+                    let result = self.measure(t, path, requests, warmup, connections, mode)?;
+                    v.push(Measured {
+                        index,
+                        twin: false,
+                        result,
+                    });
+                }
+                Ok(v)
+            }
+            Interleave::Requests => {
+                let mut list = targets.to_vec();
+                if let Some(first) = targets.first() {
+                    list.insert(1, first);
+                }
+                let results =
+                    self.measure_many(&list, path, requests, warmup, connections, mode)?;
+                Ok(results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, result)| Measured {
+                        index: k.saturating_sub(1),
+                        twin: k == 1,
+                        result,
+                    })
+                    .collect())
+            }
+        }
+    }
+
     pub fn measure(
         &self,
         t: &Target,
@@ -225,31 +332,56 @@ impl Harness {
         concurrency: usize,
         mode: Mode,
     ) -> Result<RunResult, String> {
-        let url: Uri = format!("{}{path}", t.base)
-            .parse()
-            .map_err(|e| format!("bad URL for {}: {e}", t.name))?;
-        let r = loadgen::run(LoadSpec {
-            url,
-            headers: t.headers.clone(),
-            requests,
-            warmup,
-            concurrency,
-            mode,
-            core: self.placement.loadgen,
-        })?;
-        if r.cpu_share() > 0.9 {
+        self.measure_many(&[t], path, requests, warmup, concurrency, mode)?
+            .pop()
+            .ok_or_else(|| "no result".into())
+    }
+
+    /// Measures several targets at once, interleaved request by request
+    /// ([`loadgen::run_many`]); each gets `requests` at `mode`'s rate.
+    pub fn measure_many(
+        &self,
+        targets: &[&Target],
+        path: &str,
+        requests: u64,
+        warmup: u64,
+        concurrency: usize,
+        mode: Mode,
+    ) -> Result<Vec<RunResult>, String> {
+        let mut specs = Vec::with_capacity(targets.len());
+        for t in targets {
+            let url: Uri = format!("{}{path}", t.base)
+                .parse()
+                .map_err(|e| format!("bad URL for {}: {e}", t.name))?;
+            specs.push(LoadSpec {
+                url,
+                headers: t.headers.clone(),
+                requests,
+                warmup,
+                concurrency,
+                mode,
+                core: self.placement.loadgen,
+            });
+        }
+        let results = loadgen::run_many(specs)?;
+        if let Some(r) = results.first()
+            && r.cpu_share() > 0.9
+        {
+            let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
             eprintln!(
                 "warning: the load generator used {:.0}% of its core while measuring {}: it may be the bottleneck",
                 r.cpu_share() * 100.0,
-                t.name
+                names.join(", ")
             );
         }
-        if r.errors > 0 || r.non_2xx > 0 {
-            eprintln!(
-                "{}: {} errors, {} non-2xx responses",
-                t.name, r.errors, r.non_2xx
-            );
+        for (t, r) in targets.iter().zip(&results) {
+            if r.errors > 0 || r.non_2xx > 0 {
+                eprintln!(
+                    "{}: {} errors, {} non-2xx responses",
+                    t.name, r.errors, r.non_2xx
+                );
+            }
         }
-        Ok(r)
+        Ok(results)
     }
 }

@@ -1,7 +1,7 @@
 //! `tollgate bench latency`: the latency footprint per percentile against direct calls.
 
 use crate::charts::{self, Line};
-use crate::harness::{Harness, Target};
+use crate::harness::{Harness, Interleave, Layout, Measured, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, Series};
 use crate::{CommonArgs, machine, report};
@@ -36,6 +36,11 @@ pub struct LatencyArgs {
     /// Do not measure the built-in `passthrough` scenario.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// How targets share the run: `requests` (all at once, request by request, with a
+    /// second copy of direct whose difference is the noise floor) or `rounds` (one target
+    /// after another in each round; the noise floor is the spread of the direct rounds).
+    #[arg(long, value_enum, default_value_t = Interleave::Requests)]
+    pub interleave: Interleave,
 }
 
 fn split(s: &str) -> Result<(String, String), String> {
@@ -78,7 +83,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         args.concurrency
     };
     let load_before = machine::loadavg();
-    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement())?;
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
     let mut targets: Vec<Target> = vec![h.direct()];
     if !args.no_passthrough {
         let cfg = h.passthrough_config()?;
@@ -109,14 +114,32 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     let mut series: Vec<Series> = targets.iter().map(|t| Series::new(&t.name)).collect();
     let mut runs = Vec::new();
     for round in 0..rounds {
-        for (t, s) in targets.iter().zip(series.iter_mut()) {
-            // Warm up only in the first round: connections and pools stay warm after.
-            let w = if round == 0 { warmup } else { 0 };
-            let r = h.measure(t, &path, per_round, w, connections, mode)?;
+        // Warm up only in the first round: connections and pools stay warm after.
+        let w = if round == 0 { warmup } else { 0 };
+        let results = h.round(
+            &targets.iter().collect::<Vec<_>>(),
+            args.interleave,
+            &path,
+            per_round,
+            w,
+            connections,
+            mode,
+        )?;
+        for Measured {
+            index: i,
+            twin,
+            result: r,
+        } in results
+        {
+            let name = if twin {
+                format!("{} (2)", targets[0].name)
+            } else {
+                targets[i].name.clone()
+            };
             eprintln!(
                 "round {} {:<12} {:>7} ok {:>4} non-2xx {:>4} errors  p50 {:>8.3} ms  p99 {:>8.3} ms  {:>7.0} req/s  load-gen CPU {:>3.0}%",
                 round + 1,
-                t.name,
+                name,
                 r.ok,
                 r.non_2xx,
                 r.errors,
@@ -126,10 +149,14 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                 r.cpu_share() * 100.0
             );
             runs.push(json!({
-                "round": round + 1, "scenario": t.name, "ok": r.ok, "non_2xx": r.non_2xx, "errors": r.errors,
+                "round": round + 1, "scenario": name, "ok": r.ok, "non_2xx": r.non_2xx, "errors": r.errors,
                 "requests_per_second": r.rps(), "loadgen_cpu_share": r.cpu_share(),
             }));
-            s.add_round(r.hist);
+            if twin {
+                series[0].add_twin_round(r.hist);
+            } else {
+                series[i].add_round(r.hist);
+            }
         }
     }
     let load_after = machine::loadavg();
@@ -171,7 +198,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         })
         .collect();
     delta_lines.push(Line {
-        name: "noise floor (direct spread)".into(),
+        name: "noise floor".into(),
         points: rows
             .iter()
             .filter(|r| r.scenario == "direct")
@@ -197,14 +224,19 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         &delta_lines,
     )));
 
+    let how = match args.interleave {
+        Interleave::Requests => "interleaved request by request",
+        Interleave::Rounds => "one after another per round",
+    };
     let mut summary = format!(
-        "# tollgate bench latency\n\n{} · {} · provider delay {} · {mode_text} · {requests} requests per scenario in {rounds} interleaved rounds\n\n",
+        "# tollgate bench latency\n\n{} · {} · provider delay {} · {mode_text} · {requests} requests per scenario in {rounds} rounds, targets {how} · placement {}\n\n",
         machine::now(),
         machine::cpu_model(),
-        humantime::format_duration(delay)
+        humantime::format_duration(delay),
+        h.placement.layout.name(),
     );
     summary.push_str(&report::summary_table(&rows, &names));
-    summary.push_str("\nΔ is the scenario minus direct at the same percentile. `(noise)`: smaller than the spread between the direct rounds at that percentile, so not a measurable difference.\n\n");
+    summary.push_str(&format!("\nΔ is the scenario minus direct at the same percentile (medians over rounds). `(noise)`: smaller than the noise floor at that percentile ({}), so not a measurable difference.\n\n", args.interleave.noise_text()));
     for l in h.lines.iter() {
         summary.push_str(&format!("- {l}\n"));
     }
@@ -225,6 +257,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     meta["settings"] = json!({
         "requests_per_scenario": requests, "rounds": rounds, "warmup": warmup, "concurrency": args.concurrency,
         "connections": connections, "delay_ms": delay.as_millis() as u64, "mode": mode_text,
+        "interleave": args.interleave.name(), "placement": h.placement.layout.name(),
     });
     meta["scenarios"] = targets
         .iter()

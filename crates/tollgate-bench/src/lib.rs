@@ -15,7 +15,7 @@ pub mod procs;
 pub mod report;
 pub mod stats;
 
-use harness::Placement;
+use harness::{Layout, Placement};
 use peers::Peer;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,7 +52,12 @@ pub struct CommonArgs {
     /// tollgate worker threads (and peer workers).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Do not pin processes to cores.
+    /// Where processes run: `shared` (provider and proxy on core 0, load generator on
+    /// the last core), `sidecar` (provider alone on core 0, proxy on the load generator's
+    /// core) or `none` (unpinned). Default: each command's own (see its help).
+    #[arg(long, value_enum)]
+    pub placement: Option<Layout>,
+    /// Do not pin processes to cores (same as `--placement none`).
     #[arg(long)]
     pub no_pin: bool,
     /// The tollgate binary to run (default: this one).
@@ -61,8 +66,14 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    pub fn placement(&self) -> Placement {
-        Placement::default_for_machine(self.no_pin)
+    /// The placement asked for, or `default` (the command's own).
+    pub fn placement(&self, default: Layout) -> Placement {
+        let layout = if self.no_pin {
+            Layout::None
+        } else {
+            self.placement.unwrap_or(default)
+        };
+        Placement::new(layout)
     }
 
     pub fn peers(&self) -> Result<Vec<Peer>, String> {

@@ -74,17 +74,29 @@ pub fn thread_cpu() -> Option<Duration> {
 
 /// Runs a load on a dedicated (pinned) thread with its own single-threaded runtime.
 pub fn run(spec: LoadSpec) -> Result<RunResult, String> {
+    run_many(vec![spec])?
+        .pop()
+        .ok_or_else(|| "no result".to_string())
+}
+
+/// Runs several loads at once, interleaved request by request: each target keeps its own
+/// connections, rate and histogram, and target `j` of `k` is scheduled `j/k` of an
+/// interval after target 0. Whatever the machine does during the run (a stall, another
+/// tenant) then falls on every target alike, which rounds seconds apart cannot promise.
+/// The CPU share and elapsed time are the whole run's.
+pub fn run_many(specs: Vec<LoadSpec>) -> Result<Vec<RunResult>, String> {
+    let core = specs.first().and_then(|s| s.core);
     std::thread::Builder::new()
         .name("tollgate-loadgen".into())
         .spawn(move || {
-            if let Some(core) = spec.core {
+            if let Some(core) = core {
                 core_affinity::set_for_current(core_affinity::CoreId { id: core });
             }
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())?;
-            rt.block_on(run_async(spec))
+            rt.block_on(run_async(specs))
         })
         .map_err(|e| e.to_string())?
         .join()
@@ -98,51 +110,65 @@ struct Shared {
     errors: AtomicU64,
 }
 
-async fn run_async(spec: LoadSpec) -> Result<RunResult, String> {
-    // Probe once so a dead target is an error, not 100 000 counted failures.
-    let mut probe = connect(&spec.url)
-        .await
-        .map_err(|e| format!("cannot connect to {}: {e}", spec.url))?;
-    let _ = send(&mut probe, &spec).await;
-    if spec.warmup > 0 {
-        let warm = LoadSpec {
-            requests: spec.warmup,
-            warmup: 0,
-            mode: Mode::Closed,
-            ..spec.clone()
-        };
+async fn run_async(specs: Vec<LoadSpec>) -> Result<Vec<RunResult>, String> {
+    let mut warm = Vec::new();
+    for spec in &specs {
+        // Probe once so a dead target is an error, not 100 000 counted failures.
+        let mut probe = connect(&spec.url)
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", spec.url))?;
+        let _ = send(&mut probe, spec).await;
+        if spec.warmup > 0 {
+            warm.push(LoadSpec {
+                requests: spec.warmup,
+                warmup: 0,
+                mode: Mode::Closed,
+                ..spec.clone()
+            });
+        }
+    }
+    if !warm.is_empty() {
         measure(warm).await;
     }
-    Ok(measure(spec).await)
+    Ok(measure(specs).await)
 }
 
-async fn measure(spec: LoadSpec) -> RunResult {
-    let shared = Arc::new(Shared {
-        spec,
-        next: AtomicU64::new(0),
-        non_2xx: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
-    let c = shared.spec.concurrency.max(1);
+async fn measure(specs: Vec<LoadSpec>) -> Vec<RunResult> {
+    let k = specs.len().max(1);
     // Everything a worker needs is made before the clock starts: connection set-up is not
     // latency, and neither is zeroing the histograms (2 MB each; done after the start on
     // this single thread, it delayed the first wave of requests by up to 150 ms).
-    let mut conns = Vec::with_capacity(c);
-    for _ in 0..c {
-        conns.push((connect(&shared.spec.url).await.ok(), new_histogram()));
+    let mut prepared = Vec::with_capacity(k);
+    for spec in specs {
+        let c = spec.concurrency.max(1);
+        let mut conns = Vec::with_capacity(c);
+        for _ in 0..c {
+            conns.push((connect(&spec.url).await.ok(), new_histogram()));
+        }
+        let shared = Arc::new(Shared {
+            spec,
+            next: AtomicU64::new(0),
+            non_2xx: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        prepared.push((shared, conns));
     }
     // CPU and wall time cover the same window: from the start to the last response, with
     // neither the set-up above nor the merge below.
     let cpu0 = thread_cpu();
     let start = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for (i, (conn, hist)) in conns.into_iter().enumerate() {
-        workers.spawn(worker(shared.clone(), i, c, start, conn, hist));
+    for (j, (shared, conns)) in prepared.iter_mut().enumerate() {
+        let c = conns.len();
+        for (i, (conn, hist)) in conns.drain(..).enumerate() {
+            let phase = (i as f64 + j as f64 / k as f64) / c as f64;
+            workers.spawn(worker(shared.clone(), j, phase, c, start, conn, hist));
+        }
     }
-    let mut done = Vec::with_capacity(c);
+    let mut hists: Vec<Histogram<u64>> = (0..k).map(|_| new_histogram()).collect();
     while let Some(h) = workers.join_next().await {
-        if let Ok(h) = h {
-            done.push(h);
+        if let Ok((j, h)) = h {
+            hists[j].add(&h).expect("same bounds");
         }
     }
     let elapsed = start.elapsed();
@@ -150,35 +176,37 @@ async fn measure(spec: LoadSpec) -> RunResult {
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => Duration::ZERO,
     };
-    let mut hist = new_histogram();
-    for h in &done {
-        hist.add(h).expect("same bounds");
-    }
-    RunResult {
-        ok: hist.len(),
-        hist,
-        non_2xx: shared.non_2xx.load(Ordering::Relaxed),
-        errors: shared.errors.load(Ordering::Relaxed),
-        elapsed,
-        cpu,
-    }
+    prepared
+        .into_iter()
+        .zip(hists)
+        .map(|((shared, _), hist)| RunResult {
+            ok: hist.len(),
+            hist,
+            non_2xx: shared.non_2xx.load(Ordering::Relaxed),
+            errors: shared.errors.load(Ordering::Relaxed),
+            elapsed,
+            cpu,
+        })
+        .collect()
 }
 
+/// One connection's loop. `phase` is its first send, in intervals after the start.
 async fn worker(
     shared: Arc<Shared>,
-    index: usize,
+    target: usize,
+    phase: f64,
     concurrency: usize,
     start: Instant,
     mut conn: Option<SendRequest<Empty<Bytes>>>,
     mut hist: Histogram<u64>,
-) -> Histogram<u64> {
+) -> (usize, Histogram<u64>) {
     let spec = &shared.spec;
     // Open loop: this connection's share of the schedule, offset so connections interleave.
     let interval = match spec.mode {
         Mode::Open { rate } => Some(Duration::from_secs_f64(concurrency as f64 / rate.max(1e-9))),
         Mode::Closed => None,
     };
-    let mut intended = interval.map(|iv| start + iv.mul_f64(index as f64 / concurrency as f64));
+    let mut intended = interval.map(|iv| start + iv.mul_f64(phase));
     loop {
         if shared.next.fetch_add(1, Ordering::Relaxed) >= spec.requests {
             break;
@@ -187,7 +215,9 @@ async fn worker(
         if let (Some(at), Some(iv)) = (intended, interval) {
             let now = Instant::now();
             if now < at {
-                tokio::time::sleep_until(at.into()).await;
+                // Not tokio's sleep: its 1 ms tick would send interleaved targets in
+                // bursts (see `tollgate::provider::timer`).
+                tollgate::provider::timer::sleep_until(at).await;
                 // On time (or late only by the timer's granularity): measure from the
                 // actual send, so timer resolution is not counted as server latency.
                 from = Some(Instant::now());
@@ -224,7 +254,7 @@ async fn worker(
             }
         }
     }
-    hist
+    (target, hist)
 }
 
 async fn connect(url: &Uri) -> Result<SendRequest<Empty<Bytes>>, String> {

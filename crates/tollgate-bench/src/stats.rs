@@ -35,6 +35,9 @@ pub struct Series {
     pub name: String,
     pub rounds: Vec<Histogram<u64>>,
     pub merged: Histogram<u64>,
+    /// A second copy measured alongside each round (direct, when targets are interleaved
+    /// request by request): the noise floor is then the difference between the copies.
+    pub twin: Vec<Histogram<u64>>,
 }
 
 impl Series {
@@ -43,7 +46,25 @@ impl Series {
             name: name.to_owned(),
             rounds: Vec::new(),
             merged: crate::loadgen::new_histogram(),
+            twin: Vec::new(),
         }
+    }
+
+    pub fn add_twin_round(&mut self, h: Histogram<u64>) {
+        self.twin.push(h);
+    }
+
+    /// The noise floor at `p`: with twin rounds, the largest difference between the two
+    /// copies measured at the same time; otherwise the spread across rounds.
+    pub fn noise_us(&self, p: f64) -> f64 {
+        if self.twin.is_empty() {
+            return self.spread_us(p);
+        }
+        self.rounds
+            .iter()
+            .zip(&self.twin)
+            .map(|(a, b)| (value_us(a, p) - value_us(b, p)).abs())
+            .fold(0.0, f64::max)
     }
 
     pub fn add_round(&mut self, h: Histogram<u64>) {
@@ -89,7 +110,7 @@ pub fn rows(direct: &Series, others: &[&Series]) -> Vec<Row> {
     let mut out = Vec::new();
     for p in points() {
         let base = direct.value_us(p);
-        let noise = direct.spread_us(p);
+        let noise = direct.noise_us(p);
         out.push(Row {
             percentile: p,
             scenario: direct.name.clone(),
@@ -179,6 +200,32 @@ mod tests {
             Some(true),
             "a delta below the direct spread is noise"
         );
+    }
+
+    #[test]
+    fn with_a_twin_the_noise_floor_is_the_largest_difference_between_copies() {
+        let mut direct = Series::new("direct");
+        // Round 2 is slower for everything (the machine), which a twin measured at the
+        // same time shares: the drift between rounds is not noise, the copies' gap is.
+        direct.add_round(hist((0..1000).map(|_| 1000)));
+        direct.add_twin_round(hist((0..1000).map(|_| 1004)));
+        direct.add_round(hist((0..1000).map(|_| 1500)));
+        direct.add_twin_round(hist((0..1000).map(|_| 1502)));
+        assert!((direct.spread_us(50.0) - 500.0).abs() < 1.0);
+        assert!(
+            (direct.noise_us(50.0) - 4.0).abs() < 0.5,
+            "{}",
+            direct.noise_us(50.0)
+        );
+        let mut proxied = Series::new("passthrough");
+        proxied.add_round(hist((0..1000).map(|_| 1100)));
+        proxied.add_round(hist((0..1000).map(|_| 1600)));
+        let rows = rows(&direct, &[&proxied]);
+        let p50 = rows
+            .iter()
+            .find(|r| r.percentile == 50.0 && r.scenario == "passthrough")
+            .unwrap();
+        assert_eq!(p50.within_noise, Some(false), "{p50:?}");
     }
 
     #[test]

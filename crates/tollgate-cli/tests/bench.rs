@@ -99,15 +99,24 @@ fn latency_writes_csv_json_summary_and_charts() {
             .unwrap()
             .starts_with("sha256:")
     );
+    let runs = meta["runs"].as_array().unwrap();
     assert_eq!(
-        meta["runs"].as_array().unwrap().len(),
-        4,
-        "2 rounds × 2 scenarios, interleaved"
+        runs.len(),
+        6,
+        "2 rounds × (direct, its twin, passthrough), interleaved request by request: {runs:?}"
     );
-    for r in meta["runs"].as_array().unwrap() {
+    assert_eq!(
+        runs.iter()
+            .filter(|r| r["scenario"] == "direct (2)")
+            .count(),
+        2,
+        "direct's twin is measured in every round: {runs:?}"
+    );
+    for r in runs {
         assert_eq!(r["ok"], 150);
         assert_eq!(r["errors"], 0);
     }
+    assert_eq!(meta["settings"]["interleave"], "requests");
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(
         summary.contains("| passthrough |") && summary.contains("noise"),
@@ -263,4 +272,47 @@ fn correlation_and_capacity_tiny_runs() {
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
+}
+
+#[test]
+fn rounds_mode_measures_targets_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "latency",
+            "--requests",
+            "200",
+            "--warmup",
+            "10",
+            "--concurrency",
+            "10",
+            "--delay",
+            "10ms",
+            "--rounds",
+            "2",
+            "--interleave",
+            "rounds",
+            "--placement",
+            "sidecar",
+        ],
+        dir.path(),
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("metadata.json")).unwrap()).unwrap();
+    let runs = meta["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["direct", "passthrough", "direct", "passthrough"],
+        "no twin in rounds mode"
+    );
+    assert_eq!(meta["settings"]["interleave"], "rounds");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("spread between the direct rounds"),
+        "{summary}"
+    );
 }

@@ -4,6 +4,7 @@
 
 mod echo;
 mod streams;
+pub mod timer;
 
 use crate::body::{Body, full};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -96,7 +97,8 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         ("static", None) => respond(StatusCode::OK, "application/json", &STATIC_BODY[..]),
         ("delay", Some(d)) => match parse_delay(d) {
             Some(dur) => {
-                tokio::time::sleep(dur).await;
+                // Not tokio's sleep: it rounds up to a 1 ms tick (see `timer`).
+                timer::sleep_until(std::time::Instant::now() + dur).await;
                 echo::echo(req, peer, false).await
             }
             None => not_found("bad delay: use /delay/0.15 or /delay/150ms"),
