@@ -1,5 +1,7 @@
 //! Peers measured in the same run: nginx and HAProxy as reverse proxies in front of the
-//! same provider, upstream keep-alive on, logging off, one worker.
+//! same provider, upstream keep-alive on, logging off, one worker; and `haproxy-tcp`,
+//! HAProxy as a layer-4 relay (bytes copied, no HTTP parsed): the floor, what one more
+//! hop through any user-space proxy costs on the machine.
 
 use crate::procs::{Proc, command, free_port, on_path, wait_port};
 use std::net::SocketAddr;
@@ -11,6 +13,7 @@ use std::time::Duration;
 pub enum Peer {
     Nginx,
     Haproxy,
+    HaproxyTcp,
 }
 
 impl Peer {
@@ -18,7 +21,10 @@ impl Peer {
         match s {
             "nginx" => Ok(Peer::Nginx),
             "haproxy" => Ok(Peer::Haproxy),
-            other => Err(format!("unknown peer `{other}`: use nginx or haproxy")),
+            "haproxy-tcp" => Ok(Peer::HaproxyTcp),
+            other => Err(format!(
+                "unknown peer `{other}`: use nginx, haproxy or haproxy-tcp"
+            )),
         }
     }
 
@@ -26,11 +32,15 @@ impl Peer {
         match self {
             Peer::Nginx => "nginx",
             Peer::Haproxy => "haproxy",
+            Peer::HaproxyTcp => "haproxy-tcp",
         }
     }
 
     fn binary(self) -> &'static str {
-        self.name()
+        match self {
+            Peer::Nginx => "nginx",
+            Peer::Haproxy | Peer::HaproxyTcp => "haproxy",
+        }
     }
 }
 
@@ -50,9 +60,20 @@ pub fn nginx_config(
     )
 }
 
-pub fn haproxy_config(listen: SocketAddr, provider: SocketAddr, threads: usize) -> String {
+/// `mode` is `http` (a reverse proxy) or `tcp` (a layer-4 relay, the floor).
+pub fn haproxy_config(
+    listen: SocketAddr,
+    provider: SocketAddr,
+    threads: usize,
+    mode: &str,
+) -> String {
+    let http = if mode == "http" {
+        "  option http-keep-alive\n  http-reuse always\n"
+    } else {
+        ""
+    };
     format!(
-        "global\n  nbthread {threads}\n  maxconn 4000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  option http-keep-alive\n  http-reuse always\n\
+        "global\n  nbthread {threads}\n  maxconn 4000\ndefaults\n  mode {mode}\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n{http}\
          frontend fe\n  bind {listen}\n  default_backend be\nbackend be\n  server p1 {provider}\n"
     )
 }
@@ -81,9 +102,10 @@ pub fn start(
                 .arg("-e")
                 .arg(dir.join("nginx-error.log"));
         }
-        Peer::Haproxy => {
-            let conf = dir.join("haproxy.cfg");
-            std::fs::write(&conf, haproxy_config(listen, provider, workers))
+        Peer::Haproxy | Peer::HaproxyTcp => {
+            let mode = if peer == Peer::Haproxy { "http" } else { "tcp" };
+            let conf = dir.join(format!("{}.cfg", peer.name()));
+            std::fs::write(&conf, haproxy_config(listen, provider, workers, mode))
                 .map_err(|e| e.to_string())?;
             cmd.arg("-f").arg(&conf).arg("-db");
         }

@@ -32,19 +32,25 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
         return;
     }
     if h.contains_key(CONNECTION) {
-        let named: Vec<HeaderName> = h
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for name in named {
-            if name != TE {
-                h.remove(&name);
+        // Usually one value (`keep-alive`, `close`): `more` stays empty and unallocated.
+        let mut all = h.get_all(CONNECTION).iter();
+        let first = all.next().cloned();
+        let more: Vec<_> = all.cloned().collect();
+        h.remove(CONNECTION);
+        for v in first.iter().chain(more.iter()) {
+            for token in v.to_str().unwrap_or("").split(',') {
+                let t = token.trim();
+                // Names given as &str are matched without allocating; `close` and
+                // `keep-alive` need no lookup (the latter goes below anyway).
+                if !t.is_empty()
+                    && !t.eq_ignore_ascii_case("close")
+                    && !t.eq_ignore_ascii_case("keep-alive")
+                    && !t.eq_ignore_ascii_case("te")
+                {
+                    h.remove(t);
+                }
             }
         }
-        h.remove(CONNECTION);
     }
     h.remove(KEEP_ALIVE);
     h.remove(PROXY_CONNECTION);
@@ -104,6 +110,23 @@ mod tests {
         h.insert(TE, HeaderValue::from_static("trailers"));
         strip_hop_by_hop(&mut h);
         assert!(h.contains_key(TE));
+    }
+
+    #[test]
+    fn every_connection_field_line_counts() {
+        // RFC 9110 §5.3: several field lines are one comma-separated list.
+        let mut h = HeaderMap::new();
+        h.append(CONNECTION, HeaderValue::from_static("close"));
+        h.append(CONNECTION, HeaderValue::from_static("X-One , ,x-two"));
+        h.append(CONNECTION, HeaderValue::from_static("TE"));
+        for n in ["x-one", "x-two", "x-three"] {
+            h.insert(n, HeaderValue::from_static("v"));
+        }
+        h.insert(TE, HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["te", "x-three"], "{h:?}");
     }
 
     #[test]

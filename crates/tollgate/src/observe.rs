@@ -16,12 +16,12 @@ pub struct Event {
     pub error: Option<&'static str>,
     pub total: Duration,
     pub upstream: Option<Duration>,
-    pub request_id: HeaderValue,
     /// Filled only when the access log is on.
     pub access: Option<Box<Access>>,
 }
 
 pub struct Access {
+    pub request_id: HeaderValue,
     pub path: String,
     pub policy: Option<String>,
     pub body_bytes: u64,
@@ -144,7 +144,7 @@ fn record(m: &Metrics, cache: &mut rustc_hash::FxHashMap<HandleKey, Handles>, ev
 
 fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {
     let host = ev.host.as_deref().unwrap_or("-");
-    let id = ev.request_id.to_str().unwrap_or("-");
+    let id = a.request_id.to_str().unwrap_or("-");
     let total_ms = ev.total.as_secs_f64() * 1e3;
     let upstream_ms = ev.upstream.map(|u| u.as_secs_f64() * 1e3);
     if json {

@@ -59,9 +59,9 @@ impl Ctx {
             error,
             total: self.start.elapsed(),
             upstream: self.upstream,
-            request_id: self.id.clone(),
             access: self.path.as_ref().map(|p| {
                 Box::new(Access {
+                    request_id: self.id.clone(),
                     path: p.clone(),
                     policy: self.policy.clone(),
                     body_bytes,
@@ -126,7 +126,9 @@ async fn forward(
         });
     }
     if req.method() == Method::CONNECT {
-        return tunnel::open(shared, rt, req, ctx)
+        // Boxed: CONNECT is the rare path, and its state would otherwise make every
+        // request's future (moved several times by hyper) kilobytes larger.
+        return Box::pin(tunnel::open(shared, rt, req, ctx))
             .await
             .map(Forwarded::Ready);
     }
@@ -168,10 +170,16 @@ async fn forward(
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body
 /// streamed through [`Observed`], which owns the request's context until the body ends.
-fn respond(shared: Arc<Shared>, ctx: Ctx, resp: Response<PooledBody>) -> Response<Body> {
+fn respond(shared: Arc<Shared>, mut ctx: Ctx, resp: Response<PooledBody>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
+    // The id moves into the response; the access log (when on) keeps its own copy.
+    let id = if ctx.path.is_some() {
+        ctx.id.clone()
+    } else {
+        std::mem::replace(&mut ctx.id, HeaderValue::from_static(""))
+    };
+    parts.headers.insert(X_TOLLGATE_REQUEST_ID, id);
     let status = parts.status.as_u16();
     let observed = Observed {
         inner: body,
@@ -227,9 +235,13 @@ fn resolve_target<B>(
         return Ok((target, pq()));
     }
     if let Some((route, path)) = config.routes.find(uri.path()) {
+        if *path == *uri.path() {
+            // The path goes upstream unchanged: reuse the parsed one (no allocation).
+            return Ok((route.target.clone(), pq()));
+        }
         let pq = match uri.query() {
             Some(q) => format!("{path}?{q}"),
-            None => path,
+            None => path.into_owned(),
         };
         let pq = PathAndQuery::try_from(pq).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
         return Ok((route.target.clone(), pq));

@@ -94,16 +94,21 @@ impl RouteTable {
     }
 
     /// Finds the route for `path` and the upstream path to send (base path + rest).
-    pub fn find(&self, path: &str) -> Option<(&Route, String)> {
+    /// The route for `path` and the path to send upstream; borrowed (no allocation) when
+    /// it is `path` itself, as for a `/` route with no base path.
+    pub fn find<'a>(&self, path: &'a str) -> Option<(&Route, std::borrow::Cow<'a, str>)> {
         self.routes.iter().find_map(|r| {
             let rest = r.strip(path)?;
+            if r.base_path.is_empty() && rest.starts_with('/') {
+                return Some((r, std::borrow::Cow::Borrowed(rest)));
+            }
             let mut upstream_path = String::with_capacity(r.base_path.len() + rest.len() + 1);
             upstream_path.push_str(&r.base_path);
             upstream_path.push_str(rest);
             if !upstream_path.starts_with('/') {
                 upstream_path.insert(0, '/');
             }
-            Some((r, upstream_path))
+            Some((r, std::borrow::Cow::Owned(upstream_path)))
         })
     }
 }
@@ -130,16 +135,13 @@ mod tests {
             Route::new("/", "http://fallback:8080", "http://fallback:8080").unwrap(),
         ]);
         let (r, p) = table.find("/github/users/octocat").unwrap();
-        assert_eq!(
-            (&*r.target.host, p.as_str()),
-            ("api.github.com", "/users/octocat")
-        );
+        assert_eq!((&*r.target.host, &*p), ("api.github.com", "/users/octocat"));
         let (r, p) = table.find("/github/raw/x").unwrap();
-        assert_eq!((&*r.target.host, p.as_str()), ("raw.github.com", "/base/x"));
+        assert_eq!((&*r.target.host, &*p), ("raw.github.com", "/base/x"));
         let (r, p) = table.find("/github").unwrap();
-        assert_eq!((&*r.target.host, p.as_str()), ("api.github.com", "/"));
+        assert_eq!((&*r.target.host, &*p), ("api.github.com", "/"));
         let (r, p) = table.find("/githubx").unwrap();
-        assert_eq!((&*r.target.host, p.as_str()), ("fallback", "/githubx"));
+        assert_eq!((&*r.target.host, &*p), ("fallback", "/githubx"));
         assert!(Route::new("github", "https://x", "https://x").is_err());
         assert!(Route::new("/x", "ftp://x", "ftp://x").is_err());
         assert!(Route::new("/x", "https://x/?a=1", "https://x/?a=1").is_err());

@@ -128,14 +128,15 @@ impl H1Pool {
                         break tx;
                     }
                 }
-                None => break self.connect(&uri).await?,
+                // Boxed: connecting is the rare path (see `send`'s future size).
+                None => break Box::pin(self.connect(&uri)).await?,
             }
         };
         let resp = match tx.try_send_request(req).await {
             Ok(resp) => resp,
             Err(mut e) => match e.take_message() {
                 Some(req) => {
-                    tx = self.connect(&uri).await?;
+                    tx = Box::pin(self.connect(&uri)).await?;
                     tx.send_request(req).await.map_err(PoolError::Http)?
                 }
                 None => return Err(PoolError::Http(e.into_error())),

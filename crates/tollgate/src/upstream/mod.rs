@@ -84,7 +84,8 @@ impl UpstreamClient {
                 Ok(Err(PoolError::Http(e))) => Err(classify_http(&e, name)),
             };
         }
-        match tokio::time::timeout(limit, self.client.request(req)).await {
+        // Boxed so that the https client's large future does not size every request's.
+        match Box::pin(tokio::time::timeout(limit, self.client.request(req))).await {
             Err(_) => Err(timed_out()),
             Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
             Ok(Err(e)) => Err(classify(&e, name)),
