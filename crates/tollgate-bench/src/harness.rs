@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub enum Layout {
     /// The provider and the proxy on core 0, the load generator alone on the last core:
     /// the proxy competes with the provider, the setting of the peers' published
-    /// one-core ratios (capacity's default).
+    /// one-core ratios (the default).
     Shared,
     /// The provider alone on core 0, the proxy on the load generator's core: a sidecar
     /// next to the application, in front of a provider that is elsewhere (the deployment

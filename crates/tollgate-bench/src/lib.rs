@@ -42,11 +42,13 @@ pub struct CommonArgs {
     /// Warm-up requests per target before measuring (discarded).
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// Interleaved rounds (A B A B …); each percentile is the median over rounds, and
-    /// direct is always measured at least twice (its spread is the noise floor).
+    /// Rounds (at least 2); each percentile is the median over rounds. How targets share
+    /// a round: see `--interleave` (latency, correlation); capacity measures them one
+    /// after another (A B A B …).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Peers to measure in the same run when on PATH: `nginx`, `haproxy` (repeatable).
+    /// Peers to measure in the same run when on PATH: `nginx`, `haproxy`, and
+    /// `haproxy-tcp` (a layer-4 relay: the floor of one more hop) (repeatable).
     #[arg(long = "peer")]
     pub peers: Vec<String>,
     /// tollgate worker threads (and peer workers).
@@ -54,7 +56,7 @@ pub struct CommonArgs {
     pub threads: usize,
     /// Where processes run: `shared` (provider and proxy on core 0, load generator on
     /// the last core), `sidecar` (provider alone on core 0, proxy on the load generator's
-    /// core) or `none` (unpinned). Default: each command's own (see its help).
+    /// core) or `none` (unpinned). Default: `shared`.
     #[arg(long, value_enum)]
     pub placement: Option<Layout>,
     /// Do not pin processes to cores (same as `--placement none`).
@@ -66,7 +68,7 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The placement asked for, or `default` (the command's own).
+    /// The placement asked for, or `default`.
     pub fn placement(&self, default: Layout) -> Placement {
         let layout = if self.no_pin {
             Layout::None
