@@ -86,8 +86,8 @@ pub fn start(
     cores: Option<&str>,
     workers: usize,
 ) -> Result<(Proc, SocketAddr), String> {
-    let bin =
-        on_path(peer.binary()).ok_or_else(|| format!("{} is not on PATH; skipped", peer.name()))?;
+    let bin = on_path(peer.binary())
+        .ok_or_else(|| format!("{} is not on PATH; skipped", peer.binary()))?;
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()
         .expect("valid address");
@@ -120,4 +120,28 @@ pub fn start(
     wait_port(listen, Duration::from_secs(10))
         .map_err(|e| format!("{} did not start: {e}", peer.name()))?;
     Ok((proc, listen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn haproxy_as_reverse_proxy_or_layer_4_relay() {
+        let (l, p) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        );
+        let http = haproxy_config(l, p, 1, "http");
+        assert!(http.contains("mode http") && http.contains("http-reuse always"));
+        let tcp = haproxy_config(l, p, 2, "tcp");
+        assert!(
+            tcp.contains("mode tcp") && tcp.contains("nbthread 2"),
+            "{tcp}"
+        );
+        assert!(!tcp.contains("http-"), "no HTTP options in tcp mode: {tcp}");
+        assert_eq!(Peer::parse("haproxy-tcp"), Ok(Peer::HaproxyTcp));
+        assert_eq!(Peer::HaproxyTcp.binary(), "haproxy");
+        assert!(Peer::parse("envoy").is_err());
+    }
 }

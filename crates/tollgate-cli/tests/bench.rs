@@ -143,7 +143,15 @@ fn missing_peers_are_skipped_with_a_clear_line() {
             "--delay",
             "5ms",
         ])
-        .args(["--peer", "nginx", "--peer", "haproxy", "--no-pin", "--out"])
+        .args([
+            "--peer",
+            "nginx",
+            "--peer",
+            "haproxy",
+            "--peer",
+            "haproxy-tcp",
+        ])
+        .args(["--no-pin", "--out"])
         .arg(dir.path())
         .env("PATH", "/nonexistent")
         .output()
@@ -156,6 +164,10 @@ fn missing_peers_are_skipped_with_a_clear_line() {
     );
     assert!(
         err.contains("peer haproxy: haproxy is not on PATH; skipped"),
+        "{err}"
+    );
+    assert!(
+        err.contains("peer haproxy-tcp: haproxy is not on PATH; skipped"),
         "{err}"
     );
 }
