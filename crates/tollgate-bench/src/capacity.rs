@@ -5,7 +5,7 @@
 use crate::harness::{Harness, Layout, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, median};
-use crate::{CommonArgs, charts, machine, report};
+use crate::{CommonArgs, charts, machine, procs, report};
 use std::fmt::Write as _;
 
 #[derive(Debug, clap::Args)]
@@ -34,6 +34,9 @@ struct Point {
     errors: u64,
     /// Share of its core the load generator used (near 1: the client may be the limit).
     loadgen_cpu: f64,
+    /// The target process's CPU per request, user and kernel, in µs (targets the bench
+    /// started; not direct).
+    cpu_us: Option<(f64, f64)>,
 }
 
 /// One measurement of one target.
@@ -44,6 +47,7 @@ struct Sample {
     p99_ms: f64,
     errors: u64,
     cpu: f64,
+    cpu_us: Option<(f64, f64)>,
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -82,13 +86,25 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     } else {
                         0
                     };
+                    let pid = t.pid();
+                    let before = pid.and_then(procs::tree_cpu);
                     let r = h.measure(t, "/static", requests, w, conc, Mode::Closed)?;
+                    // Warm-up requests ran inside the window too: count them.
+                    let served = (r.ok + r.non_2xx + w).max(1) as f64;
+                    let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
+                        (Some((u0, s0)), Some((u1, s1))) => Some((
+                            (u1 - u0).as_secs_f64() * 1e6 / served,
+                            (s1 - s0).as_secs_f64() * 1e6 / served,
+                        )),
+                        _ => None,
+                    };
                     samples[i].push(Sample {
                         rps: r.rps(),
                         p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
                         p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
                         errors: r.errors + r.non_2xx,
                         cpu: r.cpu_share(),
+                        cpu_us,
                     });
                 }
             }
@@ -106,6 +122,13 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     p99_ms: median(&mut p99),
                     errors: s.iter().map(|x| x.errors).sum(),
                     loadgen_cpu: median(&mut s.iter().map(|x| x.cpu).collect::<Vec<_>>()),
+                    cpu_us: {
+                        let mut u: Vec<f64> =
+                            s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
+                        let mut k: Vec<f64> =
+                            s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
+                        (!u.is_empty()).then(|| (median(&mut u), median(&mut k)))
+                    },
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
@@ -125,16 +148,23 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             .unwrap_or(f64::NAN)
     };
     let mut csv = String::from(
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu\n",
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request\n",
     );
     let mut md = String::from(
-        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for p in &points {
         let ratio = p.rps / direct_rps(p.cores, p.concurrency);
+        let (cpu_csv, cpu_md) = match p.cpu_us {
+            Some((u, k)) => (
+                format!("{u:.1},{k:.1}"),
+                format!("{:.1} ({u:.1} + {k:.1})", u + k),
+            ),
+            None => (",".to_string(), "–".to_string()),
+        };
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2}",
+            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2},{cpu_csv}",
             p.concurrency,
             p.cores,
             p.target,
@@ -148,7 +178,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         );
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.2} | {:.0}% |",
+            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.2} | {:.0}% | {cpu_md} |",
             p.concurrency,
             p.cores,
             p.target,
@@ -187,7 +217,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let mut files = Vec::new();
     for &cores in &core_list {
         let mut series = Vec::new();
-        for name in ["direct", "tollgate", "nginx", "haproxy"] {
+        for name in ["direct", "tollgate", "nginx", "haproxy", "haproxy-tcp"] {
             let pts: Vec<(f64, f64)> = points
                 .iter()
                 .filter(|p| p.target == name && p.cores == cores)

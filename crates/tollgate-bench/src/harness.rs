@@ -127,6 +127,13 @@ pub struct Target {
     _proc: Option<Proc>,
 }
 
+impl Target {
+    /// The process behind this target, when the bench started it (not direct, not URLs).
+    pub fn pid(&self) -> Option<u32> {
+        self._proc.as_ref().map(|p| p.pid())
+    }
+}
+
 impl Harness {
     pub fn start(
         bin: Option<PathBuf>,

@@ -48,6 +48,39 @@ impl Proc {
     }
 }
 
+/// CPU time a process and its direct children (nginx's workers) have used so far, user
+/// and kernel separately, from `/proc/PID/stat` (Linux; `None` elsewhere). The kernel
+/// counts in clock ticks of 1/100 s (`USER_HZ`, fixed by its ABI for these files).
+pub fn tree_cpu(pid: u32) -> Option<(Duration, Duration)> {
+    fn fields(stat: &str) -> Option<(u32, u64, u64)> {
+        // The command name (field 2) may hold spaces: fields are counted after its `)`.
+        let rest = stat.get(stat.rfind(')')? + 2..)?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some((
+            f.get(1)?.parse().ok()?,
+            f.get(11)?.parse().ok()?,
+            f.get(12)?.parse().ok()?,
+        ))
+    }
+    let tick = |t: u64| Duration::from_millis(t * 10);
+    let (_, mut user, mut sys) =
+        fields(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(s) = std::fs::read_to_string(entry.path().join("stat"))
+            && let Some((ppid, u, k)) = fields(&s)
+            && ppid == pid
+        {
+            user += u;
+            sys += k;
+        }
+    }
+    Some((tick(user), tick(sys)))
+}
+
 pub fn on_path(bin: &str) -> Option<PathBuf> {
     if bin.contains('/') {
         return Path::new(bin).is_file().then(|| bin.into());

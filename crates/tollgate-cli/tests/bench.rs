@@ -267,7 +267,7 @@ fn correlation_and_capacity_tiny_runs() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu"
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request"
     );
     assert_eq!(
         lines.len(),
@@ -278,10 +278,18 @@ fn correlation_and_capacity_tiny_runs() {
         let f: Vec<&str> = l.split(',').collect();
         assert!(f[4].parse::<f64>().unwrap() > 0.0, "{l}");
         assert_eq!(f[8], "0", "no errors: {l}");
+        if f[2] == "direct" {
+            assert_eq!(&f[10..], ["", ""], "no process of its own: {l}");
+        } else {
+            // Clock ticks are 10 ms: a tiny run may show 0, never a negative or a blank.
+            for v in &f[10..] {
+                assert!(v.parse::<f64>().unwrap() >= 0.0, "{l}");
+            }
+        }
     }
     let md = std::fs::read_to_string(dir.path().join("capacity.md")).unwrap();
     assert!(md.starts_with(
-        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU |"
+        "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
 }
