@@ -71,7 +71,7 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
         let rate = args.concurrency as f64 / delay.as_secs_f64().max(0.001);
         let mode = Mode::Open { rate };
         let path = delay_path(*delay);
-        let (mut sd, mut st) = (Series::new("direct"), Series::new("tollgate"));
+        let mut series = [Series::new("direct"), Series::new("tollgate")];
         for round in 0..rounds {
             let w = if round == 0 && i == 0 {
                 c.warmup.unwrap_or(500)
@@ -88,14 +88,10 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
                 mode,
             )?;
             for m in results {
-                match (m.twin, m.index) {
-                    (true, _) => sd.add_twin_round(m.result.hist),
-                    (false, 0) => sd.add_round(m.result.hist),
-                    _ => st.add_round(m.result.hist),
-                }
+                m.add_to(&mut series);
             }
         }
-        let rows = stats::rows(&sd, &[&st]);
+        let rows = stats::rows(&series[0], &[&series[1]]);
         let ms = delay.as_millis();
         let mut points = Vec::new();
         for p in stats::points() {
@@ -155,11 +151,11 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
     ));
     let load_after = machine::loadavg();
     let summary = format!(
-        "# tollgate bench correlation\n\n{} · {} · {requests} requests per delay and target, open loop at {} in flight, targets interleaved by {} · placement {}\n\n{table}\nNoise floor: {}.\n\n- load average before {load_before}, after {load_after}\n",
+        "# tollgate bench correlation\n\n{} · {} · {requests} requests per delay and target, open loop at {} in flight, targets {} · placement {}\n\n{table}\nNoise floor: {}.\n\n- load average before {load_before}, after {load_after}\n",
         machine::now(),
         machine::cpu_model(),
         args.concurrency,
-        args.interleave.name(),
+        args.interleave.describe(),
         h.placement.layout.name(),
         args.interleave.noise_text(),
     );

@@ -42,6 +42,14 @@ pub enum Interleave {
 }
 
 impl Interleave {
+    /// How the targets of a round were measured, in words, for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Interleave::Requests => "interleaved request by request",
+            Interleave::Rounds => "one after another per round",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Interleave::Requests => "requests",
@@ -65,6 +73,17 @@ pub struct Measured {
     pub index: usize,
     pub twin: bool,
     pub result: RunResult,
+}
+
+impl Measured {
+    /// Adds this round to its target's series (`series[index]`; the twin to the baseline's).
+    pub fn add_to(self, series: &mut [crate::stats::Series]) {
+        if self.twin {
+            series[0].add_twin_round(self.result.hist);
+        } else {
+            series[self.index].add_round(self.result.hist);
+        }
+    }
 }
 
 /// Cores per role for a [`Layout`] on this machine (all `None` when not pinning).

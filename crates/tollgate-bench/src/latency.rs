@@ -1,7 +1,7 @@
 //! `tollgate bench latency`: the latency footprint per percentile against direct calls.
 
 use crate::charts::{self, Line};
-use crate::harness::{Harness, Interleave, Layout, Measured, Target};
+use crate::harness::{Harness, Interleave, Layout, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, Series};
 use crate::{CommonArgs, machine, report};
@@ -125,17 +125,13 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
             connections,
             mode,
         )?;
-        for Measured {
-            index: i,
-            twin,
-            result: r,
-        } in results
-        {
-            let name = if twin {
+        for m in results {
+            let name = if m.twin {
                 format!("{} (2)", targets[0].name)
             } else {
-                targets[i].name.clone()
+                targets[m.index].name.clone()
             };
+            let r = &m.result;
             eprintln!(
                 "round {} {:<12} {:>7} ok {:>4} non-2xx {:>4} errors  p50 {:>8.3} ms  p99 {:>8.3} ms  {:>7.0} req/s  load-gen CPU {:>3.0}%",
                 round + 1,
@@ -152,11 +148,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                 "round": round + 1, "scenario": name, "ok": r.ok, "non_2xx": r.non_2xx, "errors": r.errors,
                 "requests_per_second": r.rps(), "loadgen_cpu_share": r.cpu_share(),
             }));
-            if twin {
-                series[0].add_twin_round(r.hist);
-            } else {
-                series[i].add_round(r.hist);
-            }
+            m.add_to(&mut series);
         }
     }
     let load_after = machine::loadavg();
@@ -224,15 +216,12 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         &delta_lines,
     )));
 
-    let how = match args.interleave {
-        Interleave::Requests => "interleaved request by request",
-        Interleave::Rounds => "one after another per round",
-    };
     let mut summary = format!(
-        "# tollgate bench latency\n\n{} · {} · provider delay {} · {mode_text} · {requests} requests per scenario in {rounds} rounds, targets {how} · placement {}\n\n",
+        "# tollgate bench latency\n\n{} · {} · provider delay {} · {mode_text} · {requests} requests per scenario in {rounds} rounds, targets {} · placement {}\n\n",
         machine::now(),
         machine::cpu_model(),
         humantime::format_duration(delay),
+        args.interleave.describe(),
         h.placement.layout.name(),
     );
     summary.push_str(&report::summary_table(&rows, &names));
