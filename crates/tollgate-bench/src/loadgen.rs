@@ -179,17 +179,17 @@ async fn measure(specs: Vec<LoadSpec>) -> Vec<RunResult> {
     prepared
         .into_iter()
         .map(|(shared, _)| {
+            // Every worker has ended: take the histogram out, leaving an empty one.
             let hist =
                 std::mem::replace(&mut *lock(&shared.hist), Histogram::new(1).expect("tiny"));
-            (shared, hist)
-        })
-        .map(|(shared, hist)| RunResult {
-            ok: hist.len(),
-            hist,
-            non_2xx: shared.non_2xx.load(Ordering::Relaxed),
-            errors: shared.errors.load(Ordering::Relaxed),
-            elapsed,
-            cpu,
+            RunResult {
+                ok: hist.len(),
+                hist,
+                non_2xx: shared.non_2xx.load(Ordering::Relaxed),
+                errors: shared.errors.load(Ordering::Relaxed),
+                elapsed,
+                cpu,
+            }
         })
         .collect()
 }
