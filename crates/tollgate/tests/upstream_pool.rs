@@ -35,6 +35,22 @@ async fn one_shot_upstream(accepted: Arc<AtomicUsize>) -> Server {
     .await
 }
 
+/// GET `/{i}` through the gateway to `upstream`, header-routed.
+async fn get(
+    c: &TestClient,
+    gw: &tollgate::server::Gateway,
+    upstream: std::net::SocketAddr,
+    i: usize,
+) -> Got {
+    send(
+        c,
+        via_header(gw, upstream, &format!("/{i}"))
+            .body(empty())
+            .unwrap(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn stale_pooled_connections_never_fail_a_request() {
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -42,13 +58,7 @@ async fn stale_pooled_connections_never_fail_a_request() {
     let gw = gateway("").await;
     let c = client();
     for i in 0..20 {
-        let got = send(
-            &c,
-            via_header(&gw, up.addr, &format!("/{i}"))
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+        let got = get(&c, &gw, up.addr, i).await;
         assert_eq!(got.status, StatusCode::OK, "request {i}: {:?}", got.body);
         assert_eq!(got.body, "ok");
         // Give the upstream's close time to arrive, so the next request meets a stale connection.
@@ -67,13 +77,7 @@ async fn keep_alive_connections_are_reused() {
     let gw = gateway("").await;
     let c = client();
     for i in 0..50 {
-        let got = send(
-            &c,
-            via_header(&gw, up.addr, &format!("/{i}"))
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+        let got = get(&c, &gw, up.addr, i).await;
         assert_eq!(got.status, StatusCode::OK);
     }
     let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 1")).await;
