@@ -12,6 +12,7 @@ pub mod domains;
 pub mod error;
 pub mod glob;
 pub mod headers;
+pub mod idle;
 pub mod logging;
 pub mod metrics;
 pub mod observe;

@@ -16,6 +16,7 @@
 use crate::body::{Body, BoxError, from_incoming};
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
+use crate::idle::InFlight;
 use crate::observe::{Access, Event};
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};
@@ -42,6 +43,8 @@ pub struct Ctx {
     pub policy: Option<String>,
     /// Kept only when the access log is on.
     pub path: Option<String>,
+    /// Keeps the connection's read deadline off until the response has ended.
+    pub in_flight: InFlight,
 }
 
 impl Ctx {
@@ -73,7 +76,11 @@ impl Ctx {
 }
 
 /// Entry point for one request on the proxy listener. Never fails: errors become responses.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    in_flight: InFlight,
+) -> Response<Body> {
     let rt = shared.runtime.load_full();
     let mut ctx = Ctx {
         start: Instant::now(),
@@ -87,6 +94,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
             .log
             .access_log
             .then(|| req.uri().path().to_owned()),
+        in_flight,
     };
     match forward(&shared, &rt, req, &mut ctx).await {
         Ok(Forwarded::Ready(resp)) => resp,

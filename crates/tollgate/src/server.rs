@@ -3,11 +3,14 @@
 
 use crate::admin;
 use crate::config::{Config, ConfigErrors};
+use crate::idle::{self, Activity};
 use crate::metrics::Metrics;
 use crate::proxy;
 use crate::reload;
 use crate::state::{Overrides, Runtime, Shared};
 use crate::upstream::UpstreamClient;
+use http::Request;
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -148,9 +151,11 @@ fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
     // hyper answers 431 by itself when the head outgrows its read buffer; keep that buffer
     // comfortably above our own limit so our 431 (with x-tollgate-error) is what clients see.
     let buf = (config.listen.max_header_bytes * 2).max(400 * 1024);
+    // No hyper header_read_timeout: `idle` enforces `listen.header_read_timeout` with one
+    // timer per connection instead of one per request.
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.listen.header_read_timeout)
+        .header_read_timeout(None)
         .max_buf_size(buf);
     b.http2()
         .timer(TokioTimer::new())
@@ -162,17 +167,30 @@ fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     shared.metrics.client_connections.inc();
-    let builder = builder(&shared.runtime.load().config);
+    let (builder, head_limit) = {
+        let runtime = shared.runtime.load();
+        let config = &runtime.config;
+        (builder(config), config.listen.header_read_timeout)
+    };
+    let activity = Arc::new(Activity::default());
     let s = shared.clone();
-    let svc = service_fn(move |req| {
+    let a = activity.clone();
+    let svc = service_fn(move |req: Request<Incoming>| {
         let s = s.clone();
-        async move { Ok::<_, Infallible>(proxy::handle(s, req).await) }
+        let in_flight = a.enter(req.version());
+        async move { Ok::<_, Infallible>(proxy::handle(s, req, in_flight).await) }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
     let finished = tokio::select! {
         r = conn.as_mut() => Some(r),
         _ = shared.stop.cancelled() => None,
+        // No request in flight, so nothing is lost by closing (what hyper's own
+        // header timeout does too).
+        _ = idle::quiet_for(&activity, head_limit) => {
+            tracing::debug!(limit = ?head_limit, "closing a quiet HTTP/1.1 connection");
+            Some(Ok(()))
+        }
     };
     let result = match finished {
         Some(r) => r,

@@ -39,7 +39,7 @@ pub struct RawListen {
     pub address: String,
     /// Largest total size of request headers (names + values) accepted; larger requests get 431 `headers_too_large`.
     pub max_header_bytes: String,
-    /// Time allowed for a client to send a complete request head (HTTP/1.1).
+    /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or its previous response's end (slow-loris guard and keep-alive idle limit). Checked every quarter of it: a quiet connection closes between 1x and 1.25x this.
     pub header_read_timeout: String,
     /// Largest number of concurrent HTTP/2 streams per client connection.
     pub max_concurrent_streams: u32,
