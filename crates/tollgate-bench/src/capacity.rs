@@ -201,7 +201,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     .map(|p| p.rps)
             };
             if let Some(t) = get("tollgate") {
-                for peer in ["nginx", "haproxy"] {
+                for peer in ["nginx", "haproxy", "hyper"] {
                     if let Some(v) = get(peer) {
                         let _ = writeln!(
                             vs,
@@ -217,7 +217,14 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let mut files = Vec::new();
     for &cores in &core_list {
         let mut series = Vec::new();
-        for name in ["direct", "tollgate", "nginx", "haproxy", "haproxy-tcp"] {
+        for name in [
+            "direct",
+            "tollgate",
+            "nginx",
+            "haproxy",
+            "haproxy-tcp",
+            "hyper",
+        ] {
             let pts: Vec<(f64, f64)> = points
                 .iter()
                 .filter(|p| p.target == name && p.cores == cores)

@@ -6,6 +6,7 @@
 pub mod capacity;
 pub mod charts;
 pub mod correlation;
+pub mod floor;
 pub mod harness;
 pub mod latency;
 pub mod loadgen;
@@ -28,6 +29,9 @@ pub enum BenchCommand {
     Correlation(correlation::CorrelationArgs),
     /// Requests per second on a tiny body at several concurrencies and thread counts.
     Capacity(capacity::CapacityArgs),
+    /// The `hyper` peer's process: the thinnest proxy hyper can build (started by the bench).
+    #[command(hide = true)]
+    HyperFloor(floor::FloorArgs),
 }
 
 /// Options every bench command takes.
@@ -47,8 +51,10 @@ pub struct CommonArgs {
     /// after another (A B A B …).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Peers to measure in the same run when on PATH: `nginx`, `haproxy`, and
-    /// `haproxy-tcp` (a layer-4 relay: the floor of one more hop) (repeatable).
+    /// Peers to measure in the same run: `nginx` and `haproxy` (when on PATH),
+    /// `haproxy-tcp` (a layer-4 relay: the floor of one more hop) and `hyper` (the
+    /// thinnest proxy tollgate's HTTP library can build: the floor of its stack)
+    /// (repeatable).
     #[arg(long = "peer")]
     pub peers: Vec<String>,
     /// tollgate worker threads (and peer workers).
@@ -88,6 +94,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Correlation(a) => correlation::run(a),
         BenchCommand::Capacity(a) => capacity::run(a),
+        BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,11 +1,12 @@
 //! Peers measured in the same run: nginx and HAProxy as reverse proxies in front of the
 //! same provider, upstream keep-alive on, logging off, one worker; and `haproxy-tcp`,
 //! HAProxy as a layer-4 relay (bytes copied, no HTTP parsed): the floor, what one more
-//! hop through any user-space proxy costs on the machine.
+//! hop through any user-space proxy costs on the machine; and `hyper`, the thinnest proxy
+//! tollgate's HTTP library can build ([`crate::floor`]), run by this same binary.
 
 use crate::procs::{Proc, command, free_port, on_path, wait_port};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ pub enum Peer {
     Nginx,
     Haproxy,
     HaproxyTcp,
+    Hyper,
 }
 
 impl Peer {
@@ -22,8 +24,9 @@ impl Peer {
             "nginx" => Ok(Peer::Nginx),
             "haproxy" => Ok(Peer::Haproxy),
             "haproxy-tcp" => Ok(Peer::HaproxyTcp),
+            "hyper" => Ok(Peer::Hyper),
             other => Err(format!(
-                "unknown peer `{other}`: use nginx, haproxy or haproxy-tcp"
+                "unknown peer `{other}`: use nginx, haproxy, haproxy-tcp or hyper"
             )),
         }
     }
@@ -33,13 +36,24 @@ impl Peer {
             Peer::Nginx => "nginx",
             Peer::Haproxy => "haproxy",
             Peer::HaproxyTcp => "haproxy-tcp",
+            Peer::Hyper => "hyper",
         }
     }
 
-    fn binary(self) -> &'static str {
+    fn binary(self) -> Option<PathBuf> {
+        match self {
+            Peer::Nginx => on_path("nginx"),
+            Peer::Haproxy | Peer::HaproxyTcp => on_path("haproxy"),
+            // This binary: `tollgate bench hyper-floor`.
+            Peer::Hyper => std::env::current_exe().ok(),
+        }
+    }
+
+    fn binary_name(self) -> &'static str {
         match self {
             Peer::Nginx => "nginx",
             Peer::Haproxy | Peer::HaproxyTcp => "haproxy",
+            Peer::Hyper => "tollgate",
         }
     }
 }
@@ -86,8 +100,9 @@ pub fn start(
     cores: Option<&str>,
     workers: usize,
 ) -> Result<(Proc, SocketAddr), String> {
-    let bin = on_path(peer.binary())
-        .ok_or_else(|| format!("{} is not on PATH; skipped", peer.binary()))?;
+    let bin = peer
+        .binary()
+        .ok_or_else(|| format!("{} is not on PATH; skipped", peer.binary_name()))?;
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()
         .expect("valid address");
@@ -108,6 +123,14 @@ pub fn start(
             std::fs::write(&conf, haproxy_config(listen, provider, workers, mode))
                 .map_err(|e| e.to_string())?;
             cmd.arg("-f").arg(&conf).arg("-db");
+        }
+        Peer::Hyper => {
+            cmd.args(["bench", "hyper-floor", "--listen"])
+                .arg(listen.to_string())
+                .arg("--upstream")
+                .arg(provider.to_string())
+                .arg("--threads")
+                .arg(workers.to_string());
         }
     }
     cmd.stdout(Stdio::null())
@@ -141,7 +164,8 @@ mod tests {
         );
         assert!(!tcp.contains("http-"), "no HTTP options in tcp mode: {tcp}");
         assert_eq!(Peer::parse("haproxy-tcp"), Ok(Peer::HaproxyTcp));
-        assert_eq!(Peer::HaproxyTcp.binary(), "haproxy");
+        assert_eq!(Peer::HaproxyTcp.binary_name(), "haproxy");
+        assert_eq!(Peer::parse("hyper"), Ok(Peer::Hyper));
         assert!(Peer::parse("envoy").is_err());
     }
 }

@@ -260,6 +260,9 @@ fn correlation_and_capacity_tiny_runs() {
             "20",
             "--rounds",
             "1",
+            // Run by this binary, so never skipped: the floor of tollgate's HTTP stack.
+            "--peer",
+            "hyper",
         ],
         dir.path(),
     );
@@ -271,9 +274,10 @@ fn correlation_and_capacity_tiny_runs() {
     );
     assert_eq!(
         lines.len(),
-        1 + 2 * 2,
-        "2 concurrencies × (direct, tollgate)"
+        1 + 2 * 3,
+        "2 concurrencies × (direct, tollgate, hyper)"
     );
+    assert_eq!(lines.iter().filter(|l| l.contains(",hyper,")).count(), 2);
     for l in &lines[1..] {
         let f: Vec<&str> = l.split(',').collect();
         assert!(f[4].parse::<f64>().unwrap() > 0.0, "{l}");
@@ -292,6 +296,8 @@ fn correlation_and_capacity_tiny_runs() {
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("× hyper"), "{summary}");
 }
 
 #[test]
