@@ -9,13 +9,15 @@
 //! looks at two counters the requests bump, so a request costs three atomic operations.
 //! The price is precision: a quiet connection closes between 1× and 1.25× the limit.
 
+use crate::upstream::deadline::ResponseTimer;
 use http::Version;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What the requests of one connection tell its deadline.
+/// What the requests of one connection tell its deadline, and the timer they share for
+/// the response-head timeout. Made with the connection, inside the runtime.
 #[derive(Default)]
 pub struct Activity {
     in_flight: AtomicU32,
@@ -24,6 +26,7 @@ pub struct Activity {
     /// HTTP/2 connections are left alone, as hyper leaves them: streams multiplex, and
     /// closing one without GOAWAY could drop a request the client just sent.
     h2: AtomicBool,
+    response_timer: ResponseTimer,
 }
 
 /// Held by a request from its head to the end of its response body.
@@ -37,6 +40,12 @@ impl Activity {
         self.in_flight.fetch_add(1, Relaxed);
         self.events.fetch_add(1, Relaxed);
         InFlight(self.clone())
+    }
+}
+
+impl InFlight {
+    pub fn response_timer(&self) -> &ResponseTimer {
+        &self.0.response_timer
     }
 }
 

@@ -171,7 +171,10 @@ async fn forward(
     let upstream_req = Request::from_parts(parts, from_incoming(body));
 
     let sent = Instant::now();
-    let resp = rt.client.send(upstream_req, &target).await?;
+    let resp = rt
+        .client
+        .send(upstream_req, &target, ctx.in_flight.response_timer())
+        .await?;
     ctx.upstream = Some(sent.elapsed());
     Ok(Forwarded::Upstream(resp))
 }

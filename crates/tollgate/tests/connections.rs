@@ -93,3 +93,57 @@ async fn a_streamed_body_with_long_pauses_is_relayed_whole() {
     .await;
     assert_relayed(&up, "chunk0;chunk1;chunk2;").await;
 }
+
+/// An upstream where `/stall` never answers and anything else answers at once.
+async fn stall_or_answer() -> Server {
+    upstream(|req| async move {
+        if req.uri().path() == "/stall" {
+            std::future::pending::<()>().await;
+        }
+        Response::new(full("fast"))
+    })
+    .await
+}
+
+const SHORT_RESPONSE_TIMEOUT: &str = "upstream: { response_timeout: 300ms }";
+
+#[tokio::test]
+async fn requests_in_turn_on_one_connection_each_get_the_full_response_timeout() {
+    // The connection's requests share one timer: each must be timed from its own start,
+    // and the timer must come back after a timeout.
+    let up = stall_or_answer().await;
+    let gw = gateway(SHORT_RESPONSE_TIMEOUT).await;
+    let c = client(); // one idle keep-alive connection, reused for each request in turn
+    for round in 0..2 {
+        let got = send(&c, via_header(&gw, up.addr, "/").body(empty()).unwrap()).await;
+        assert_eq!((round, got.status.as_u16()), (round, 200));
+        let got = send(
+            &c,
+            via_header(&gw, up.addr, "/stall").body(empty()).unwrap(),
+        )
+        .await;
+        assert_eq!(got.status, 504, "{:?}", got.body);
+        assert_eq!(got.error_code().as_deref(), Some("upstream_timeout"));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_http2_streams_each_get_their_own_response_timeout() {
+    let up = stall_or_answer().await;
+    let gw = gateway(SHORT_RESPONSE_TIMEOUT).await;
+    let c = h2c_client();
+    let (stalled, quick) = tokio::join!(
+        send(
+            &c,
+            via_header(&gw, up.addr, "/stall").body(empty()).unwrap()
+        ),
+        async {
+            // Starts while the stalled stream holds the connection's timer.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            send(&c, via_header(&gw, up.addr, "/").body(empty()).unwrap()).await
+        }
+    );
+    assert_eq!(stalled.status, 504);
+    assert_eq!(quick.status, 200);
+    assert_eq!(quick.body, "fast");
+}

@@ -3,10 +3,12 @@
 //! failures onto [`ProxyError`].
 
 mod connector;
+pub mod deadline;
 pub mod dns;
 mod h1pool;
 pub mod tls;
 
+use deadline::ResponseTimer;
 pub use h1pool::PooledBody;
 use h1pool::{H1Pool, PoolError};
 
@@ -63,11 +65,13 @@ impl UpstreamClient {
         })
     }
 
-    /// Sends a request and waits for the response head within `response_timeout`.
+    /// Sends a request and waits for the response head within `response_timeout`, on the
+    /// client connection's `timer`.
     pub async fn send(
         &self,
         req: Request<Body>,
         target: &Target,
+        timer: &ResponseTimer,
     ) -> Result<Response<PooledBody>, ProxyError> {
         let limit = self.settings.response_timeout;
         let name = target.authority.as_str();
@@ -77,7 +81,10 @@ impl UpstreamClient {
             limit,
         };
         if target.scheme == Scheme::Http {
-            return match tokio::time::timeout(limit, self.h1.send(req, &target.authority)).await {
+            return match timer
+                .limit(limit, self.h1.send(req, &target.authority))
+                .await
+            {
                 Err(_) => Err(timed_out()),
                 Ok(Ok(resp)) => Ok(resp),
                 Ok(Err(PoolError::Connect(c))) => Err(ProxyError::from(&c)),
@@ -85,7 +92,7 @@ impl UpstreamClient {
             };
         }
         // Boxed so that the https client's large future does not size every request's.
-        match Box::pin(tokio::time::timeout(limit, self.client.request(req))).await {
+        match Box::pin(timer.limit(limit, self.client.request(req))).await {
             Err(_) => Err(timed_out()),
             Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
             Ok(Err(e)) => Err(classify(&e, name)),
