@@ -14,9 +14,9 @@
 //! 10. response: hop-by-hop removed, request id added, body streamed and observed
 
 use crate::body::{Body, BoxError, from_incoming};
+use crate::conns::InFlight;
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
-use crate::idle::InFlight;
 use crate::observe::{Access, Event};
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};

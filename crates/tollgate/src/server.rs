@@ -3,7 +3,7 @@
 
 use crate::admin;
 use crate::config::{Config, ConfigErrors};
-use crate::idle::{self, Activity};
+use crate::conns::End;
 use crate::metrics::Metrics;
 use crate::proxy;
 use crate::reload;
@@ -91,6 +91,7 @@ impl Gateway {
         );
 
         let admin_task = tokio::spawn(admin::serve(admin_listener, shared.clone()));
+        tokio::spawn(sweep_quiet_connections(shared.clone()));
         if opts.watch
             && let Some(path) = opts.config_path
         {
@@ -151,8 +152,8 @@ fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
     // hyper answers 431 by itself when the head outgrows its read buffer; keep that buffer
     // comfortably above our own limit so our 431 (with x-tollgate-error) is what clients see.
     let buf = (config.listen.max_header_bytes * 2).max(400 * 1024);
-    // No hyper header_read_timeout: `idle` enforces `listen.header_read_timeout` with one
-    // timer per connection instead of one per request.
+    // No hyper header_read_timeout: `conns` enforces `listen.header_read_timeout` with one
+    // sweep for all connections instead of a timer per request.
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(None)
@@ -167,30 +168,30 @@ fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     shared.metrics.client_connections.inc();
-    let (builder, head_limit) = {
-        let runtime = shared.runtime.load();
-        let config = &runtime.config;
-        (builder(config), config.listen.header_read_timeout)
-    };
-    let activity = Arc::new(Activity::default());
+    let builder = builder(&shared.runtime.load().config);
+    let registration = shared.conns.open();
+    let me = registration.conn.clone();
     let s = shared.clone();
-    let a = activity.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
         let s = s.clone();
-        let in_flight = a.enter(req.version());
+        let in_flight = me.enter(req.version());
         async move { Ok::<_, Infallible>(proxy::handle(s, req, in_flight).await) }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
+    let me = &registration.conn;
     let finished = tokio::select! {
+        biased;
         r = conn.as_mut() => Some(r),
-        _ = shared.stop.cancelled() => None,
-        // No request in flight, so nothing is lost by closing (what hyper's own
-        // header timeout does too).
-        _ = idle::quiet_for(&activity, head_limit) => {
-            tracing::debug!(limit = ?head_limit, "closing a quiet HTTP/1.1 connection");
-            Some(Ok(()))
-        }
+        end = std::future::poll_fn(|cx| me.poll_end(cx)) => match end {
+            End::Drain => None,
+            // No request in flight, so nothing is lost by closing (what hyper's own
+            // header timeout does too).
+            End::Quiet => {
+                tracing::debug!("closing a quiet HTTP/1.1 connection (listen.header_read_timeout)");
+                Some(Ok(()))
+            }
+        },
     };
     let result = match finished {
         Some(r) => r,
@@ -206,6 +207,20 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         tracing::debug!("client connection ended: {e}");
     }
     shared.metrics.client_connections.dec();
+}
+
+/// Enforces `listen.header_read_timeout` on every connection, a quarter of it at a time
+/// (read from the current config, so a reload applies at the next round).
+async fn sweep_quiet_connections(shared: Arc<Shared>) {
+    loop {
+        let limit = shared.runtime.load().config.listen.header_read_timeout;
+        let step = (limit / 4).max(std::time::Duration::from_millis(1));
+        tokio::select! {
+            _ = tokio::time::sleep(step) => {}
+            _ = shared.stop.cancelled() => return,
+        }
+        shared.conns.sweep(limit, tokio::time::Instant::now());
+    }
 }
 
 /// Waits for connections and tunnels to finish, up to the drain deadline, then cuts the rest.

@@ -2,6 +2,7 @@
 //! and the process-wide parts that survive reloads.
 
 use crate::config::Config;
+use crate::conns::Conns;
 use crate::metrics::Metrics;
 use crate::observe::Observer;
 use crate::request_id::RequestIds;
@@ -52,6 +53,8 @@ pub struct Shared {
     pub cut: CancellationToken,
     /// Client connections and CONNECT tunnels, waited for on shutdown.
     pub tasks: TaskTracker,
+    /// Open client connections: drain signal and read-deadline sweep.
+    pub conns: Conns,
     /// Serialises reloads (never taken by requests).
     pub reload_lock: tokio::sync::Mutex<()>,
 }
@@ -75,6 +78,7 @@ impl Shared {
             stop: CancellationToken::new(),
             cut: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            conns: Conns::default(),
             reload_lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -87,5 +91,6 @@ impl Shared {
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
         self.stop.cancel();
+        self.conns.drain_all();
     }
 }
