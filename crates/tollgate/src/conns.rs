@@ -141,9 +141,8 @@ pub struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        if let Ok(mut r) = self.conns.inner.lock() {
-            r.live.remove(&self.id);
-        }
+        let mut r = self.conns.inner.lock().unwrap_or_else(|e| e.into_inner());
+        r.live.remove(&self.id);
     }
 }
 
@@ -182,7 +181,9 @@ impl Conns {
         }
     }
 
-    /// One round of the read-deadline sweep; returns how many connections it closed.
+    /// One round of the read-deadline sweep; returns how many connections it asked to
+    /// close. One pass under the registry lock (tens of nanoseconds per connection),
+    /// which opening and closing connections wait for; requests never take it.
     pub fn sweep(&self, limit: Duration, now: Instant) -> usize {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut closed = 0;

@@ -187,10 +187,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
             End::Drain => None,
             // No request in flight, so nothing is lost by closing (what hyper's own
             // header timeout does too).
-            End::Quiet => {
-                tracing::debug!("closing a quiet HTTP/1.1 connection (listen.header_read_timeout)");
-                Some(Ok(()))
-            }
+            End::Quiet => Some(Ok(())),
         },
     };
     let result = match finished {
@@ -219,7 +216,10 @@ async fn sweep_quiet_connections(shared: Arc<Shared>) {
             _ = tokio::time::sleep(step) => {}
             _ = shared.stop.cancelled() => return,
         }
-        shared.conns.sweep(limit, tokio::time::Instant::now());
+        let closed = shared.conns.sweep(limit, tokio::time::Instant::now());
+        if closed > 0 {
+            tracing::debug!(closed, ?limit, "quiet HTTP/1.1 connections closed");
+        }
     }
 }
 
