@@ -76,7 +76,7 @@ impl Default for RawAdmin {
 pub struct RawUpstream {
     /// Time allowed to resolve, connect and (for https) finish the TLS handshake; then 504 `upstream_timeout`.
     pub connect_timeout: String,
-    /// Time allowed from sending the request until the provider's response headers arrive; then 504 `upstream_timeout`.
+    /// Time allowed from sending the request until the provider's response headers arrive, including connecting when no pooled connection is free (keep it above connect_timeout); then 504 `upstream_timeout`.
     pub response_timeout: String,
     /// How long resolved addresses are cached.
     pub dns_ttl: String,
