@@ -22,6 +22,19 @@ fn bench(args: &[&str], out: &Path) -> std::process::Output {
     out
 }
 
+/// A text file the run wrote.
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The run's summary.md holds every one of `texts`.
+fn summary_says(dir: &Path, texts: &[&str]) {
+    let summary = read(dir, "summary.md");
+    for t in texts {
+        assert!(summary.contains(t), "summary.md lacks {t:?}:\n{summary}");
+    }
+}
+
 fn non_empty(path: &Path) -> u64 {
     let len = std::fs::metadata(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -49,7 +62,7 @@ fn latency_writes_csv_json_summary_and_charts() {
         ],
         dir.path(),
     );
-    let csv = std::fs::read_to_string(dir.path().join("percentiles.csv")).unwrap();
+    let csv = read(dir.path(), "percentiles.csv");
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
@@ -117,11 +130,7 @@ fn latency_writes_csv_json_summary_and_charts() {
         assert_eq!(r["errors"], 0);
     }
     assert_eq!(meta["settings"]["interleave"], "requests");
-    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    assert!(
-        summary.contains("| passthrough |") && summary.contains("noise"),
-        "{summary}"
-    );
+    summary_says(dir.path(), &["| passthrough |", "noise"]);
     for chart in ["latency.svg", "latency.png", "delta.svg", "delta.png"] {
         non_empty(&dir.path().join(chart));
     }
@@ -217,8 +226,7 @@ fn errors_and_non_2xx_are_counted_not_dropped() {
         assert_eq!(r["non_2xx"], 50, "every 403 counted: {r}");
         assert_eq!(r["ok"], 0);
     }
-    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    assert!(summary.contains("non-2xx"), "{summary}");
+    summary_says(dir.path(), &["non-2xx"]);
 }
 
 #[test]
@@ -238,7 +246,7 @@ fn correlation_and_capacity_tiny_runs() {
         ],
         dir.path(),
     );
-    let csv = std::fs::read_to_string(dir.path().join("correlation.csv")).unwrap();
+    let csv = read(dir.path(), "correlation.csv");
     assert_eq!(
         csv.lines().next().unwrap(),
         "delay_ms,percentile,label,direct_us,tollgate_us,delta_us,noise_us,within_noise"
@@ -266,7 +274,7 @@ fn correlation_and_capacity_tiny_runs() {
         ],
         dir.path(),
     );
-    let csv = std::fs::read_to_string(dir.path().join("capacity.csv")).unwrap();
+    let csv = read(dir.path(), "capacity.csv");
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
@@ -291,13 +299,12 @@ fn correlation_and_capacity_tiny_runs() {
             }
         }
     }
-    let md = std::fs::read_to_string(dir.path().join("capacity.md")).unwrap();
+    let md = read(dir.path(), "capacity.md");
     assert!(md.starts_with(
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
-    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    assert!(summary.contains("× hyper"), "{summary}");
+    summary_says(dir.path(), &["× hyper"]);
 }
 
 #[test]
@@ -336,9 +343,5 @@ fn rounds_mode_measures_targets_one_after_another() {
         "no twin in rounds mode"
     );
     assert_eq!(meta["settings"]["interleave"], "rounds");
-    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    assert!(
-        summary.contains("spread between the direct rounds"),
-        "{summary}"
-    );
+    summary_says(dir.path(), &["spread between the direct rounds"]);
 }
