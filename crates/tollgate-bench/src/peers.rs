@@ -42,10 +42,9 @@ impl Peer {
 
     fn binary(self) -> Option<PathBuf> {
         match self {
-            Peer::Nginx => on_path("nginx"),
-            Peer::Haproxy | Peer::HaproxyTcp => on_path("haproxy"),
             // This binary: `tollgate bench hyper-floor`.
             Peer::Hyper => std::env::current_exe().ok(),
+            _ => on_path(self.binary_name()),
         }
     }
 

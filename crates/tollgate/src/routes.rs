@@ -93,9 +93,8 @@ impl RouteTable {
         self.routes.is_empty()
     }
 
-    /// Finds the route for `path` and the upstream path to send (base path + rest).
-    /// The route for `path` and the path to send upstream; borrowed (no allocation) when
-    /// it is `path` itself, as for a `/` route with no base path.
+    /// The route for `path` and the path to send upstream (base path + rest); borrowed
+    /// (no allocation) when the route has no base path.
     pub fn find<'a>(&self, path: &'a str) -> Option<(&Route, std::borrow::Cow<'a, str>)> {
         self.routes.iter().find_map(|r| {
             let rest = r.strip(path)?;

@@ -170,20 +170,20 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     shared.metrics.client_connections.inc();
     let builder = builder(&shared.runtime.load().config);
     let registration = shared.conns.open();
-    let me = registration.conn.clone();
+    let this = registration.conn.clone();
     let s = shared.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
         let s = s.clone();
-        let in_flight = me.enter(req.version());
+        let in_flight = this.enter(req.version());
         async move { Ok::<_, Infallible>(proxy::handle(s, req, in_flight).await) }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
-    let me = &registration.conn;
+    let this = &registration.conn;
     let finished = tokio::select! {
         biased;
         r = conn.as_mut() => Some(r),
-        end = std::future::poll_fn(|cx| me.poll_end(cx)) => match end {
+        end = std::future::poll_fn(|cx| this.poll_end(cx)) => match end {
             End::Drain => None,
             // No request in flight, so nothing is lost by closing (what hyper's own
             // header timeout does too).
