@@ -10,7 +10,7 @@
 //! 6. domain allow/deny lists
 //! 7. policy match (remedies and diagnosis attach here)
 //! 8. upstream request: hop-by-hop and control headers removed, URI rewritten
-//! 9. send, with the response-head timeout
+//! 9. send, with the response-head timeout (the only phase that waits)
 //! 10. response: hop-by-hop removed, request id added, body streamed and observed
 
 use crate::body::{Body, BoxError, from_incoming};
@@ -76,11 +76,17 @@ impl Ctx {
 }
 
 /// Entry point for one request on the proxy listener. Never fails: errors become responses.
-pub async fn handle(
+///
+/// The phases that only read and rewrite the request run here, synchronously; the future
+/// returned keeps only what the exchange needs. That keeps the future hyper stores per
+/// connection (and moves per request) small: an `async fn` keeps each of its arguments in
+/// its state for its whole life, and every local that was ever borrowed until its scope
+/// ends, so a request passed down through a chain of `async fn`s is stored once per layer.
+pub fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     in_flight: InFlight,
-) -> Response<Body> {
+) -> impl Future<Output = Response<Body>> + Send + 'static {
     let rt = shared.runtime.load_full();
     let mut ctx = Ctx {
         start: Instant::now(),
@@ -96,17 +102,43 @@ pub async fn handle(
             .then(|| req.uri().path().to_owned()),
         in_flight,
     };
-    match forward(&shared, &rt, req, &mut ctx).await {
-        Ok(Forwarded::Ready(resp)) => resp,
-        Ok(Forwarded::Upstream(resp)) => respond(shared, ctx, resp),
-        Err(err) => {
-            tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
-            shared
-                .observer
-                .emit(ctx.event(err.status().as_u16(), Some(err.code()), 0, true));
-            err.to_response(&ctx.id)
+    let step = prepare(&shared, &rt, req, &mut ctx);
+    async move {
+        let forwarded = match step {
+            Ok(Step::Upstream(req, target)) => {
+                let sent = Instant::now();
+                let resp = rt
+                    .client
+                    .send(req, &target, ctx.in_flight.response_timer())
+                    .await;
+                if resp.is_ok() {
+                    ctx.upstream = Some(sent.elapsed());
+                }
+                resp.map(Forwarded::Upstream)
+            }
+            Ok(Step::Connect(req)) => tunnel::open_boxed(&shared, &rt, req, &mut ctx)
+                .await
+                .map(Forwarded::Ready),
+            Err(err) => Err(err),
+        };
+        match forwarded {
+            Ok(Forwarded::Ready(resp)) => resp,
+            Ok(Forwarded::Upstream(resp)) => respond(shared, ctx, resp),
+            Err(err) => {
+                tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
+                shared
+                    .observer
+                    .emit(ctx.event(err.status().as_u16(), Some(err.code()), 0, true));
+                err.to_response(&ctx.id)
+            }
         }
     }
+}
+
+/// What the synchronous phases decided: the request to send upstream, or a tunnel.
+enum Step {
+    Upstream(Request<Body>, Target),
+    Connect(Request<Incoming>),
 }
 
 /// What the pipeline produced: the provider's response, still to be relayed, or a
@@ -116,12 +148,13 @@ enum Forwarded {
     Ready(Response<Body>),
 }
 
-async fn forward(
-    shared: &Arc<Shared>,
+/// Phases 3–8: admission, target, domain lists, policy, and the upstream request.
+fn prepare(
+    shared: &Shared,
     rt: &Runtime,
     req: Request<Incoming>,
     ctx: &mut Ctx,
-) -> Result<Forwarded, ProxyError> {
+) -> Result<Step, ProxyError> {
     let config = &rt.config;
     if shared.is_draining() {
         return Err(ProxyError::ShuttingDown);
@@ -134,11 +167,7 @@ async fn forward(
         });
     }
     if req.method() == Method::CONNECT {
-        // Boxed: CONNECT is the rare path, and its state would otherwise make every
-        // request's future (moved several times by hyper) kilobytes larger.
-        return Box::pin(tunnel::open(shared, rt, req, ctx))
-            .await
-            .map(Forwarded::Ready);
+        return Ok(Step::Connect(req));
     }
 
     let (target, path_and_query) = resolve_target(config, &req)?;
@@ -168,15 +197,10 @@ async fn forward(
     parts.uri = Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
-    let upstream_req = Request::from_parts(parts, from_incoming(body));
-
-    let sent = Instant::now();
-    let resp = rt
-        .client
-        .send(upstream_req, &target, ctx.in_flight.response_timer())
-        .await?;
-    ctx.upstream = Some(sent.elapsed());
-    Ok(Forwarded::Upstream(resp))
+    Ok(Step::Upstream(
+        Request::from_parts(parts, from_incoming(body)),
+        target,
+    ))
 }
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body

@@ -17,7 +17,9 @@ use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -173,9 +175,10 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let this = registration.conn.clone();
     let s = shared.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
-        let s = s.clone();
         let in_flight = this.enter(req.version());
-        async move { Ok::<_, Infallible>(proxy::handle(s, req, in_flight).await) }
+        Infallibly {
+            response: proxy::handle(s.clone(), req, in_flight),
+        }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
@@ -204,6 +207,24 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         tracing::debug!("client connection ended: {e}");
     }
     shared.metrics.client_connections.dec();
+}
+
+pin_project_lite::pin_project! {
+    /// A request's response as the `Result` hyper's service wants. A named future rather
+    /// than `async move { Ok(f.await) }`, which would hold the request's future twice (the
+    /// captured value and the copy `.await` pins), and hyper moves it once per request.
+    struct Infallibly<F> {
+        #[pin]
+        response: F,
+    }
+}
+
+impl<F: Future> Future for Infallibly<F> {
+    type Output = Result<F::Output, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().response.poll(cx).map(Ok)
+    }
 }
 
 /// Enforces `listen.header_read_timeout` on every connection, a quarter of it at a time

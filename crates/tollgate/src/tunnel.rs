@@ -10,9 +10,24 @@ use crate::target::{Scheme, Target};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::pin::Pin;
 use std::sync::Arc;
 
-pub async fn open(
+/// [`open`], boxed by a plain function. CONNECT is the rare path, and its state would
+/// otherwise make every request's future (moved by hyper) kilobytes larger: a future built
+/// inside an `async fn`'s await statement keeps its space in that function's state even
+/// after it has been moved into a box (rustc keeps a temporary's storage until the end of
+/// the statement, rust-lang/rust#69826), so the box must be made outside.
+pub fn open_boxed<'a>(
+    shared: &'a Arc<Shared>,
+    rt: &'a Runtime,
+    req: Request<Incoming>,
+    ctx: &'a mut Ctx,
+) -> Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>> {
+    Box::pin(open(shared, rt, req, ctx))
+}
+
+async fn open(
     shared: &Arc<Shared>,
     rt: &Runtime,
     req: Request<Incoming>,

@@ -31,6 +31,9 @@ pub struct H1Pool {
     idle_timeout: Duration,
 }
 
+type ConnectResult = Result<SendRequest<Body>, PoolError>;
+type RetryResult = Result<(SendRequest<Body>, Response<Incoming>), PoolError>;
+
 /// Why a request failed: connecting, or on an established connection.
 pub enum PoolError {
     Connect(ConnectError),
@@ -97,61 +100,95 @@ impl H1Pool {
         }
     }
 
-    async fn connect(&self, uri: &Uri) -> Result<SendRequest<Body>, PoolError> {
-        let io = self
-            .connector
-            .clone()
-            .call(uri.clone())
-            .await
-            .map_err(PoolError::Connect)?;
-        let (tx, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(PoolError::Http)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(tx)
+    /// Boxed, and by a plain function: connecting is the rare path, and its state would
+    /// otherwise be part of every request's future.
+    fn connect(&self, key: &Authority) -> Pin<Box<dyn Future<Output = ConnectResult> + Send>> {
+        let uri = Uri::builder()
+            .scheme(http::uri::Scheme::HTTP)
+            .authority(key.clone())
+            .path_and_query("/")
+            .build();
+        let connecting = uri.map(|uri| self.connector.clone().call(uri));
+        Box::pin(async move {
+            let io = connecting
+                .map_err(|e| PoolError::Connect(ConnectError::BadUri(e.to_string())))?
+                .await
+                .map_err(PoolError::Connect)?;
+            let (tx, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(PoolError::Http)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(tx)
+        })
+    }
+
+    /// An idle connection that is ready for a request, or a new one.
+    async fn ready(&self, key: &Authority) -> ConnectResult {
+        loop {
+            match self.take(key) {
+                Some(mut tx) => {
+                    if tx.ready().await.is_ok() {
+                        return Ok(tx);
+                    }
+                }
+                None => return self.connect(key).await,
+            }
+        }
     }
 
     /// Sends on a pooled connection (or a new one). A request that a stale pooled
     /// connection could not even start to send is retried once on a fresh connection.
-    pub async fn send(
-        self: &Arc<Self>,
+    ///
+    /// A plain function returning an `async` block: an `async fn` would keep the request
+    /// twice in its state (its argument, and the local the argument is moved into).
+    #[allow(clippy::manual_async_fn)]
+    pub fn send<'a>(
+        self: &'a Arc<Self>,
         req: Request<Body>,
+        key: &'a Authority,
+    ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
+        async move {
+            let mut tx = self.ready(key).await?;
+            let resp = match tx.try_send_request(req).await {
+                Ok(resp) => resp,
+                Err(refused) => {
+                    let (fresh, resp) = self.retry(refused, key).await?;
+                    tx = fresh;
+                    resp
+                }
+            };
+            let (parts, body) = resp.into_parts();
+            let slot = Some(Slot {
+                pool: Arc::downgrade(self),
+                key: key.clone(),
+                tx,
+            });
+            Ok(Response::from_parts(
+                parts,
+                PooledBody { inner: body, slot },
+            ))
+        }
+    }
+
+    /// The rare path, boxed: the connection refused the request before sending any of it.
+    fn retry(
+        &self,
+        mut refused: hyper::client::conn::TrySendError<Request<Body>>,
         key: &Authority,
-    ) -> Result<Response<PooledBody>, PoolError> {
-        let uri = req.uri().clone();
-        let mut tx = loop {
-            match self.take(key) {
-                Some(mut tx) => {
-                    if tx.ready().await.is_ok() {
-                        break tx;
-                    }
-                }
-                // Boxed: connecting is the rare path (see `send`'s future size).
-                None => break Box::pin(self.connect(&uri)).await?,
-            }
+    ) -> Pin<Box<dyn Future<Output = RetryResult> + Send>> {
+        let Some(req) = refused.take_message() else {
+            return Box::pin(std::future::ready(Err(PoolError::Http(
+                refused.into_error(),
+            ))));
         };
-        let resp = match tx.try_send_request(req).await {
-            Ok(resp) => resp,
-            Err(mut e) => match e.take_message() {
-                Some(req) => {
-                    tx = Box::pin(self.connect(&uri)).await?;
-                    tx.send_request(req).await.map_err(PoolError::Http)?
-                }
-                None => return Err(PoolError::Http(e.into_error())),
-            },
-        };
-        let (parts, body) = resp.into_parts();
-        let slot = Some(Slot {
-            pool: Arc::downgrade(self),
-            key: key.clone(),
-            tx,
-        });
-        Ok(Response::from_parts(
-            parts,
-            PooledBody { inner: body, slot },
-        ))
+        let connecting = self.connect(key);
+        Box::pin(async move {
+            let mut tx = connecting.await?;
+            let resp = tx.send_request(req).await.map_err(PoolError::Http)?;
+            Ok((tx, resp))
+        })
     }
 }
 

@@ -19,6 +19,8 @@ use crate::config::Upstream;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::target::{Scheme, Target};
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use http::{Request, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -66,37 +68,41 @@ impl UpstreamClient {
     }
 
     /// Sends a request and waits for the response head within `response_timeout`, on the
-    /// client connection's `timer`.
-    pub async fn send(
-        &self,
+    /// client connection's `timer`. A plain function returning the exchange, so that the
+    /// request is handed on without being stored in one more future (see [`crate::proxy::handle`]).
+    pub fn send<'a>(
+        &'a self,
         req: Request<Body>,
-        target: &Target,
-        timer: &ResponseTimer,
-    ) -> Result<Response<PooledBody>, ProxyError> {
+        target: &'a Target,
+        timer: &'a ResponseTimer,
+    ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
         let limit = self.settings.response_timeout;
         let name = target.authority.as_str();
-        let timed_out = || ProxyError::UpstreamTimeout {
+        let timed_out = move || ProxyError::UpstreamTimeout {
             target: name.to_owned(),
             stage: "respond",
             limit,
         };
         if target.scheme == Scheme::Http {
-            return match timer
-                .limit(limit, self.h1.send(req, &target.authority))
-                .await
-            {
-                Err(_) => Err(timed_out()),
-                Ok(Ok(resp)) => Ok(resp),
-                Ok(Err(PoolError::Connect(c))) => Err(ProxyError::from(&c)),
-                Ok(Err(PoolError::Http(e))) => Err(classify_http(&e, name)),
-            };
+            return Either::Left(
+                timer
+                    .limit(limit, self.h1.send(req, &target.authority))
+                    .map(move |r| match r {
+                        Err(_) => Err(timed_out()),
+                        Ok(Ok(resp)) => Ok(resp),
+                        Ok(Err(PoolError::Connect(c))) => Err(ProxyError::from(&c)),
+                        Ok(Err(PoolError::Http(e))) => Err(classify_http(&e, name)),
+                    }),
+            );
         }
         // Boxed so that the https client's large future does not size every request's.
-        match Box::pin(timer.limit(limit, self.client.request(req))).await {
-            Err(_) => Err(timed_out()),
-            Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
-            Ok(Err(e)) => Err(classify(&e, name)),
-        }
+        Either::Right(Box::pin(timer.limit(limit, self.client.request(req))).map(
+            move |r| match r {
+                Err(_) => Err(timed_out()),
+                Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
+                Ok(Err(e)) => Err(classify(&e, name)),
+            },
+        ))
     }
 }
 
