@@ -28,6 +28,8 @@ pub struct Access {
     pub completed: bool,
 }
 
+/// The queue is tokio's bounded channel, which allocates its slots in small blocks as they
+/// fill (std's bounded channel allocates all `queue_capacity` slots, megabytes, up front).
 #[derive(Clone)]
 pub struct Observer {
     tx: mpsc::Sender<Event>,
@@ -111,35 +113,47 @@ type HandleKey = (Option<Arc<str>>, Method, &'static str);
 const MAX_CACHED: usize = 10_000;
 
 fn record(m: &Metrics, cache: &mut rustc_hash::FxHashMap<HandleKey, Handles>, ev: &Event) {
-    let class = status_class(ev.status);
-    let key: HandleKey = (ev.host.clone(), ev.method.clone(), class);
-    if !cache.contains_key(&key) {
-        if cache.len() >= MAX_CACHED {
-            cache.clear();
-        }
-        let host = ev.host.as_deref().unwrap_or("-").to_owned();
-        let labels = RequestLabels {
-            host: host.clone(),
-            method: ev.method.as_str().to_owned(),
-            status_class: class,
-        };
-        let host_labels = HostLabels { host };
-        let handles = Handles {
-            requests: m.requests.get_or_create(&labels).clone(),
-            duration: m.request_duration.get_or_create(&host_labels).clone(),
-            upstream: m.upstream_duration.get_or_create(&host_labels).clone(),
-        };
-        cache.insert(key.clone(), handles);
+    let key: HandleKey = (ev.host.clone(), ev.method.clone(), status_class(ev.status));
+    // One lookup per event once the label set is known.
+    match cache.get(&key) {
+        Some(h) => count(h, ev),
+        None => count(cache_handles(m, cache, key), ev),
     }
-    let h = &cache[&key];
+    if let Some(code) = ev.error {
+        m.errors.get_or_create(&ErrorLabels { code }).inc();
+    }
+}
+
+fn count(h: &Handles, ev: &Event) {
     h.requests.inc();
     h.duration.observe(ev.total.as_secs_f64());
     if let Some(u) = ev.upstream {
         h.upstream.observe(u.as_secs_f64());
     }
-    if let Some(code) = ev.error {
-        m.errors.get_or_create(&ErrorLabels { code }).inc();
+}
+
+/// Looks a label set up in the registry (the first event of its kind) and caches it.
+fn cache_handles<'c>(
+    m: &Metrics,
+    cache: &'c mut rustc_hash::FxHashMap<HandleKey, Handles>,
+    key: HandleKey,
+) -> &'c Handles {
+    if cache.len() >= MAX_CACHED {
+        cache.clear();
     }
+    let host = key.0.as_deref().unwrap_or("-").to_owned();
+    let labels = RequestLabels {
+        host: host.clone(),
+        method: key.1.as_str().to_owned(),
+        status_class: key.2,
+    };
+    let host_labels = HostLabels { host };
+    let handles = Handles {
+        requests: m.requests.get_or_create(&labels).clone(),
+        duration: m.request_duration.get_or_create(&host_labels).clone(),
+        upstream: m.upstream_duration.get_or_create(&host_labels).clone(),
+    };
+    cache.entry(key).or_insert(handles)
 }
 
 fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {
