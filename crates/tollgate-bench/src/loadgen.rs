@@ -248,12 +248,19 @@ async fn worker(
         }
         let c = conn.as_mut().expect("connected above");
         match send(c, spec).await {
-            Ok(status) if (200..300).contains(&status) => {
-                let ns = from.elapsed().as_nanos().clamp(1_000, 120_000_000_000) as u64;
-                lock(&shared.hist).saturating_record(ns);
-            }
-            Ok(_) => {
-                shared.non_2xx.fetch_add(1, Ordering::Relaxed);
+            Ok(sent) => {
+                if (200..300).contains(&sent.status) {
+                    let ns = from.elapsed().as_nanos().clamp(1_000, 120_000_000_000) as u64;
+                    lock(&shared.hist).saturating_record(ns);
+                } else {
+                    shared.non_2xx.fetch_add(1, Ordering::Relaxed);
+                }
+                // RFC 9112 §9.6: after `Connection: close` the server closes; the next
+                // request goes on a new connection (nginx does this every 1 000 requests
+                // by default), which is not an error.
+                if sent.close {
+                    conn = None;
+                }
             }
             Err(_) => {
                 shared.errors.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +286,13 @@ async fn connect(url: &Uri) -> Result<SendRequest<Empty<Bytes>>, String> {
     Ok(sender)
 }
 
-async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<u16, String> {
+/// A response: its status, and whether the server said it closes the connection.
+struct Sent {
+    status: u16,
+    close: bool,
+}
+
+async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<Sent, String> {
     c.ready().await.map_err(|e| e.to_string())?;
     let authority = spec
         .url
@@ -294,9 +307,70 @@ async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<u16,
     let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
     let resp = c.send_request(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
+    let close = resp
+        .headers()
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+        });
     resp.into_body()
         .collect()
         .await
         .map_err(|e| e.to_string())?;
-    Ok(status)
+    Ok(Sent { status, close })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::service::service_fn;
+
+    /// A server that closes every connection after one response (`Connection: close`).
+    fn closing_server() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    tokio::spawn(async move {
+                        let svc = service_fn(|_req| async {
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(Bytes::from_static(b"ok")),
+                            ))
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .keep_alive(false)
+                            .serve_connection(TokioIo::new(tcp), svc)
+                            .await;
+                    });
+                }
+            });
+        });
+        addr
+    }
+
+    #[test]
+    fn a_server_closing_connections_is_not_an_error() {
+        let addr = closing_server();
+        let r = run(LoadSpec {
+            url: format!("http://{addr}/").parse().unwrap(),
+            headers: vec![],
+            requests: 60,
+            warmup: 0,
+            concurrency: 3,
+            mode: Mode::Closed,
+            core: None,
+        })
+        .unwrap();
+        assert_eq!((r.ok, r.errors, r.non_2xx), (60, 0, 0));
+    }
 }

@@ -106,10 +106,10 @@ pub fn handle(
     async move {
         let forwarded = match step {
             Ok(Step::Upstream(req, target)) => {
-                let sent = Instant::now();
+                let sent = tokio::time::Instant::now();
                 let resp = rt
                     .client
-                    .send(req, &target, ctx.in_flight.response_timer())
+                    .send(req, &target, ctx.in_flight.response_timer(), sent)
                     .await;
                 if resp.is_ok() {
                     ctx.upstream = Some(sent.elapsed());

@@ -57,9 +57,9 @@ impl Default for ResponseTimer {
 }
 
 impl ResponseTimer {
-    /// `fut`, cut off when `limit` has passed (counted from now).
-    pub fn limit<F: Future>(&self, limit: Duration, fut: F) -> Limited<'_, F> {
-        let deadline = Instant::now() + limit;
+    /// `fut`, cut off at `deadline` (the caller counts it from the instant it already
+    /// took for the request, which saves reading the clock once more).
+    pub fn until<F: Future>(&self, deadline: Instant, fut: F) -> Limited<'_, F> {
         let taken = self.idle.lock().ok().and_then(|mut idle| idle.take());
         let held = match taken {
             Some(mut sleep) => {
@@ -116,12 +116,15 @@ mod tests {
         // is moved on each time, not left at the first request's deadline.
         for _ in 0..3 {
             let r = t
-                .limit(limit, tokio::time::sleep(Duration::from_secs(9)))
+                .until(
+                    Instant::now() + limit,
+                    tokio::time::sleep(Duration::from_secs(9)),
+                )
                 .await;
             assert!(r.is_ok());
         }
         let start = Instant::now();
-        let r = t.limit(limit, std::future::pending::<()>()).await;
+        let r = t.until(start + limit, std::future::pending::<()>()).await;
         assert!(r.is_err());
         assert_eq!(start.elapsed(), limit);
         assert!(
@@ -134,8 +137,9 @@ mod tests {
     async fn concurrent_requests_get_their_own_timer() {
         let t = ResponseTimer::default();
         let limit = Duration::from_secs(5);
-        let slow = t.limit(limit, std::future::pending::<()>());
-        let quick = t.limit(limit, tokio::time::sleep(Duration::from_secs(1)));
+        let deadline = Instant::now() + limit;
+        let slow = t.until(deadline, std::future::pending::<()>());
+        let quick = t.until(deadline, tokio::time::sleep(Duration::from_secs(1)));
         let (slow, quick) = tokio::join!(slow, quick);
         assert!(slow.is_err());
         assert!(quick.is_ok());

@@ -75,11 +75,13 @@ impl H1Pool {
         });
     }
 
-    fn take(&self, key: &Authority) -> Option<SendRequest<Body>> {
+    /// The most recently returned connection that is still open and not idle past the
+    /// timeout at `now` (the request's send time, read once for the whole exchange).
+    fn take(&self, key: &Authority, now: Instant) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().expect("pool lock");
         let list = idle.get_mut(key)?;
         while let Some(c) = list.pop() {
-            if c.since.elapsed() < self.idle_timeout && !c.tx.is_closed() {
+            if now.saturating_duration_since(c.since) < self.idle_timeout && !c.tx.is_closed() {
                 return Some(c.tx);
             }
         }
@@ -125,9 +127,9 @@ impl H1Pool {
     }
 
     /// An idle connection that is ready for a request, or a new one.
-    async fn ready(&self, key: &Authority) -> ConnectResult {
+    async fn ready(&self, key: &Authority, now: Instant) -> ConnectResult {
         loop {
-            match self.take(key) {
+            match self.take(key, now) {
                 Some(mut tx) => {
                     if tx.ready().await.is_ok() {
                         return Ok(tx);
@@ -148,9 +150,10 @@ impl H1Pool {
         self: &'a Arc<Self>,
         req: Request<Body>,
         key: &'a Authority,
+        now: Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
         async move {
-            let mut tx = self.ready(key).await?;
+            let mut tx = self.ready(key, now).await?;
             let resp = match tx.try_send_request(req).await {
                 Ok(resp) => resp,
                 Err(refused) => {

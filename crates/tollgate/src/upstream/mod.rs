@@ -67,16 +67,18 @@ impl UpstreamClient {
         })
     }
 
-    /// Sends a request and waits for the response head within `response_timeout`, on the
-    /// client connection's `timer`. A plain function returning the exchange, so that the
+    /// Sends a request and waits for the response head within `response_timeout` from
+    /// `sent`, on the client connection's `timer`. A plain function returning the exchange, so that the
     /// request is handed on without being stored in one more future (see [`crate::proxy::handle`]).
     pub fn send<'a>(
         &'a self,
         req: Request<Body>,
         target: &'a Target,
         timer: &'a ResponseTimer,
+        sent: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
         let limit = self.settings.response_timeout;
+        let deadline = sent + limit;
         let name = target.authority.as_str();
         let timed_out = move || ProxyError::UpstreamTimeout {
             target: name.to_owned(),
@@ -86,7 +88,10 @@ impl UpstreamClient {
         if target.scheme == Scheme::Http {
             return Either::Left(
                 timer
-                    .limit(limit, self.h1.send(req, &target.authority))
+                    .until(
+                        deadline,
+                        self.h1.send(req, &target.authority, sent.into_std()),
+                    )
                     .map(move |r| match r {
                         Err(_) => Err(timed_out()),
                         Ok(Ok(resp)) => Ok(resp),
@@ -96,13 +101,13 @@ impl UpstreamClient {
             );
         }
         // Boxed so that the https client's large future does not size every request's.
-        Either::Right(Box::pin(timer.limit(limit, self.client.request(req))).map(
-            move |r| match r {
+        Either::Right(
+            Box::pin(timer.until(deadline, self.client.request(req))).map(move |r| match r {
                 Err(_) => Err(timed_out()),
                 Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
                 Ok(Err(e)) => Err(classify(&e, name)),
-            },
-        ))
+            }),
+        )
     }
 }
 
