@@ -147,3 +147,44 @@ async fn concurrent_http2_streams_each_get_their_own_response_timeout() {
     assert_eq!(quick.status, 200);
     assert_eq!(quick.body, "fast");
 }
+
+/// Writes `first`, pauses, then writes `rest`: the first bytes arrive on their own.
+async fn split_write(gw: &tollgate::Gateway, first: &[u8], rest: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.write_all(rest).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn the_protocol_is_told_by_the_first_bytes_even_when_they_arrive_apart() {
+    let up = upstream(|_req| async { Response::new(full("ok")) }).await;
+    let gw = gateway(QUICK).await;
+
+    // "P" could begin the HTTP/2 preface; "PO" cannot: served as HTTP/1.1.
+    let req = format!(
+        "OST /a HTTP/1.1\r\nHost: a\r\nx-tollgate-host: {}\r\nx-tollgate-scheme: http\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        up.addr
+    );
+    let mut s = split_write(&gw, b"P", req.as_bytes()).await;
+    let answer = String::from_utf8(read_until_closed(&mut s).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+
+    // The preface in two pieces, then an empty SETTINGS frame (RFC 9113 §3.4, §6.5):
+    // the gateway answers with its own SETTINGS frame, so it speaks HTTP/2.
+    let mut rest = b"\r\nSM\r\n\r\n".to_vec();
+    rest.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let mut s = split_write(&gw, b"PRI * HTTP/2.0\r\n", &rest).await;
+    let mut frame = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut frame))
+        .await
+        .expect("an HTTP/2 answer")
+        .unwrap();
+    assert_eq!(frame[3], 4, "a SETTINGS frame: {frame:?}");
+
+    // A client that stops inside the preface is cut off by the read deadline.
+    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(b"PRI * HT").await.unwrap();
+    assert!(read_until_closed(&mut s).await.is_empty());
+}
