@@ -80,8 +80,9 @@ impl Ctx {
 /// The phases that only read and rewrite the request run here, synchronously; the future
 /// returned keeps only what the exchange needs. That keeps the future hyper stores per
 /// connection (and moves per request) small: an `async fn` keeps each of its arguments in
-/// its state for its whole life, and every local that was ever borrowed until its scope
-/// ends, so a request passed down through a chain of `async fn`s is stored once per layer.
+/// its state for its whole life (rust-lang/rust#62958), and every local that was ever
+/// borrowed until its scope ends (#59123), so a request passed down through a chain of
+/// `async fn`s is stored once per layer.
 pub fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,

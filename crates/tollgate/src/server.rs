@@ -264,7 +264,8 @@ where
 pin_project_lite::pin_project! {
     /// A request's response as the `Result` hyper's service wants. A named future rather
     /// than `async move { Ok(f.await) }`, which would hold the request's future twice (the
-    /// captured value and the copy `.await` pins), and hyper moves it once per request.
+    /// captured value and the copy `.await` pins; rust-lang/rust#59087), and hyper moves it
+    /// once per request.
     struct Infallibly<F> {
         #[pin]
         response: F,

@@ -13,11 +13,8 @@ use hyper_util::rt::TokioIo;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// [`open`], boxed by a plain function. CONNECT is the rare path, and its state would
-/// otherwise make every request's future (moved by hyper) kilobytes larger: a future built
-/// inside an `async fn`'s await statement keeps its space in that function's state even
-/// after it has been moved into a box (rustc keeps a temporary's storage until the end of
-/// the statement, rust-lang/rust#69826), so the box must be made outside.
+/// `open`, boxed. CONNECT is the rare path, and its state would otherwise make every
+/// request's future (moved by hyper once per request) kilobytes larger.
 pub fn open_boxed<'a>(
     shared: &'a Arc<Shared>,
     rt: &'a Runtime,

@@ -144,7 +144,8 @@ impl H1Pool {
     /// connection could not even start to send is retried once on a fresh connection.
     ///
     /// A plain function returning an `async` block: an `async fn` would keep the request
-    /// twice in its state (its argument, and the local the argument is moved into).
+    /// twice in its state (its argument, and the local the argument is moved into;
+    /// rust-lang/rust#62958).
     #[allow(clippy::manual_async_fn)]
     pub fn send<'a>(
         self: &'a Arc<Self>,
