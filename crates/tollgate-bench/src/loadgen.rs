@@ -307,14 +307,7 @@ async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<Sent
     let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
     let resp = c.send_request(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
-    let close = resp
-        .headers()
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
-        });
+    let close = tollgate::headers::says_close(resp.headers());
     resp.into_body()
         .collect()
         .await

@@ -1,8 +1,8 @@
 //! Header rules of a proxy: hop-by-hop removal (RFC 9110 §7.6.1) and tollgate's own
 //! `x-tollgate-*` control headers, which never leave tollgate.
 
-use http::HeaderMap;
 use http::header::{CONNECTION, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderValue};
 
 pub const X_TOLLGATE_HOST: HeaderName = HeaderName::from_static("x-tollgate-host");
 pub const X_TOLLGATE_SCHEME: HeaderName = HeaderName::from_static("x-tollgate-scheme");
@@ -37,18 +37,14 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
         let first = all.next().cloned();
         let more: Vec<_> = all.cloned().collect();
         h.remove(CONNECTION);
-        for v in first.iter().chain(more.iter()) {
-            for token in v.to_str().unwrap_or("").split(',') {
-                let t = token.trim();
-                // Names given as &str are matched without allocating; `close` and
-                // `keep-alive` need no lookup (the latter goes below anyway).
-                if !t.is_empty()
-                    && !t.eq_ignore_ascii_case("close")
-                    && !t.eq_ignore_ascii_case("keep-alive")
-                    && !t.eq_ignore_ascii_case("te")
-                {
-                    h.remove(t);
-                }
+        for t in first.iter().chain(more.iter()).flat_map(tokens) {
+            // Names given as &str are matched without allocating; `close` and
+            // `keep-alive` need no lookup (the latter goes below anyway).
+            if !t.eq_ignore_ascii_case("close")
+                && !t.eq_ignore_ascii_case("keep-alive")
+                && !t.eq_ignore_ascii_case("te")
+            {
+                h.remove(t);
             }
         }
     }
@@ -61,6 +57,25 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     {
         h.remove(TE);
     }
+}
+
+/// The tokens of one `Connection` field line, a comma-separated list (RFC 9110 §5.6.1);
+/// empty elements are skipped.
+fn tokens(v: &HeaderValue) -> impl Iterator<Item = &str> {
+    v.to_str()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether a message says its connection closes after it: a `close` token in any
+/// `Connection` field line (RFC 9112 §9.6).
+pub fn says_close(h: &HeaderMap) -> bool {
+    h.get_all(CONNECTION)
+        .iter()
+        .flat_map(tokens)
+        .any(|t| t.eq_ignore_ascii_case("close"))
 }
 
 fn is_control(n: &HeaderName) -> bool {
@@ -88,7 +103,6 @@ pub fn size(h: &HeaderMap) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     #[test]
     fn hop_by_hop_and_connection_named_headers_go() {
@@ -127,6 +141,16 @@ mod tests {
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["te", "x-three"], "{h:?}");
+    }
+
+    #[test]
+    fn close_is_found_in_any_connection_line() {
+        let mut h = HeaderMap::new();
+        assert!(!says_close(&h));
+        h.append(CONNECTION, HeaderValue::from_static("keep-alive"));
+        assert!(!says_close(&h));
+        h.append(CONNECTION, HeaderValue::from_static("x-one, Close"));
+        assert!(says_close(&h));
     }
 
     #[test]

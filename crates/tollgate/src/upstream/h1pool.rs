@@ -24,6 +24,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Still open, and not idle for `timeout` or longer at `now`.
+    fn usable(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.since) < timeout && !self.tx.is_closed()
+    }
+}
+
 pub struct H1Pool {
     connector: Connector,
     idle: Mutex<rustc_hash::FxHashMap<Authority, Vec<Idle>>>,
@@ -68,9 +75,10 @@ impl H1Pool {
     }
 
     fn sweep(&self) {
+        let now = Instant::now();
         let mut idle = self.idle.lock().expect("pool lock");
         idle.retain(|_, list| {
-            list.retain(|c| c.since.elapsed() < self.idle_timeout && !c.tx.is_closed());
+            list.retain(|c| c.usable(now, self.idle_timeout));
             !list.is_empty()
         });
     }
@@ -81,7 +89,7 @@ impl H1Pool {
         let mut idle = self.idle.lock().expect("pool lock");
         let list = idle.get_mut(key)?;
         while let Some(c) = list.pop() {
-            if now.saturating_duration_since(c.since) < self.idle_timeout && !c.tx.is_closed() {
+            if c.usable(now, self.idle_timeout) {
                 return Some(c.tx);
             }
         }
