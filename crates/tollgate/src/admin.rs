@@ -1,4 +1,5 @@
 //! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `POST /reload`.
+//! With `admin.token` set, all but the two probes need `Authorization: Bearer TOKEN`.
 
 use crate::body::{Body, full};
 use crate::reload;
@@ -47,7 +48,40 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
     )
 }
 
+/// Whether the request may use a protected endpoint: no token configured, or the right
+/// bearer token (compared in constant time).
+fn authorised(shared: &Shared, req: &Request<Incoming>) -> bool {
+    let rt = shared.runtime.load();
+    let Some(token) = &rt.config.admin.token else {
+        return true;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .unwrap_or("");
+    let (a, b) = (given.as_bytes(), token.expose().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    if !matches!(path, "/healthz" | "/readyz") && !authorised(shared, &req) {
+        let mut r = json(
+            StatusCode::UNAUTHORIZED,
+            serde_json::json!({
+                "error": "unauthorized",
+                "message": "this admin endpoint needs `Authorization: Bearer <admin.token>`",
+            }),
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
         (&Method::GET, "/readyz") if shared.is_draining() => text(

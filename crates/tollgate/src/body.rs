@@ -19,6 +19,27 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
+/// The client's request body, relayed. Its errors are marked as the client's, so a
+/// malformed chunked body is answered 400 (the client's fault), not 502.
 pub fn from_incoming(b: hyper::body::Incoming) -> Body {
-    b.map_err(BoxError::from).boxed_unsync()
+    b.map_err(|e| BoxError::from(ClientBodyError(e)))
+        .boxed_unsync()
+}
+
+/// Reading the client's request body failed (malformed chunked encoding, a body shorter
+/// than its `Content-Length`, the client gone).
+#[derive(Debug, thiserror::Error)]
+#[error("the client's request body is malformed or incomplete: {0}")]
+pub struct ClientBodyError(pub hyper::Error);
+
+/// Whether `err` or one of its sources is a [`ClientBodyError`].
+pub fn is_client_body_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(s) = source {
+        if s.is::<ClientBodyError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }

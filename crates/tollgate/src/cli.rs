@@ -35,8 +35,8 @@ pub enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: SocketAddr,
-        /// Worker threads (default: available cores).
-        #[arg(long)]
+        /// Worker threads, 1 to 1024 (default: available cores).
+        #[arg(long, value_parser = threads)]
         threads: Option<usize>,
     },
 }
@@ -52,9 +52,19 @@ pub struct RunArgs {
     /// Admin listener address, overriding `admin.address`.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
-    /// Worker threads (default: available cores).
-    #[arg(long)]
+    /// Worker threads, 1 to 1024 (default: available cores).
+    #[arg(long, value_parser = threads)]
     pub threads: Option<usize>,
+}
+
+/// `--threads`: tokio panics on 0 worker threads, and thousands help nobody.
+fn threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a thread count; write a whole number from 1 to 1024"
+        )),
+    }
 }
 
 pub fn main() -> ExitCode {

@@ -18,6 +18,19 @@ pub enum ProxyError {
     MissingTarget,
     #[error("{0}")]
     BadTarget(String),
+    /// The client's request is malformed (RFC 9112 §3.2 Host rules, a broken chunked body).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request came back to this tollgate (its own `Via` pseudonym, or its own proxy
+    /// listener as the target): forwarding it would call itself until resources run out.
+    #[error("{0}")]
+    LoopDetected(String),
+    /// The target's address is refused by `egress` rules or is this tollgate's admin listener.
+    #[error("{0}")]
+    AddressDenied(String),
+    /// CONNECT to a port outside `egress.connect_ports`.
+    #[error("CONNECT to port {port} is not allowed; allowed: {allowed} (egress.connect_ports)")]
+    PortDenied { port: u16, allowed: String },
     #[error("cannot resolve `{host}`: {detail}")]
     Dns { host: String, detail: String },
     #[error("cannot connect to `{target}`: {detail}")]
@@ -46,6 +59,10 @@ impl ProxyError {
         match self {
             ProxyError::MissingTarget => "missing_target",
             ProxyError::BadTarget(_) => "bad_target",
+            ProxyError::BadRequest(_) => "bad_request",
+            ProxyError::LoopDetected(_) => "loop_detected",
+            ProxyError::AddressDenied(_) => "address_denied",
+            ProxyError::PortDenied { .. } => "port_denied",
             ProxyError::Dns { .. } => "dns_error",
             ProxyError::Connect { .. } => "connect_error",
             ProxyError::Tls { .. } => "tls_error",
@@ -59,7 +76,11 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::MissingTarget | ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
+            ProxyError::MissingTarget | ProxyError::BadTarget(_) | ProxyError::BadRequest(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::LoopDetected(_) => StatusCode::LOOP_DETECTED,
+            ProxyError::AddressDenied(_) | ProxyError::PortDenied { .. } => StatusCode::FORBIDDEN,
             ProxyError::Dns { .. }
             | ProxyError::Connect { .. }
             | ProxyError::Tls { .. }
@@ -69,6 +90,23 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
+    }
+
+    /// Whether the request's target was refused or never validated: its host is then
+    /// client input that must not become a metric label (it could be anything).
+    pub fn target_rejected(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::MissingTarget
+                | ProxyError::BadTarget(_)
+                | ProxyError::BadRequest(_)
+                | ProxyError::LoopDetected(_)
+                | ProxyError::AddressDenied(_)
+                | ProxyError::PortDenied { .. }
+                | ProxyError::DomainDenied(_)
+                | ProxyError::HeadersTooLarge { .. }
+                | ProxyError::ShuttingDown
+        )
     }
 
     /// The error response. `request_id` is echoed like on every response.
@@ -84,7 +122,8 @@ impl ProxyError {
         );
         h.insert(X_TOLLGATE_ERROR, HeaderValue::from_static(self.code()));
         h.insert(X_TOLLGATE_REQUEST_ID, request_id.clone());
-        if matches!(self, ProxyError::ShuttingDown) {
+        if matches!(self, ProxyError::ShuttingDown | ProxyError::BadRequest(_)) {
+            // A malformed request may have left the connection's framing unknown.
             // RFC 9112 §9.6: tell HTTP/1.1 clients this connection is going away.
             h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }

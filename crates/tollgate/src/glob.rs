@@ -11,9 +11,14 @@ pub struct HostGlob {
 
 impl HostGlob {
     pub fn new(pattern: &str) -> Result<Self, String> {
-        let p = pattern.trim().trim_end_matches('.').to_ascii_lowercase();
+        let mut p = pattern.trim().trim_end_matches('.').to_ascii_lowercase();
         if p.is_empty() {
             return Err("empty host pattern".into());
+        }
+        // An IP literal matches its canonical form, which is how targets spell it
+        // (`127.1`, `[::ffff:127.0.0.1]` and `2130706433` all become `127.0.0.1`).
+        if let Some(ip) = crate::egress::canonical_ip(&p) {
+            p = ip.to_string();
         }
         if let Some(c) = p
             .chars()
@@ -77,6 +82,9 @@ mod tests {
         assert!(m("*", "anything"));
         assert!(m("a*b*c", "axxbyyc"));
         assert!(!m("a*b*c", "axxcyyb"));
+        assert!(m("127.1", "127.0.0.1"));
+        assert!(m("[::FFFF:127.0.0.1]", "127.0.0.1"));
+        assert!(m("[::1]", "::1"));
         assert!(HostGlob::new("bad/host").is_err());
         assert!(HostGlob::new("").is_err());
     }

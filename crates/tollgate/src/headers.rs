@@ -1,7 +1,9 @@
 //! Header rules of a proxy: hop-by-hop removal (RFC 9110 §7.6.1) and tollgate's own
 //! `x-tollgate-*` control headers, which never leave tollgate.
 
-use http::header::{CONNECTION, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
+};
 use http::{HeaderMap, HeaderValue};
 
 pub const X_TOLLGATE_HOST: HeaderName = HeaderName::from_static("x-tollgate-host");
@@ -50,7 +52,12 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
     h.remove(KEEP_ALIVE);
     h.remove(PROXY_CONNECTION);
-    h.remove(TRANSFER_ENCODING);
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and a proxy must remove
+    // the Content-Length of such a message: left in, it would frame the relayed body and
+    // silently cut it short.
+    if h.remove(TRANSFER_ENCODING).is_some() {
+        h.remove(CONTENT_LENGTH);
+    }
     h.remove(UPGRADE);
     if let Some(te) = h.get(TE)
         && !te.as_bytes().eq_ignore_ascii_case(b"trailers")

@@ -13,7 +13,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub host: String,
-    pub method: String,
+    pub method: &'static str,
     pub status_class: &'static str,
 }
 
@@ -50,6 +50,7 @@ pub struct Metrics {
     pub tunnels: Gauge,
     pub reloads: Family<ResultLabels, Counter>,
     pub events_dropped: Counter,
+    pub hosts_folded: Counter,
 }
 
 impl Default for Metrics {
@@ -67,6 +68,7 @@ impl Default for Metrics {
             tunnels: Gauge::default(),
             reloads: Family::default(),
             events_dropped: Counter::default(),
+            hosts_folded: Counter::default(),
         };
         r.register(
             "requests",
@@ -109,6 +111,11 @@ impl Default for Metrics {
             "Request events (metrics, access log) dropped because the observer queue was full",
             m.events_dropped.clone(),
         );
+        r.register(
+            "metric_hosts_folded",
+            "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels",
+            m.hosts_folded.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             ..m
@@ -123,6 +130,24 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The method as a label: the methods of RFC 9110 §9 and PATCH (RFC 5789) by name, any
+/// other (client input of any length) as `other`, so the label set stays bounded.
+pub fn method_label(m: &http::Method) -> &'static str {
+    use http::Method as M;
+    match *m {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::CONNECT => "CONNECT",
+        M::OPTIONS => "OPTIONS",
+        M::TRACE => "TRACE",
+        M::PATCH => "PATCH",
+        _ => "other",
     }
 }
 

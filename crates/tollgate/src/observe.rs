@@ -2,7 +2,7 @@
 //! thread that updates metrics and writes the access log every 20 ms. A full queue drops the event
 //! and counts it (`tollgate_events_dropped_total`); the request never waits.
 
-use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, status_class};
+use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, method_label, status_class};
 use http::{HeaderValue, Method};
 use std::io::Write;
 use std::sync::Arc;
@@ -11,6 +11,9 @@ use tokio::sync::mpsc;
 
 pub struct Event {
     pub host: Option<Arc<str>>,
+    /// Whether the host was validated (the request was forwarded, or failed after its
+    /// target was accepted) and may be a metric label.
+    pub host_is_label: bool,
     pub method: Method,
     pub status: u16,
     pub error: Option<&'static str>,
@@ -38,7 +41,11 @@ pub struct Observer {
 
 impl Observer {
     /// Starts the observer thread. It ends when every sender is gone.
-    pub fn start(metrics: Metrics, log: &crate::config::Log) -> std::io::Result<Self> {
+    pub fn start(
+        metrics: Metrics,
+        log: &crate::config::Log,
+        max_hosts: usize,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(log.queue_capacity.max(1));
         let out: Box<dyn Write + Send> = match &log.access_log_file {
             Some(path) => Box::new(
@@ -53,7 +60,7 @@ impl Observer {
         let json = log.json;
         std::thread::Builder::new()
             .name("tollgate-observer".into())
-            .spawn(move || consume(rx, m, json, out))?;
+            .spawn(move || consume(rx, m, json, out, max_hosts))?;
         Ok(Self { tx, metrics })
     }
 
@@ -74,10 +81,15 @@ fn consume(
     metrics: Metrics,
     json: bool,
     out: Box<dyn Write + Send>,
+    max_hosts: usize,
 ) {
     use mpsc::error::TryRecvError;
     let mut out = std::io::BufWriter::new(out);
-    let mut cache = rustc_hash::FxHashMap::default();
+    let mut cache = Labels {
+        handles: rustc_hash::FxHashMap::default(),
+        hosts: rustc_hash::FxHashSet::default(),
+        max_hosts,
+    };
     loop {
         loop {
             match rx.try_recv() {
@@ -105,17 +117,34 @@ struct Handles {
     requests: prometheus_client::metrics::counter::Counter,
     duration: prometheus_client::metrics::histogram::Histogram,
     upstream: prometheus_client::metrics::histogram::Histogram,
+    /// The host was past `metrics.max_hosts`: counted under `other`.
+    folded: Option<prometheus_client::metrics::counter::Counter>,
 }
 
-type HandleKey = (Option<Arc<str>>, Method, &'static str);
+/// Host (validated only), method label, status class: every part bounded.
+type HandleKey = (Option<Arc<str>>, &'static str, &'static str);
+
+/// The observer's label state: cached metric handles, and the hosts admitted as labels.
+struct Labels {
+    handles: rustc_hash::FxHashMap<HandleKey, Handles>,
+    /// Hosts that are labels; at most `max_hosts`, never evicted (a series, once
+    /// exported, stays in the registry anyway).
+    hosts: rustc_hash::FxHashSet<Arc<str>>,
+    max_hosts: usize,
+}
 
 /// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
 const MAX_CACHED: usize = 10_000;
 
-fn record(m: &Metrics, cache: &mut rustc_hash::FxHashMap<HandleKey, Handles>, ev: &Event) {
-    let key: HandleKey = (ev.host.clone(), ev.method.clone(), status_class(ev.status));
+fn record(m: &Metrics, cache: &mut Labels, ev: &Event) {
+    let host = if ev.host_is_label {
+        ev.host.clone()
+    } else {
+        None
+    };
+    let key: HandleKey = (host, method_label(&ev.method), status_class(ev.status));
     // One lookup per event once the label set is known.
-    match cache.get(&key) {
+    match cache.handles.get(&key) {
         Some(h) => count(h, ev),
         None => count(cache_handles(m, cache, key), ev),
     }
@@ -126,6 +155,9 @@ fn record(m: &Metrics, cache: &mut rustc_hash::FxHashMap<HandleKey, Handles>, ev
 
 fn count(h: &Handles, ev: &Event) {
     h.requests.inc();
+    if let Some(f) = &h.folded {
+        f.inc();
+    }
     h.duration.observe(ev.total.as_secs_f64());
     if let Some(u) = ev.upstream {
         h.upstream.observe(u.as_secs_f64());
@@ -133,18 +165,26 @@ fn count(h: &Handles, ev: &Event) {
 }
 
 /// Looks a label set up in the registry (the first event of its kind) and caches it.
-fn cache_handles<'c>(
-    m: &Metrics,
-    cache: &'c mut rustc_hash::FxHashMap<HandleKey, Handles>,
-    key: HandleKey,
-) -> &'c Handles {
-    if cache.len() >= MAX_CACHED {
-        cache.clear();
+fn cache_handles<'c>(m: &Metrics, cache: &'c mut Labels, key: HandleKey) -> &'c Handles {
+    if cache.handles.len() >= MAX_CACHED {
+        cache.handles.clear();
     }
-    let host = key.0.as_deref().unwrap_or("-").to_owned();
+    let mut folded = None;
+    let host = match &key.0 {
+        None => "-".to_owned(),
+        Some(h) if cache.hosts.contains(h) => h.to_string(),
+        Some(h) if cache.hosts.len() < cache.max_hosts => {
+            cache.hosts.insert(h.clone());
+            h.to_string()
+        }
+        Some(_) => {
+            folded = Some(m.hosts_folded.clone());
+            "other".to_owned()
+        }
+    };
     let labels = RequestLabels {
         host: host.clone(),
-        method: key.1.as_str().to_owned(),
+        method: key.1,
         status_class: key.2,
     };
     let host_labels = HostLabels { host };
@@ -152,8 +192,9 @@ fn cache_handles<'c>(
         requests: m.requests.get_or_create(&labels).clone(),
         duration: m.request_duration.get_or_create(&host_labels).clone(),
         upstream: m.upstream_duration.get_or_create(&host_labels).clone(),
+        folded,
     };
-    cache.entry(key).or_insert(handles)
+    cache.handles.entry(key).or_insert(handles)
 }
 
 fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {

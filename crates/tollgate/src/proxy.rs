@@ -18,6 +18,7 @@ use crate::conns::InFlight;
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
 use crate::observe::{Access, Event};
+use crate::paths;
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};
 use crate::tunnel;
@@ -57,6 +58,7 @@ impl Ctx {
     ) -> Event {
         Event {
             host: self.host.clone(),
+            host_is_label: true,
             method: self.method.clone(),
             status,
             error,
@@ -127,9 +129,10 @@ pub fn handle(
             Ok(Forwarded::Upstream(resp)) => respond(shared, ctx, resp),
             Err(err) => {
                 tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
-                shared
-                    .observer
-                    .emit(ctx.event(err.status().as_u16(), Some(err.code()), 0, true));
+                let mut event = ctx.event(err.status().as_u16(), Some(err.code()), 0, true);
+                // A refused target's host is client input: never a metric label.
+                event.host_is_label = !err.target_rejected();
+                shared.observer.emit(event);
                 err.to_response(&ctx.id)
             }
         }
@@ -153,7 +156,7 @@ enum Forwarded {
 fn prepare(
     shared: &Shared,
     rt: &Runtime,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     ctx: &mut Ctx,
 ) -> Result<Step, ProxyError> {
     let config = &rt.config;
@@ -167,8 +170,30 @@ fn prepare(
             limit: config.listen.max_header_bytes,
         });
     }
+    // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host is a 400.
+    if req.version() == Version::HTTP_11 {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        if hosts.next().is_none() || hosts.next().is_some() {
+            return Err(ProxyError::BadRequest(
+                "an HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2)".into(),
+            ));
+        }
+    }
+    if shared.via.came_back(req.headers()) {
+        return Err(ProxyError::LoopDetected(
+            "this request already passed through this tollgate (its Via pseudonym came back): the target leads back to tollgate".into(),
+        ));
+    }
     if req.method() == Method::CONNECT {
         return Ok(Step::Connect(req));
+    }
+    // RFC 3986 §5.2.4: dot segments are resolved before anything reads the path, so
+    // `/svc/../../admin` can neither escape a route's base path nor slip past a policy.
+    if let Some(pq) = paths::without_dot_segments(req.uri()) {
+        let mut parts = std::mem::take(req.uri_mut()).into_parts();
+        parts.path_and_query = Some(pq);
+        *req.uri_mut() =
+            Uri::from_parts(parts).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
     }
 
     let (target, path_and_query) = resolve_target(config, &req)?;
@@ -186,16 +211,30 @@ fn prepare(
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::strip_control(&mut parts.headers);
-    // RFC 9110 §7.2: Host is the upstream's authority. Set from the precomputed value
-    // (hyper-util would format it per request); HTTP/2 upstreams get `:authority` from the URI.
-    parts
-        .headers
-        .insert(header::HOST, target.host_header.clone());
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(target.scheme.uri_scheme());
-    uri.authority = Some(target.authority.clone());
-    uri.path_and_query = Some(path_and_query);
-    parts.uri = Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
+    // RFC 9110 §7.6.3: each proxy appends itself to Via; seeing its own entry come back
+    // is how a loop through any address or name is caught.
+    parts.headers.append(header::VIA, shared.via.value.clone());
+    parts.uri = match target.scheme {
+        // tollgate's own HTTP/1.1 pool: the request line is origin-form (RFC 9112
+        // §3.2.1); absolute-form is for a next-hop proxy. Host is the upstream's
+        // authority (RFC 9110 §7.2), precomputed with the target.
+        Scheme::Http => {
+            parts
+                .headers
+                .insert(header::HOST, target.host_header.clone());
+            Uri::from(path_and_query)
+        }
+        // hyper-util's client: it needs the absolute URI to pick a connection, writes
+        // origin-form on HTTP/1.1 and sets Host there; HTTP/2 sends `:authority` only.
+        Scheme::Https => {
+            parts.headers.remove(header::HOST);
+            let mut uri = http::uri::Parts::default();
+            uri.scheme = Some(target.scheme.uri_scheme());
+            uri.authority = Some(target.authority.clone());
+            uri.path_and_query = Some(path_and_query);
+            Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?
+        }
+    };
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
     Ok(Step::Upstream(

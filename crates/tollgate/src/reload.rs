@@ -41,21 +41,39 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
             location: None,
         }]);
     };
-    let mut config = Config::load(path).map_err(|e| e.errors)?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError {
+            path: String::new(),
+            message: format!("cannot read `{}`: {e}", path.display()),
+            location: None,
+        }]
+    })?;
+    // An empty file would mean "all defaults": allow and deny lists and routes gone.
+    // On reload it is far more likely a file caught mid-write, so it is refused.
+    if text.trim().is_empty() {
+        return Err(vec![ConfigError {
+            path: String::new(),
+            message: "the file is empty (caught mid-write?); the running config is kept. To go back to the built-in defaults on purpose, write `{}`".into(),
+            location: None,
+        }]);
+    }
+    let mut config = Config::from_yaml(&text)?;
     shared.overrides.apply(&mut config);
     let current = shared.runtime.load_full();
     let d = diff(&current.config, &config);
-    let client = if current.client.settings == config.upstream {
+    let egress = shared.egress(&config);
+    let client = if current.client.settings == config.upstream && current.client.egress == egress {
         current.client.clone()
     } else {
-        let c =
-            UpstreamClient::new(&config.upstream, shared.metrics.clone()).map_err(|message| {
+        let c = UpstreamClient::new(&config.upstream, egress, shared.metrics.clone()).map_err(
+            |message| {
                 vec![ConfigError {
                     path: "upstream.tls".into(),
                     message,
                     location: None,
                 }]
-            })?;
+            },
+        )?;
         Arc::new(c)
     };
     shared.runtime.store(Arc::new(Runtime {
@@ -65,27 +83,45 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
     Ok(d)
 }
 
-/// What the watcher compares: modification time and size.
-pub type Stamp = Option<(SystemTime, u64)>;
+/// What the watcher compares: modification time, size and (on Unix) the inode, which
+/// an atomic replacement (write a new file, rename it over the old) changes.
+pub type Stamp = Option<(SystemTime, u64, u64)>;
 
 pub fn stamp(path: &std::path::Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((m.modified().ok()?, m.len(), inode))
 }
 
-/// Polls the file's stamp every 500 ms and reloads when it changes. `last` is the stamp
-/// taken before the running config was read, so a change in between is not missed.
+/// How often the watcher looks at the file.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Polls the file's stamp every [`WATCH_INTERVAL`] and reloads once a change has
+/// settled: the stamp differs from the running config's and is the same at two polls in
+/// a row. A file caught in the middle of a write (still growing, or truncated before
+/// being rewritten) is not applied; a change is applied 0.5–1 s after the last write.
+/// `last` is the stamp taken before the running config was read, so a change in between
+/// is not missed.
 pub async fn watch(shared: Arc<Shared>, path: PathBuf, mut last: Stamp) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(WATCH_INTERVAL);
+    let mut seen: Stamp = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shared.stop.cancelled() => return,
         }
         let now = stamp(&path);
-        if now.is_some() && now != last {
+        if now.is_none() || now == last {
+            seen = None;
+        } else if now == seen {
             last = now;
+            seen = None;
             let _ = reload(&shared).await;
+        } else {
+            seen = now;
         }
     }
 }

@@ -34,12 +34,10 @@ impl Route {
         let uri: Uri = upstream
             .parse()
             .map_err(|e| format!("upstream `{shown}` is not a URL: {e}"))?;
-        let scheme = uri.scheme_str().and_then(Scheme::parse).ok_or_else(|| {
-            format!(
-                "upstream `{}` must start with http:// or https://",
-                mask_url(upstream)
-            )
-        })?;
+        let scheme = uri
+            .scheme_str()
+            .and_then(Scheme::parse)
+            .ok_or_else(|| format!("upstream `{shown}` must start with http:// or https://"))?;
         let authority = uri
             .authority()
             .ok_or_else(|| format!("upstream `{shown}` has no host"))?;

@@ -5,6 +5,7 @@
 use crate::admin;
 use crate::config::{Config, ConfigErrors};
 use crate::conns::{Conn, End};
+use crate::egress::{Egress, Listener};
 use crate::metrics::Metrics;
 use crate::proxy;
 use crate::reload;
@@ -69,8 +70,6 @@ impl Gateway {
         };
         opts.overrides.apply(&mut config);
         let metrics = Metrics::default();
-        let client =
-            UpstreamClient::new(&config.upstream, metrics.clone()).map_err(StartError::Tls)?;
         let bind = |what, addr| async move {
             TcpListener::bind(addr)
                 .await
@@ -84,13 +83,36 @@ impl Gateway {
         let admin_addr = admin_listener
             .local_addr()
             .expect("bound listener has an address");
+        if config.admin.token.is_none() && !admin_addr.ip().is_loopback() {
+            tracing::warn!(
+                %admin_addr,
+                "the admin listener is not on a loopback address and has no admin.token: anyone who reaches it can read the config and reload it"
+            );
+        }
+        // The connector refuses these whatever the target's spelling (egress.rs).
+        let own = vec![(proxy_addr, Listener::Proxy), (admin_addr, Listener::Admin)];
+        let client = UpstreamClient::new(
+            &config.upstream,
+            Egress {
+                rules: config.egress.clone(),
+                own: own.clone(),
+            },
+            metrics.clone(),
+        )
+        .map_err(StartError::Tls)?;
         let runtime = Runtime {
             config: Arc::new(config),
             client: Arc::new(client),
         };
         let shared = Arc::new(
-            Shared::new(runtime, opts.config_path.clone(), opts.overrides, metrics)
-                .map_err(StartError::AccessLog)?,
+            Shared::new(
+                runtime,
+                opts.config_path.clone(),
+                opts.overrides,
+                metrics,
+                own,
+            )
+            .map_err(StartError::AccessLog)?,
         );
 
         let admin_task = tokio::spawn(admin::serve(admin_listener, shared.clone()));

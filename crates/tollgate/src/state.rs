@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::conns::Conns;
+use crate::egress::{Egress, Listener};
 use crate::metrics::Metrics;
 use crate::observe::Observer;
 use crate::request_id::RequestIds;
@@ -57,6 +58,40 @@ pub struct Shared {
     pub conns: Conns,
     /// Serialises reloads (never taken by requests).
     pub reload_lock: tokio::sync::Mutex<()>,
+    /// The addresses tollgate listens on (fixed until restart).
+    pub own_listeners: Vec<(SocketAddr, Listener)>,
+    /// This instance's `Via` entry (RFC 9110 §7.6.3): `1.1 tollgate-<random>`.
+    pub via: Via,
+}
+
+/// This instance's pseudonym in `Via`: random per process, so a request that comes back
+/// carrying it has looped, while a chain of several tollgates is still allowed.
+pub struct Via {
+    pub value: http::HeaderValue,
+    pseudonym: String,
+}
+
+impl Default for Via {
+    fn default() -> Self {
+        let pseudonym = format!("tollgate-{:08x}", fastrand::u32(..));
+        Self {
+            value: http::HeaderValue::from_str(&format!("1.1 {pseudonym}"))
+                .expect("ASCII header value"),
+            pseudonym,
+        }
+    }
+}
+
+impl Via {
+    /// Whether any `Via` field line of the request names this instance.
+    #[inline]
+    pub fn came_back(&self, headers: &http::HeaderMap) -> bool {
+        headers.get_all(http::header::VIA).iter().any(|v| {
+            v.as_bytes()
+                .windows(self.pseudonym.len())
+                .any(|w| w == self.pseudonym.as_bytes())
+        })
+    }
 }
 
 impl Shared {
@@ -65,8 +100,13 @@ impl Shared {
         config_path: Option<PathBuf>,
         overrides: Overrides,
         metrics: Metrics,
+        own_listeners: Vec<(SocketAddr, Listener)>,
     ) -> std::io::Result<Self> {
-        let observer = Observer::start(metrics.clone(), &runtime.config.log)?;
+        let observer = Observer::start(
+            metrics.clone(),
+            &runtime.config.log,
+            runtime.config.metrics.max_hosts,
+        )?;
         Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
             config_path,
@@ -80,7 +120,17 @@ impl Shared {
             tasks: TaskTracker::new(),
             conns: Conns::default(),
             reload_lock: tokio::sync::Mutex::new(()),
+            own_listeners,
+            via: Via::default(),
         })
+    }
+
+    /// The egress check a client built for `config` uses.
+    pub fn egress(&self, config: &Config) -> Egress {
+        Egress {
+            rules: config.egress.clone(),
+            own: self.own_listeners.clone(),
+        }
     }
 
     #[inline]

@@ -98,7 +98,12 @@ impl Target {
         if port == 0 {
             return Err(format!("`{auth}` has port 0"));
         }
-        let host = host.to_ascii_lowercase();
+        // An IP literal in any spelling a resolver accepts is replaced by its canonical
+        // form, so the domain lists and the request's Host see the address it reaches.
+        let host = match crate::egress::canonical_ip(host) {
+            Some(ip) => ip.to_string(),
+            None => host.to_ascii_lowercase(),
+        };
         let authority =
             if port == scheme.default_port() && auth.port().is_none() && host == raw_host {
                 auth.clone()
@@ -145,6 +150,20 @@ mod tests {
         );
         let t = Target::parse(Scheme::Http, "[::1]:9000").unwrap();
         assert_eq!((&*t.host, t.port), ("::1", 9000));
+        for spelled in [
+            "127.1",
+            "2130706433",
+            "0x7f000001",
+            "0177.0.0.1",
+            "[::ffff:127.0.0.1]",
+        ] {
+            let t = Target::parse(Scheme::Http, spelled).unwrap();
+            assert_eq!(
+                (&*t.host, t.authority.as_str()),
+                ("127.0.0.1", "127.0.0.1"),
+                "{spelled}"
+            );
+        }
         assert!(Target::parse(Scheme::Http, "user@host").is_err());
         assert!(Target::parse(Scheme::Http, "host:99999").is_err());
         assert!(Target::parse(Scheme::Http, "host:").is_err());

@@ -41,6 +41,15 @@ async fn open(
     if !rt.config.domains.permits(&target.host) {
         return Err(ProxyError::DomainDenied(target.host.to_string()));
     }
+    // Squid's default: tunnels reach the HTTPS port only, so CONNECT is not a port
+    // scanner (which answers open and closed ports differently).
+    let ports = &rt.config.egress.connect_ports;
+    if !ports.contains(target.port) {
+        return Err(ProxyError::PortDenied {
+            port: target.port,
+            allowed: ports.to_string(),
+        });
+    }
     let mut upstream = rt
         .client
         .connector

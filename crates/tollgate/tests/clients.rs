@@ -29,7 +29,7 @@ async fn blocking(mut cmd: Command) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_forward_proxy_header_mode_and_connect() {
     let up = echo_upstream().await;
-    let gw = gateway("").await;
+    let gw = gateway(ANY_CONNECT_PORT).await;
     let proxy = format!("http://{}", gw.proxy_addr);
 
     let mut c = Command::new("curl");

@@ -101,3 +101,24 @@ async fn httpbin_paths() {
     assert_eq!((drip.status.as_u16(), &drip.body[..]), (201, &b"****"[..]));
     assert_eq!(get(&p, "/nope").await.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn out_of_range_parameters_are_a_400_not_an_abort() {
+    let p = Provider::start(local0()).await.unwrap();
+    for path in [
+        "/drip?duration=18446744073709551616",
+        "/drip?duration=1e300",
+        "/drip?delay=-1",
+        "/drip?numbytes=lots",
+        "/drip?code=99999",
+    ] {
+        let got = get(&p, path).await;
+        assert_eq!(got.status, StatusCode::BAD_REQUEST, "{path}");
+    }
+    assert_eq!(
+        get(&p, "/delay/18446744073709551616").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Still serving after all of them.
+    assert_eq!(get(&p, "/static").await.status, StatusCode::OK);
+}

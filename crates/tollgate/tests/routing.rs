@@ -74,7 +74,7 @@ async fn declared_routes_strip_the_prefix() {
 #[tokio::test]
 async fn connect_tunnels_relay_bytes() {
     let up = echo_upstream().await;
-    let gw = gateway("").await;
+    let gw = gateway(ANY_CONNECT_PORT).await;
     let (mut s, head) = connect_via(gw.proxy_addr, &up.addr.to_string()).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // Through the tunnel, speak HTTP to the upstream directly.
@@ -90,7 +90,10 @@ async fn connect_tunnels_relay_bytes() {
 
 #[tokio::test]
 async fn connect_errors_have_statuses() {
-    let gw = gateway("domains:\n  deny: ['denied.test']\n").await;
+    let gw = gateway(&format!(
+        "domains:\n  deny: ['denied.test']\n{ANY_CONNECT_PORT}"
+    ))
+    .await;
     let closed = tokio::net::TcpListener::bind(local0())
         .await
         .unwrap()

@@ -121,7 +121,7 @@ async fn drain_deadline_cuts_stuck_requests() {
 #[tokio::test]
 async fn open_tunnels_finish_during_drain() {
     let up = echo_upstream().await;
-    let gw = gateway("").await;
+    let gw = gateway(ANY_CONNECT_PORT).await;
     let (mut s, head) = connect_via(gw.proxy_addr, &up.addr.to_string()).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     gw.shutdown();

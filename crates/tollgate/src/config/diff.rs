@@ -22,7 +22,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
     let (o, n) = (old.effective(), new.effective());
     for section in [
-        "listen", "admin", "upstream", "domains", "routes", "policies", "log", "shutdown",
+        "listen", "admin", "upstream", "domains", "egress", "routes", "policies", "log", "metrics",
+        "shutdown",
     ] {
         if o[section] != n[section] {
             d.changed.push(section);
@@ -39,6 +40,9 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         || old.log.access_log_file != new.log.access_log_file
     {
         d.needs_restart.push("log (level, format, access_log_file)");
+    }
+    if old.metrics != new.metrics {
+        d.needs_restart.push("metrics.max_hosts");
     }
     d
 }

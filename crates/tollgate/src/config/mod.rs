@@ -5,14 +5,17 @@
 mod diff;
 mod env;
 pub mod raw;
+mod shorthand;
 pub mod units;
 mod validate;
 
 pub use diff::{ConfigDiff, diff};
 
 use crate::domains::DomainRules;
+use crate::egress::EgressRules;
 use crate::policy::PolicySet;
 use crate::routes::RouteTable;
+use crate::secret::Secret;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,9 +28,11 @@ pub struct Config {
     pub admin: Admin,
     pub upstream: Upstream,
     pub domains: DomainRules,
+    pub egress: EgressRules,
     pub routes: RouteTable,
     pub policies: PolicySet,
     pub log: Log,
+    pub metrics: Metrics,
     pub shutdown: Shutdown,
 }
 
@@ -37,11 +42,18 @@ pub struct Listen {
     pub max_header_bytes: usize,
     pub header_read_timeout: Duration,
     pub max_concurrent_streams: u32,
+    pub send_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admin {
     pub address: SocketAddr,
+    pub token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    pub max_hosts: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +61,7 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub dns_ttl: Duration,
+    pub expect_continue_timeout: Duration,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
     pub extra_ca_file: Option<PathBuf>,
@@ -156,9 +169,20 @@ pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
     serde_path_to_error::deserialize(de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
-        let location = inner.location().map(|l| (l.line(), l.column()));
+        let mut location = inner.location().map(|l| (l.line(), l.column()));
         let mut message = inner.to_string();
-        // yaml_serde appends " at line L column C"; we report the location separately.
+        // An unclosed quote is found where the file ends; the user needs where it opened,
+        // which the parser gives as the context (`…, while scanning a quoted scalar at
+        // line L column C`).
+        if let Some(at) = message
+            .split_once("while scanning a quoted scalar at ")
+            .and_then(|(_, rest)| mark(rest))
+        {
+            location = Some(at);
+            message =
+                "a quoted string starts here and is never closed; add the closing quote".into();
+        }
+        // yaml_serde appends " at line L column C" (and a context); we report the location separately.
         if let Some(i) = message.find(" at line ") {
             message.truncate(i);
         }
@@ -169,12 +193,68 @@ pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
         {
             message = rest.to_owned();
         }
+        if message.contains("cannot start any token") || message.contains("tab character") {
+            let at = location.and_then(|(l, c)| {
+                text.lines()
+                    .nth(l.checked_sub(1)?)?
+                    .chars()
+                    .nth(c.checked_sub(1)?)
+            });
+            if at == Some('\t') {
+                message =
+                    "a tab character: YAML indents with spaces only; replace the tab with spaces"
+                        .into();
+            }
+        }
         vec![ConfigError {
             path: if path == "." { String::new() } else { path },
-            message,
+            message: humanize(&message),
             location,
         }]
     })
+}
+
+/// `line L column C` at the start of `s`.
+fn mark(s: &str) -> Option<(usize, usize)> {
+    let rest = s.strip_prefix("line ")?;
+    let (line, rest) = rest.split_once(" column ")?;
+    let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((line.parse().ok()?, col.parse().ok()?))
+}
+
+/// Says what to write instead of naming Rust types (`struct RawListen`, `u32`).
+fn humanize(message: &str) -> String {
+    let mut m = message.to_owned();
+    // `expected struct RawX`: the section wants `key: value` lines.
+    while let Some(i) = m.find("struct Raw") {
+        let end = m[i..]
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != ' ')
+            .map_or(m.len(), |e| i + e);
+        m.replace_range(i..end, "`key: value` lines under it");
+    }
+    for (rust, said) in [
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        ("expected usize", "expected a whole number (0 or more)"),
+        ("expected u64", "expected a whole number (0 or more)"),
+        (
+            "expected a sequence",
+            "expected a list (`- item` lines, or `[a, b]`)",
+        ),
+        ("expected a boolean", "expected `true` or `false`"),
+        ("invalid type: map", "invalid type: `key: value` lines"),
+        ("invalid type: sequence", "invalid type: a list"),
+        (
+            "data did not match any variant of untagged enum RawPort",
+            "expected a port number (443), a range (\"8000-8100\") or \"*\"",
+        ),
+    ] {
+        m = m.replace(rust, said);
+    }
+    m
 }
 
 /// The JSON Schema of the config file.

@@ -14,14 +14,22 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 #[schemars(title = "tollgate configuration")]
 pub struct RawConfig {
-    /// The proxy listener that applications send their outgoing calls to.
+    /// The proxy listener that applications send their outgoing calls to. `listen: ADDRESS` is short for `listen: { address: ADDRESS }`.
+    #[serde(deserialize_with = "super::shorthand::listen")]
+    #[schemars(schema_with = "super::shorthand::listen_schema")]
     pub listen: RawListen,
-    /// The admin listener: health, readiness, metrics, effective config, reload.
+    /// The admin listener: health, readiness, metrics, effective config, reload. `admin: ADDRESS` is short for `admin: { address: ADDRESS }`.
+    #[serde(deserialize_with = "super::shorthand::admin")]
+    #[schemars(schema_with = "super::shorthand::admin_schema")]
     pub admin: RawAdmin,
     /// How tollgate connects to providers.
     pub upstream: RawUpstream,
     /// Domain allow/deny lists, applied to every traffic mode.
     pub domains: RawDomains,
+    /// Address rules applied after DNS resolution, and the ports CONNECT may reach.
+    pub egress: RawEgress,
+    /// Prometheus metrics on the admin listener.
+    pub metrics: RawMetrics,
     /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
     pub routes: Vec<RawRoute>,
     /// Policies: which traffic remedies and diagnosis apply to (matched by host, path template and method).
@@ -41,8 +49,10 @@ pub struct RawListen {
     pub max_header_bytes: String,
     /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or its previous response's end (slow-loris guard and keep-alive idle limit). Checked every quarter of it: a quiet connection closes between 1x and 1.25x this.
     pub header_read_timeout: String,
-    /// Largest number of concurrent HTTP/2 streams per client connection.
+    /// Largest number of concurrent HTTP/2 streams per client connection (1 to 100000).
     pub max_concurrent_streams: u32,
+    /// Time an HTTP/1.1 client may leave a response unread (the response stalled because the client stopped reading) before its connection is cut and the upstream connection released. Checked with the read deadline's sweep: a stalled client is cut between 1x and 1.25x this (at least every quarter of header_read_timeout).
+    pub send_timeout: String,
 }
 
 impl Default for RawListen {
@@ -52,6 +62,7 @@ impl Default for RawListen {
             max_header_bytes: "64KiB".into(),
             header_read_timeout: "30s".into(),
             max_concurrent_streams: 1024,
+            send_timeout: "60s".into(),
         }
     }
 }
@@ -61,12 +72,15 @@ impl Default for RawListen {
 pub struct RawAdmin {
     /// Address of the admin listener.
     pub address: String,
+    /// Bearer token required by `/metrics`, `/config` and `/reload` (`Authorization: Bearer TOKEN`); `/healthz` and `/readyz` stay open. `${ENV_VAR}` is substituted. Absent: no token (a warning is printed when the admin listener is not on a loopback address).
+    pub token: Option<String>,
 }
 
 impl Default for RawAdmin {
     fn default() -> Self {
         Self {
             address: "127.0.0.1:8081".into(),
+            token: None,
         }
     }
 }
@@ -78,8 +92,10 @@ pub struct RawUpstream {
     pub connect_timeout: String,
     /// Time allowed from sending the request until the provider's response headers arrive, including connecting when no pooled connection is free (keep it above connect_timeout); then 504 `upstream_timeout`.
     pub response_timeout: String,
-    /// How long resolved addresses are cached.
+    /// How long resolved addresses are cached (0 to 1d; 0 caches for 1ms, coalescing concurrent lookups only).
     pub dns_ttl: String,
+    /// For a request with `Expect: 100-continue`, how long tollgate waits for the provider's `100 Continue` (or final answer) before sending the body anyway (RFC 9110 §10.1.1). The client gets the provider's interim response, never one made up by tollgate.
+    pub expect_continue_timeout: String,
     /// The upstream connection pool.
     pub pool: RawPool,
     /// TLS towards providers.
@@ -92,6 +108,7 @@ impl Default for RawUpstream {
             connect_timeout: "5s".into(),
             response_timeout: "60s".into(),
             dns_ttl: "30s".into(),
+            expect_continue_timeout: "1s".into(),
             pool: RawPool::default(),
             tls: RawTls::default(),
         }
@@ -103,7 +120,7 @@ impl Default for RawUpstream {
 pub struct RawPool {
     /// Idle upstream connections are closed after this long.
     pub idle_timeout: String,
-    /// Most idle keep-alive connections kept per upstream host.
+    /// Most idle keep-alive connections kept per upstream host (0 to 100000; 0 disables reuse).
     pub max_idle_per_host: usize,
 }
 
@@ -132,6 +149,54 @@ pub struct RawDomains {
     pub allow: Vec<String>,
     /// Hosts matching one of these glob patterns are refused with 403 `domain_denied`. Deny wins over allow.
     pub deny: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawEgress {
+    /// Deny connections to loopback, private (RFC 1918, RFC 4193), shared (CGNAT), link-local, multicast and reserved addresses, whatever name resolved to them. Switch on in production.
+    pub deny_private: bool,
+    /// Deny the cloud metadata endpoints 169.254.169.254, 169.254.170.2, fd00:ec2::254 and 100.100.100.200.
+    pub deny_metadata: bool,
+    /// Addresses or CIDR ranges (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.7`) never connected to. IP literals in `domains.deny` are added here too.
+    pub deny: Vec<String>,
+    /// Addresses or CIDR ranges connected to even when a deny rule matches them (never tollgate's own listeners).
+    pub allow: Vec<String>,
+    /// Ports a CONNECT tunnel may reach: port numbers, or ranges as `"8000-8100"`; `"*"` for any port.
+    pub connect_ports: Vec<RawPort>,
+}
+
+impl Default for RawEgress {
+    fn default() -> Self {
+        Self {
+            deny_private: false,
+            deny_metadata: true,
+            deny: Vec::new(),
+            allow: Vec::new(),
+            connect_ports: vec![RawPort::Number(443)],
+        }
+    }
+}
+
+/// A port number, or a range `"LOW-HIGH"`, or `"*"`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawPort {
+    Number(u16),
+    Range(String),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMetrics {
+    /// Most distinct upstream hosts used as metric labels (1 to 100000); further hosts are counted under `host="other"` and in `tollgate_metric_hosts_folded_total`.
+    pub max_hosts: usize,
+}
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        Self { max_hosts: 1000 }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -175,7 +240,7 @@ pub struct RawLog {
     pub access_log: bool,
     /// Where access-log lines go: a file path (appended to), or absent for standard output. Read at start-up.
     pub access_log_file: Option<String>,
-    /// Capacity of the access-log and metrics queue; events beyond it are dropped and counted.
+    /// Capacity of the access-log and metrics queue (1 to 16777216); events beyond it are dropped and counted.
     pub queue_capacity: usize,
 }
 

@@ -1,13 +1,17 @@
 //! Raw → domain validation. Collects every error with its field path.
 
 use super::raw::RawConfig;
+use super::raw::RawPort;
 use super::units::{format_duration, parse_duration, parse_size};
-use super::{Admin, Config, ConfigError, Listen, Log, Shutdown, Upstream, env};
+use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream, env};
 use crate::domains::DomainRules;
+use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
 use crate::glob::HostGlob;
 use crate::policy::{PathTemplate, Policy, PolicySet};
 use crate::routes::{Route, RouteTable};
+use crate::secret::Secret;
 use http::Method;
+use ipnet::IpNet;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,8 +30,68 @@ impl Errors {
         .ok()
     }
 
-    fn duration(&mut self, path: &str, s: &str) -> Duration {
-        self.check(path, parse_duration(s)).unwrap_or_default()
+    /// A duration within `min..=max` (both written in the message when it is outside):
+    /// every duration has an upper bound, since adding an unbounded one to an instant
+    /// panics, and some dependencies (the DNS cache) refuse very long ones.
+    fn duration(&mut self, path: &str, s: &str, min: Duration, max: Duration) -> Duration {
+        let d = self.check(path, parse_duration(s)).unwrap_or(min);
+        if d < min || d > max {
+            let f = |d: Duration| {
+                if d.is_zero() {
+                    "0".to_owned()
+                } else {
+                    format_duration(d)
+                }
+            };
+            self.check::<()>(
+                path,
+                Err(format!(
+                    "`{s}` is out of range; write a duration from {} to {}",
+                    f(min),
+                    f(max)
+                )),
+            );
+            return min;
+        }
+        d
+    }
+
+    /// A whole number within `min..=max`.
+    fn number<T: PartialOrd + std::fmt::Display + Copy>(
+        &mut self,
+        path: &str,
+        v: T,
+        min: T,
+        max: T,
+    ) -> T {
+        if v < min || v > max {
+            self.check::<()>(
+                path,
+                Err(format!(
+                    "{v} is out of range; write a whole number from {min} to {max}"
+                )),
+            );
+        }
+        v
+    }
+
+    /// `${ENV}` substitution and a check of the result, whose messages show the text as
+    /// written: a secret substituted into it never reaches a message.
+    fn env_checked<T>(
+        &mut self,
+        path: &str,
+        written: &str,
+        check: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let value = self.env(path, written)?;
+        let r = check(&value).map_err(|m| {
+            if value == written {
+                m
+            } else {
+                m.replace(&value, written)
+            }
+        });
+        self.check(path, r)
     }
 
     fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
@@ -42,6 +106,53 @@ impl Errors {
     fn env(&mut self, path: &str, s: &str) -> Option<String> {
         self.check(path, env::expand(s))
     }
+
+    fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, n)| self.check(&format!("{path}[{i}]"), parse_net(n)))
+            .collect()
+    }
+}
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// An address or CIDR range; an address alone is a range of one.
+fn parse_net(s: &str) -> Result<IpNet, String> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<IpNet>() {
+        return Ok(n.trunc());
+    }
+    match crate::egress::canonical_ip(t) {
+        Some(ip) => Ok(IpNet::from(ip)),
+        None => Err(format!(
+            "`{s}` is not an address or CIDR range; write e.g. `10.0.0.0/8`, `192.0.2.7` or `fd00::/8`"
+        )),
+    }
+}
+
+fn parse_port(p: &RawPort) -> Result<(u16, u16), String> {
+    let bad = || {
+        "write a port number (443), a range (`\"8000-8100\"`) or `\"*\"` for any port".to_owned()
+    };
+    match p {
+        RawPort::Number(0) => Err(format!("port 0 is not a port; {}", bad())),
+        RawPort::Number(n) => Ok((*n, *n)),
+        RawPort::Range(s) if s.trim() == "*" => Ok((1, u16::MAX)),
+        RawPort::Range(s) => {
+            let (lo, hi) = s
+                .split_once('-')
+                .ok_or_else(|| format!("`{s}`: {}", bad()))?;
+            let n = |t: &str| t.trim().parse::<u16>().ok().filter(|&p| p > 0);
+            match (n(lo), n(hi)) {
+                (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+                _ => Err(format!("`{s}`: {}", bad())),
+            }
+        }
+    }
 }
 
 pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
@@ -51,40 +162,79 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
             "listen.max_header_bytes",
             parse_size(&raw.listen.max_header_bytes),
         )
-        .unwrap_or(0);
-    if max_header_bytes != 0 && !(1024..=1 << 24).contains(&max_header_bytes) {
+        .unwrap_or(1024);
+    if !(1024..=1 << 24).contains(&max_header_bytes) {
         e.check::<()>(
             "listen.max_header_bytes",
-            Err("must be between 1KiB and 16MiB".into()),
+            Err(format!(
+                "`{}` is out of range; write a size from 1KiB to 16MiB",
+                raw.listen.max_header_bytes
+            )),
         );
     }
+    let l = &raw.listen;
     let listen = Listen {
-        address: e.addr("listen.address", &raw.listen.address),
+        address: e.addr("listen.address", &l.address),
         max_header_bytes,
         header_read_timeout: e.duration(
             "listen.header_read_timeout",
-            &raw.listen.header_read_timeout,
+            &l.header_read_timeout,
+            10 * MS,
+            HOUR,
         ),
-        max_concurrent_streams: raw.listen.max_concurrent_streams,
+        max_concurrent_streams: e.number(
+            "listen.max_concurrent_streams",
+            l.max_concurrent_streams,
+            1,
+            100_000,
+        ),
+        send_timeout: e.duration("listen.send_timeout", &l.send_timeout, 10 * MS, HOUR),
     };
     let admin = Admin {
         address: e.addr("admin.address", &raw.admin.address),
+        token: raw.admin.token.as_deref().and_then(|t| {
+            let t = e.env("admin.token", t)?;
+            let ok = !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+            e.check(
+                "admin.token",
+                if ok {
+                    Ok(Secret::new(t))
+                } else {
+                    Err("must be non-empty printable ASCII without spaces".into())
+                },
+            )
+        }),
     };
 
     let u = &raw.upstream;
     let upstream = Upstream {
-        connect_timeout: e.duration("upstream.connect_timeout", &u.connect_timeout),
-        response_timeout: e.duration("upstream.response_timeout", &u.response_timeout),
-        dns_ttl: e.duration("upstream.dns_ttl", &u.dns_ttl),
-        pool_idle_timeout: e.duration("upstream.pool.idle_timeout", &u.pool.idle_timeout),
-        pool_max_idle_per_host: u.pool.max_idle_per_host,
+        connect_timeout: e.duration("upstream.connect_timeout", &u.connect_timeout, MS, HOUR),
+        response_timeout: e.duration("upstream.response_timeout", &u.response_timeout, MS, DAY),
+        dns_ttl: e.duration("upstream.dns_ttl", &u.dns_ttl, Duration::ZERO, DAY),
+        expect_continue_timeout: e.duration(
+            "upstream.expect_continue_timeout",
+            &u.expect_continue_timeout,
+            Duration::ZERO,
+            60 * SEC,
+        ),
+        pool_idle_timeout: e.duration(
+            "upstream.pool.idle_timeout",
+            &u.pool.idle_timeout,
+            Duration::ZERO,
+            DAY,
+        ),
+        pool_max_idle_per_host: e.number(
+            "upstream.pool.max_idle_per_host",
+            u.pool.max_idle_per_host,
+            0,
+            100_000,
+        ),
+        // `check` builds what `run` builds: the TLS configs themselves, so a CA file
+        // rustls would refuse fails here, not at start.
         extra_ca_file: u.tls.extra_ca_file.as_deref().and_then(|f| {
-            let path = "upstream.tls.extra_ca_file";
-            let f = e.env(path, f)?;
-            e.check(
-                path,
-                crate::upstream::tls::read_ca_file(f.as_ref()).map(|_| f.into()),
-            )
+            e.env_checked("upstream.tls.extra_ca_file", f, |f| {
+                crate::upstream::tls::client_configs(Some(f.as_ref())).map(|_| f.into())
+            })
         }),
         insecure_skip_verify: u
             .tls
@@ -104,17 +254,6 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
             })
             .collect(),
     };
-    for (name, d) in [
-        ("connect_timeout", upstream.connect_timeout),
-        ("response_timeout", upstream.response_timeout),
-    ] {
-        if d.is_zero() {
-            e.check::<()>(
-                &format!("upstream.{name}"),
-                Err("must be greater than zero".into()),
-            );
-        }
-    }
 
     let mut globs = |kind: &str, list: &[String]| -> Vec<HostGlob> {
         list.iter()
@@ -127,12 +266,50 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         deny: globs("deny", &raw.domains.deny),
     };
 
+    let g = &raw.egress;
+    let mut deny = e.nets("egress.deny", &g.deny);
+    fn builtin(list: &'static [&'static str]) -> impl Iterator<Item = IpNet> {
+        list.iter().map(|n| n.parse::<IpNet>().expect("valid"))
+    }
+    if g.deny_metadata {
+        deny.extend(builtin(METADATA));
+    }
+    if g.deny_private {
+        deny.extend(builtin(PRIVATE));
+    }
+    // An address in the domain deny list means "never connect there", by whatever name.
+    deny.extend(
+        domains
+            .deny
+            .iter()
+            .filter_map(|h| crate::egress::canonical_ip(h.as_str()).map(IpNet::from)),
+    );
+    let connect_ports = g
+        .connect_ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| e.check(&format!("egress.connect_ports[{i}]"), parse_port(p)))
+        .collect();
+    let egress = EgressRules {
+        allow: e.nets("egress.allow", &g.allow),
+        deny,
+        connect_ports: PortSet(connect_ports),
+    };
+
     let mut routes = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
         let upstream_url = e.env(&format!("routes[{i}].upstream"), &r.upstream);
         if let Some(url) = upstream_url {
             let path = format!("routes[{i}]");
-            if let Some(route) = e.check(&path, Route::new(&r.prefix, &url, &r.upstream)) {
+            let route = Route::new(&r.prefix, &url, &r.upstream).map_err(|m| {
+                // Every message shows the URL as written, never a substituted secret.
+                if url == r.upstream {
+                    m
+                } else {
+                    m.replace(&url, &r.upstream)
+                }
+            });
+            if let Some(route) = e.check(&path, route) {
                 if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
                     e.check::<()>(
                         &format!("routes[{i}].prefix"),
@@ -200,9 +377,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     if let Err(err) = tracing_subscriber::EnvFilter::try_new(&raw.log.level) {
         e.check::<()>("log.level", Err(format!("`{}`: {err}", raw.log.level)));
     }
-    if raw.log.queue_capacity == 0 {
-        e.check::<()>("log.queue_capacity", Err("must be at least 1".into()));
-    }
+    // tokio's bounded channel panics above usize::MAX >> 3 slots; 16M is plenty.
+    e.number("log.queue_capacity", raw.log.queue_capacity, 1, 1 << 24);
     let log = Log {
         level: raw.log.level.clone(),
         json,
@@ -211,7 +387,15 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         queue_capacity: raw.log.queue_capacity,
     };
     let shutdown = Shutdown {
-        drain_timeout: e.duration("shutdown.drain_timeout", &raw.shutdown.drain_timeout),
+        drain_timeout: e.duration(
+            "shutdown.drain_timeout",
+            &raw.shutdown.drain_timeout,
+            Duration::ZERO,
+            HOUR,
+        ),
+    };
+    let metrics = Metrics {
+        max_hosts: e.number("metrics.max_hosts", raw.metrics.max_hosts, 1, 100_000),
     };
 
     if !e.0.is_empty() {
@@ -222,9 +406,11 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         admin,
         upstream,
         domains,
+        egress,
         routes: RouteTable::new(routes),
         policies: PolicySet { policies },
         log,
+        metrics,
         shutdown,
     })
 }
@@ -238,12 +424,17 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "max_header_bytes": c.listen.max_header_bytes,
             "header_read_timeout": d(c.listen.header_read_timeout),
             "max_concurrent_streams": c.listen.max_concurrent_streams,
+            "send_timeout": d(c.listen.send_timeout),
         },
-        "admin": { "address": c.admin.address.to_string() },
+        "admin": {
+            "address": c.admin.address.to_string(),
+            "token": c.admin.token.as_ref().map(|t| t.to_string()),
+        },
         "upstream": {
             "connect_timeout": d(c.upstream.connect_timeout),
             "response_timeout": d(c.upstream.response_timeout),
             "dns_ttl": d(c.upstream.dns_ttl),
+            "expect_continue_timeout": d(c.upstream.expect_continue_timeout),
             "pool": {
                 "idle_timeout": d(c.upstream.pool_idle_timeout),
                 "max_idle_per_host": c.upstream.pool_max_idle_per_host,
@@ -256,6 +447,11 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "domains": {
             "allow": c.domains.allow.iter().map(|g| g.as_str()).collect::<Vec<_>>(),
             "deny": c.domains.deny.iter().map(|g| g.as_str()).collect::<Vec<_>>(),
+        },
+        "egress": {
+            "allow": c.egress.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "deny": c.egress.deny.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "connect_ports": c.egress.connect_ports.to_string(),
         },
         "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
         "policies": c.policies.policies.iter().map(|p| json!({
@@ -273,6 +469,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "access_log_file": c.log.access_log_file.as_ref().map(|p| p.display().to_string()),
             "queue_capacity": c.log.queue_capacity,
         },
+        "metrics": { "max_hosts": c.metrics.max_hosts },
         "shutdown": { "drain_timeout": d(c.shutdown.drain_timeout) },
     })
 }

@@ -82,8 +82,8 @@ fn not_found(what: &str) -> Response<Body> {
 /// `d` as seconds (`0.15`) or a duration (`150ms`); at most 60 s.
 pub(crate) fn parse_delay(d: &str) -> Option<Duration> {
     let dur = match d.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return None,
+        // `try_`: a number of seconds past what a Duration holds is refused, not a panic.
+        Ok(secs) => Duration::try_from_secs_f64(secs).ok()?,
         Err(_) => humantime::parse_duration(d).ok()?,
     };
     Some(dur.min(Duration::from_secs(60)))

@@ -108,22 +108,37 @@ pub fn stream(n: &str, req: Request<Incoming>, peer: SocketAddr) -> Response<Bod
 
 /// `/drip?duration=2&numbytes=10&code=200&delay=0`: `numbytes` `*` bytes spread over
 /// `duration` seconds after `delay` seconds, chunked.
+/// A parameter that is given but not valid is a 400 naming it, never a default or a panic.
 pub fn drip(query: Option<&str>) -> Response<Body> {
-    let secs = |name, default| {
-        query_param(query, name)
-            .and_then(super::parse_delay)
-            .unwrap_or(default)
+    let bad = |name: &str| {
+        respond(
+            StatusCode::BAD_REQUEST,
+            "text/plain",
+            format!(
+                "bad `{name}`: durations in seconds (at most 60) or like `150ms`; numbytes a whole number; code 100-999\n"
+            ),
+        )
     };
-    let duration = secs("duration", Duration::from_secs(2));
-    let delay = secs("delay", Duration::ZERO);
-    let numbytes: u64 = query_param(query, "numbytes")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10)
-        .min(10 << 20);
-    let code = query_param(query, "code")
-        .and_then(|c| c.parse().ok())
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .unwrap_or(StatusCode::OK);
+    let secs = |name, default| match query_param(query, name) {
+        None => Some(default),
+        Some(v) => super::parse_delay(v),
+    };
+    let Some(duration) = secs("duration", Duration::from_secs(2)) else {
+        return bad("duration");
+    };
+    let Some(delay) = secs("delay", Duration::ZERO) else {
+        return bad("delay");
+    };
+    let numbytes: u64 = match query_param(query, "numbytes").map(str::parse::<u64>) {
+        None => 10,
+        Some(Ok(n)) => n.min(10 << 20),
+        Some(Err(_)) => return bad("numbytes"),
+    };
+    let code = match query_param(query, "code").map(|c| c.parse().map(StatusCode::from_u16)) {
+        None => StatusCode::OK,
+        Some(Ok(Ok(c))) => c,
+        Some(_) => return bad("code"),
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;

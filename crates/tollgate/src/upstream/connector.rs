@@ -3,6 +3,7 @@
 //! `connect_error`, `tls_error` or `upstream_timeout`.
 
 use super::dns::Resolver;
+use crate::egress::{Egress, Refusal};
 use crate::metrics::Metrics;
 use crate::target::Scheme;
 use http::Uri;
@@ -33,6 +34,8 @@ pub enum ConnectError {
     Timeout { target: String, limit: Duration },
     #[error("bad upstream URI `{0}`")]
     BadUri(String),
+    #[error(transparent)]
+    Egress(Refusal),
 }
 
 /// Cheap to clone (one reference count): hyper-util's pooled client clones its connector
@@ -44,6 +47,7 @@ pub struct Connector {
 
 struct Inner {
     resolver: Resolver,
+    egress: Egress,
     connect_timeout: Duration,
     tls: Arc<ClientConfig>,
     tls_insecure: Arc<ClientConfig>,
@@ -54,6 +58,7 @@ struct Inner {
 impl Connector {
     pub fn new(
         resolver: Resolver,
+        egress: Egress,
         connect_timeout: Duration,
         (tls, tls_insecure): (Arc<ClientConfig>, Arc<ClientConfig>),
         insecure_hosts: Vec<String>,
@@ -62,6 +67,7 @@ impl Connector {
         Self {
             inner: Arc::new(Inner {
                 resolver,
+                egress,
                 connect_timeout,
                 tls,
                 tls_insecure,
@@ -98,8 +104,15 @@ impl Connector {
                 detail,
             })?;
         let mut last = None;
-        // Addresses in resolver order (RFC 6724 sorting by getaddrinfo); first that answers wins.
+        let mut refused = None;
+        // Addresses in resolver order (RFC 6724 sorting by getaddrinfo); first that answers
+        // wins. Each is checked against the egress rules after resolution: only checked
+        // addresses are ever connected to, whatever the name and whatever DNS answers.
         for addr in addrs {
+            if let Err(r) = self.inner.egress.check(target, addr) {
+                refused.get_or_insert(r);
+                continue;
+            }
             match TcpStream::connect(addr).await {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
@@ -107,6 +120,9 @@ impl Connector {
                 }
                 Err(e) => last = Some(e),
             }
+        }
+        if let (None, Some(r)) = (&last, refused) {
+            return Err(ConnectError::Egress(r));
         }
         Err(ConnectError::Refused {
             target: target.to_owned(),

@@ -16,6 +16,7 @@ pub use connector::{ConnectError, Connector};
 
 use crate::body::Body;
 use crate::config::Upstream;
+use crate::egress::{Egress, Refusal};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::target::{Scheme, Target};
@@ -34,13 +35,17 @@ pub struct UpstreamClient {
     h1: Arc<H1Pool>,
     pub connector: Connector,
     pub settings: Upstream,
+    /// The egress rules and own listeners the connector checks: a reload that changes
+    /// them builds a new client.
+    pub egress: Egress,
 }
 
 impl UpstreamClient {
-    pub fn new(settings: &Upstream, metrics: Metrics) -> Result<Self, String> {
+    pub fn new(settings: &Upstream, egress: Egress, metrics: Metrics) -> Result<Self, String> {
         let tls = tls::client_configs(settings.extra_ca_file.as_deref())?;
         let connector = Connector::new(
             dns::Resolver::new(settings.dns_ttl),
+            egress.clone(),
             settings.connect_timeout,
             tls,
             settings.insecure_skip_verify.clone(),
@@ -51,8 +56,10 @@ impl UpstreamClient {
             .pool_max_idle_per_host(settings.pool_max_idle_per_host)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
-            // The pipeline sets Host itself from the target (precomputed).
-            .set_host(false)
+            // Host is set for HTTP/1.1 connections only: on HTTP/2 the authority travels
+            // as `:authority` alone (a `host` field beside it makes nginx before 1.29.1
+            // answer 400, and RFC 9113 §8.3.1 prefers `:authority`).
+            .set_host(true)
             .build(connector.clone());
         let h1 = H1Pool::new(
             connector.clone(),
@@ -64,6 +71,7 @@ impl UpstreamClient {
             h1,
             connector,
             settings: settings.clone(),
+            egress,
         })
     }
 
@@ -115,7 +123,9 @@ impl UpstreamClient {
 /// Maps a failure on an established HTTP/1.1 connection.
 fn classify_http(err: &hyper::Error, target: &str) -> ProxyError {
     let detail = err.to_string();
-    if reset_before_response(err) {
+    if let Some(e) = client_body_error(err) {
+        e
+    } else if reset_before_response(err) {
         ProxyError::Connect {
             target: target.to_owned(),
             detail,
@@ -134,6 +144,9 @@ fn classify(err: &hyper_util::client::legacy::Error, target: &str) -> ProxyError
             return ProxyError::from(c);
         }
         source = s.source();
+    }
+    if let Some(e) = client_body_error(err) {
+        return e;
     }
     let detail = match err.source() {
         Some(s) => s.to_string(),
@@ -170,8 +183,22 @@ impl From<&ConnectError> for ProxyError {
                 limit: *limit,
             },
             ConnectError::BadUri(u) => ProxyError::BadTarget(format!("bad upstream URI `{u}`")),
+            ConnectError::Egress(r @ Refusal::OwnProxy { .. }) => {
+                ProxyError::LoopDetected(r.to_string())
+            }
+            ConnectError::Egress(r) => ProxyError::AddressDenied(r.to_string()),
         }
     }
+}
+
+/// The exchange failed because the client's own body was malformed: a 400, not a 502.
+fn client_body_error(err: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
+    crate::body::is_client_body_error(err).then(|| {
+        ProxyError::BadRequest(
+            "the request body is malformed or ended early (check chunked encoding and Content-Length)"
+                .into(),
+        )
+    })
 }
 
 /// The connection closed or was reset before a response head arrived (`err` and its sources).

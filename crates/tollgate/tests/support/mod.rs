@@ -21,6 +21,9 @@ use tokio::task::JoinHandle;
 use tollgate::body::{Body, full};
 use tollgate::{Config, Gateway, Overrides, StartOptions};
 
+/// Tests tunnel to upstreams on ephemeral ports; the default allows CONNECT to 443 only.
+pub const ANY_CONNECT_PORT: &str = "egress:\n  connect_ports: ['*']\n";
+
 pub fn local0() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
