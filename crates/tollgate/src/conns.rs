@@ -32,11 +32,15 @@ pub enum End {
     Drain,
     /// Quiet for the read deadline with nothing in flight: close.
     Quiet,
+    /// A response has waited for the client to read it for `listen.send_timeout`: cut,
+    /// which releases its upstream connection.
+    Stalled,
 }
 
 const RUNNING: u8 = 0;
 const DRAIN: u8 = 1;
 const QUIET: u8 = 2;
+const STALLED: u8 = 3;
 
 /// One client connection, shared by its task and its requests. Made inside the runtime.
 #[derive(Default)]
@@ -50,6 +54,11 @@ pub struct Conn {
     end: AtomicU8,
     waker: AtomicWaker,
     response_timer: ResponseTimer,
+    /// Bumped each time hyper asks the response body for more.
+    asked: AtomicU32,
+    /// The body handed hyper a frame and hyper has not asked again yet: the write is
+    /// waiting on the client (not on the upstream).
+    handed_over: AtomicBool,
 }
 
 /// Held by a request from its head to the end of its response body.
@@ -71,7 +80,8 @@ impl Conn {
         match self.end.load(Relaxed) {
             RUNNING => Poll::Pending,
             DRAIN => Poll::Ready(End::Drain),
-            _ => Poll::Ready(End::Quiet),
+            QUIET => Poll::Ready(End::Quiet),
+            _ => Poll::Ready(End::Stalled),
         }
     }
 
@@ -91,6 +101,20 @@ impl InFlight {
     pub fn response_timer(&self) -> &ResponseTimer {
         &self.0.response_timer
     }
+
+    /// hyper asks the response body for its next frame.
+    #[inline]
+    pub fn asked(&self) {
+        self.0.asked.fetch_add(1, Relaxed);
+        self.0.handed_over.store(false, Relaxed);
+    }
+
+    /// The response body handed hyper a frame: until hyper asks again, the response waits
+    /// on the client reading.
+    #[inline]
+    pub fn handed_over(&self) {
+        self.0.handed_over.store(true, Relaxed);
+    }
 }
 
 impl Drop for InFlight {
@@ -105,6 +129,9 @@ struct Watched {
     conn: Weak<Conn>,
     seen: u32,
     quiet_since: Instant,
+    /// `asked` at the last sweep, and since when it has not moved while handed over.
+    asked_seen: u32,
+    waiting_since: Instant,
 }
 
 impl Watched {
@@ -116,6 +143,17 @@ impl Watched {
             return false;
         }
         now.duration_since(self.quiet_since) >= limit
+    }
+
+    /// Whether a response has waited on the client for `limit`, as of a sweep at `now`:
+    /// hyper was handed a frame and has not asked for another since.
+    fn stalled_for(&mut self, asked: u32, waiting: bool, now: Instant, limit: Duration) -> bool {
+        if asked != self.asked_seen || !waiting {
+            self.asked_seen = asked;
+            self.waiting_since = now;
+            return false;
+        }
+        now.duration_since(self.waiting_since) >= limit
     }
 }
 
@@ -161,6 +199,8 @@ impl Conns {
                 conn: Arc::downgrade(&conn),
                 seen: 0,
                 quiet_since: Instant::now(),
+                asked_seen: 0,
+                waiting_since: Instant::now(),
             },
         );
         Registration {
@@ -181,16 +221,24 @@ impl Conns {
         }
     }
 
-    /// One round of the read-deadline sweep; returns how many connections it asked to
-    /// close. One pass under the registry lock (tens of nanoseconds per connection),
-    /// which opening and closing connections wait for; requests never take it.
-    pub fn sweep(&self, limit: Duration, now: Instant) -> usize {
+    /// One round of the sweep: the read deadline (`limit`) for idle HTTP/1.1 connections
+    /// and the send timeout for HTTP/1.1 responses the client stopped reading; returns
+    /// how many connections it asked to close. One pass under the registry lock (tens of
+    /// nanoseconds per connection), which opening and closing connections wait for;
+    /// requests never take it.
+    pub fn sweep(&self, limit: Duration, send_timeout: Duration, now: Instant) -> usize {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut closed = 0;
         for w in r.live.values_mut() {
             let Some(c) = w.conn.upgrade() else { continue };
+            // HTTP/2 streams are bounded by flow control and left to their client.
+            let waiting =
+                c.handed_over.load(Relaxed) && c.in_flight.load(Relaxed) > 0 && !c.h2.load(Relaxed);
             if w.quiet_for(c.events.load(Relaxed), c.busy(), now, limit) {
                 c.signal(QUIET);
+                closed += 1;
+            } else if w.stalled_for(c.asked.load(Relaxed), waiting, now, send_timeout) {
+                c.signal(STALLED);
                 closed += 1;
             }
         }
@@ -220,6 +268,8 @@ mod tests {
             conn: Weak::new(),
             seen: 0,
             quiet_since: t0,
+            asked_seen: 0,
+            waiting_since: t0,
         };
         assert!(!w.quiet_for(0, false, s(3), limit));
         assert!(
@@ -229,6 +279,31 @@ mod tests {
         assert!(!w.quiet_for(2, true, s(9), limit), "busy is never quiet");
         assert!(!w.quiet_for(2, false, s(12), limit));
         assert!(w.quiet_for(2, false, s(13), limit));
+    }
+
+    #[test]
+    fn stalled_counts_while_handed_over_and_not_asked_again() {
+        let t0 = Instant::now();
+        let s = |secs| t0 + Duration::from_secs(secs);
+        let limit = Duration::from_secs(4);
+        let mut w = Watched {
+            conn: Weak::new(),
+            seen: 0,
+            quiet_since: t0,
+            asked_seen: 0,
+            waiting_since: t0,
+        };
+        assert!(
+            !w.stalled_for(5, true, s(1), limit),
+            "hyper asked: progress"
+        );
+        assert!(
+            !w.stalled_for(5, false, s(9), limit),
+            "waiting on the upstream is not a stall"
+        );
+        assert!(!w.stalled_for(5, true, s(10), limit));
+        assert!(!w.stalled_for(5, true, s(13), limit));
+        assert!(w.stalled_for(5, true, s(14), limit));
     }
 
     #[tokio::test(start_paused = true)]
@@ -242,7 +317,7 @@ mod tests {
         drop(h2.conn.enter(Version::HTTP_2));
         for _ in 0..8 {
             tokio::time::advance(Duration::from_secs(1)).await;
-            conns.sweep(limit, Instant::now());
+            conns.sweep(limit, limit, Instant::now());
         }
         assert_eq!(ended(&quiet.conn), Some(End::Quiet));
         assert_eq!(ended(&busy.conn), None, "a slow response is not quiet");

@@ -364,10 +364,19 @@ impl HttpBody for Observed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
+        let in_flight = this.report.as_ref().map(|r| &r.ctx.in_flight);
+        if let Some(f) = in_flight {
+            f.asked();
+        }
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
                     *this.bytes += d.len() as u64;
+                }
+                // Until hyper asks again, the response waits on the client: the send
+                // timeout's sweep watches for that (conns.rs).
+                if let Some(f) = in_flight {
+                    f.handed_over();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

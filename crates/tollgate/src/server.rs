@@ -269,6 +269,12 @@ where
             // No request in flight, so nothing is lost by closing (what hyper's own
             // header timeout does too).
             End::Quiet => Some(Ok(())),
+            // The client stopped reading its response: dropping the connection drops
+            // the response body and with it the upstream connection.
+            End::Stalled => {
+                tracing::debug!("client stopped reading its response for listen.send_timeout; connection cut");
+                Some(Ok(()))
+            }
         },
     };
     match finished {
@@ -302,19 +308,28 @@ impl<F: Future> Future for Infallibly<F> {
     }
 }
 
-/// Enforces `listen.header_read_timeout` on every connection, a quarter of it at a time
-/// (read from the current config, so a reload applies at the next round).
+/// Enforces `listen.header_read_timeout` and `listen.send_timeout` on every connection,
+/// a quarter of the shorter at a time (read from the current config, so a reload applies
+/// at the next round).
 async fn sweep_quiet_connections(shared: Arc<Shared>) {
     loop {
-        let limit = shared.runtime.load().config.listen.header_read_timeout;
-        let step = (limit / 4).max(std::time::Duration::from_millis(1));
+        let listen = shared.runtime.load().config.listen.clone();
+        let (limit, send_timeout) = (listen.header_read_timeout, listen.send_timeout);
+        let step = (limit.min(send_timeout) / 4).max(std::time::Duration::from_millis(1));
         tokio::select! {
             _ = tokio::time::sleep(step) => {}
             _ = shared.stop.cancelled() => return,
         }
-        let closed = shared.conns.sweep(limit, tokio::time::Instant::now());
+        let closed = shared
+            .conns
+            .sweep(limit, send_timeout, tokio::time::Instant::now());
         if closed > 0 {
-            tracing::debug!(closed, ?limit, "quiet HTTP/1.1 connections closed");
+            tracing::debug!(
+                closed,
+                ?limit,
+                ?send_timeout,
+                "quiet or stalled HTTP/1.1 connections closed"
+            );
         }
     }
 }

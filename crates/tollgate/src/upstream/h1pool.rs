@@ -134,22 +134,28 @@ impl H1Pool {
         })
     }
 
-    /// An idle connection that is ready for a request, or a new one.
-    async fn ready(&self, key: &Authority, now: Instant) -> ConnectResult {
+    /// An idle connection that is ready for a request (`true`: reused), or a new one.
+    async fn ready(
+        &self,
+        key: &Authority,
+        now: Instant,
+    ) -> Result<(SendRequest<Body>, bool), PoolError> {
         loop {
             match self.take(key, now) {
                 Some(mut tx) => {
                     if tx.ready().await.is_ok() {
-                        return Ok(tx);
+                        return Ok((tx, true));
                     }
                 }
-                None => return self.connect(key).await,
+                None => return Ok((self.connect(key).await?, false)),
             }
         }
     }
 
     /// Sends on a pooled connection (or a new one). A request that a stale pooled
-    /// connection could not even start to send is retried once on a fresh connection.
+    /// connection could not even start to send is retried once on a fresh connection; so
+    /// is an idempotent request without a body that a reused connection lost before any
+    /// response byte arrived (the provider closed it while idle; RFC 9110 §9.2.2).
     ///
     /// A plain function returning an `async` block: an `async fn` would keep the request
     /// twice in its state (its argument, and the local the argument is moved into;
@@ -162,11 +168,12 @@ impl H1Pool {
         now: Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
         async move {
-            let mut tx = self.ready(key, now).await?;
+            let (mut tx, reused) = self.ready(key, now).await?;
+            let replay = if reused { replay(&req) } else { None };
             let resp = match tx.try_send_request(req).await {
                 Ok(resp) => resp,
                 Err(refused) => {
-                    let (fresh, resp) = self.retry(refused, key).await?;
+                    let (fresh, resp) = self.retry(refused, replay, key).await?;
                     tx = fresh;
                     resp
                 }
@@ -184,16 +191,25 @@ impl H1Pool {
         }
     }
 
-    /// The rare path, boxed: the connection refused the request before sending any of it.
+    /// The rare path, boxed: the connection refused the request before sending any of
+    /// it (hyper hands it back), or lost a replayable one before answering.
     fn retry(
         &self,
         mut refused: hyper::client::conn::TrySendError<Request<Body>>,
+        replay: Option<Request<Body>>,
         key: &Authority,
     ) -> Pin<Box<dyn Future<Output = RetryResult> + Send>> {
-        let Some(req) = refused.take_message() else {
-            return Box::pin(std::future::ready(Err(PoolError::Http(
-                refused.into_error(),
-            ))));
+        let req = match (refused.take_message(), replay) {
+            (Some(req), _) => req,
+            (None, Some(req)) if super::reset_before_response(refused.error()) => {
+                tracing::debug!(upstream = %key, "pooled connection lost before the response; retrying once on a fresh one");
+                req
+            }
+            (None, _) => {
+                return Box::pin(std::future::ready(Err(PoolError::Http(
+                    refused.into_error(),
+                ))));
+            }
         };
         let connecting = self.connect(key);
         Box::pin(async move {
@@ -202,6 +218,26 @@ impl H1Pool {
             Ok((tx, resp))
         })
     }
+}
+
+/// A copy of a request that may be sent again: idempotent (RFC 9110 §9.2.2) and
+/// without a body, so nothing of it is lost by sending it once more. Made only for
+/// requests on a reused connection, the ones a provider's idle close can hit.
+fn replay(req: &Request<Body>) -> Option<Request<Body>> {
+    use http::Method;
+    let idempotent = matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    );
+    if !idempotent || !http_body::Body::is_end_stream(req.body()) {
+        return None;
+    }
+    let mut copy = Request::new(crate::body::empty());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
 }
 
 struct Slot {

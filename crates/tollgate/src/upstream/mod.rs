@@ -202,7 +202,7 @@ fn client_body_error(err: &(dyn std::error::Error + 'static)) -> Option<ProxyErr
 }
 
 /// The connection closed or was reset before a response head arrived (`err` and its sources).
-fn reset_before_response(err: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn reset_before_response(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(err);
     while let Some(s) = source {
         if let Some(h) = s.downcast_ref::<hyper::Error>()

@@ -362,3 +362,62 @@ pub fn rss_kib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/self/status")
 }
+
+/// What a [`recording_upstream`] received: each request head exactly as it arrived.
+pub type Heads = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A raw-socket HTTP/1.1 upstream that records every request head byte for byte (request
+/// line and header lines in order) and answers `200 ok`, keeping the connection open.
+/// A request body framed by Content-Length is read and dropped.
+pub async fn recording_upstream() -> (Server, Heads) {
+    let heads: Heads = Arc::default();
+    let h = heads.clone();
+    let server = raw_upstream(move |mut s| {
+        let heads = h.clone();
+        async move {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                let body_len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (n, v) = l.split_once(':')?;
+                        n.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                while buf.len() < end + body_len {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                buf.drain(..end + body_len);
+                heads.lock().unwrap().push(head);
+                if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (server, heads)
+}
+
+/// The lines of a recorded head: request line first, then each header line as sent.
+pub fn head_lines(head: &str) -> Vec<&str> {
+    head.split("\r\n").filter(|l| !l.is_empty()).collect()
+}
