@@ -188,3 +188,62 @@ async fn the_protocol_is_told_by_the_first_bytes_even_when_they_arrive_apart() {
     s.write_all(b"PRI * HT").await.unwrap();
     assert!(read_until_closed(&mut s).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_and_the_upstream_released() {
+    // The upstream streams until its writes fail, then says so.
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let up = raw_upstream(move |mut s| {
+        let closed = closed_tx.clone();
+        async move {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+            while s.write_all(chunk.as_bytes()).await.is_ok() {}
+            let _ = closed.send(()).await;
+        }
+    })
+    .await;
+    let gw = gateway("listen: { send_timeout: 300ms }").await;
+    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(
+        format!(
+            "GET /big HTTP/1.1\r\nHost: a\r\nx-tollgate-host: {}\r\nx-tollgate-scheme: http\r\n\r\n",
+            up.addr
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // Read nothing: buffers fill, hyper stops asking the body for more, the sweep sees
+    // the response waiting on the client and cuts it.
+    tokio::time::timeout(Duration::from_secs(20), closed_rx.recv())
+        .await
+        .expect("the upstream connection is released");
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 0")).await;
+    assert!(text.contains("tollgate_upstream_connections 0"), "{text}");
+    read_until_closed(&mut s).await;
+}
+
+#[tokio::test]
+async fn a_slow_upstream_is_not_a_stalled_client() {
+    // Pauses longer than the send timeout between chunks: the wait is on the upstream.
+    let up = upstream(|_req| async {
+        let frames = futures_util::stream::unfold(0, |i| async move {
+            if i == 3 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Some((Ok::<_, BoxError>(Frame::data(Bytes::from("chunk"))), i + 1))
+        });
+        let body: Body = StreamBody::new(frames).boxed_unsync();
+        Response::new(body)
+    })
+    .await;
+    let gw = gateway("listen: { send_timeout: 100ms }").await;
+    let got = send(&client(), via_header(&gw, up.addr, "/").body(empty()).unwrap()).await;
+    assert_eq!(got.body, "chunkchunkchunk");
+}

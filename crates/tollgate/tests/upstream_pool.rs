@@ -86,3 +86,54 @@ async fn keep_alive_connections_are_reused() {
         "50 sequential requests on one connection: {text}"
     );
 }
+
+/// Answers one request per connection with a keep-alive response and closes at once:
+/// the close races the next request on that pooled connection.
+async fn closes_after_each_response() -> Server {
+    raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_closes_racing_requests_cost_no_request() {
+    let up = closes_after_each_response().await;
+    let gw = gateway("").await;
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let gw_addr = gw.proxy_addr;
+        let up_addr = up.addr;
+        workers.push(tokio::spawn(async move {
+            let c = client();
+            let mut failed = Vec::new();
+            for i in 0..60 {
+                let req = http::Request::get(format!("http://{gw_addr}/{w}/{i}"))
+                    .header("x-tollgate-host", up_addr.to_string())
+                    .header("x-tollgate-scheme", "http")
+                    .body(empty())
+                    .unwrap();
+                let got = send(&c, req).await;
+                if got.status != StatusCode::OK {
+                    failed.push(format!("{}: {:?}", got.status, got.body));
+                }
+            }
+            failed
+        }));
+    }
+    let mut failed = Vec::new();
+    for w in workers {
+        failed.extend(w.await.unwrap());
+    }
+    assert!(failed.is_empty(), "{} of 480 failed: {:?}", failed.len(), &failed[..failed.len().min(3)]);
+}
