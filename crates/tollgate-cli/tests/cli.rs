@@ -192,3 +192,13 @@ fn run_on_defaults_refuses_a_bad_config_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("routes: invalid type"), "{err}");
 }
+
+#[test]
+fn thread_counts_out_of_range_are_refused_with_a_message() {
+    for sub in ["run", "provider"] {
+        let out = tollgate().args([sub, "--threads", "0"]).output().unwrap();
+        assert!(!out.status.success(), "{sub} --threads 0");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("from 1 to 1024"), "{err}");
+    }
+}

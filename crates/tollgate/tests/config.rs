@@ -161,3 +161,162 @@ fn example_configs_are_valid() {
     }
     assert!(n > 0);
 }
+
+#[test]
+fn every_value_has_a_range() {
+    for (yaml, path, says) in [
+        (
+            "upstream:\n  dns_ttl: 2000y\n",
+            "upstream.dns_ttl",
+            "from 0 to 1day",
+        ),
+        (
+            "upstream:\n  response_timeout: 2000y\n",
+            "upstream.response_timeout",
+            "to 1day",
+        ),
+        (
+            "listen:\n  header_read_timeout: 0\n",
+            "listen.header_read_timeout",
+            "from 10ms",
+        ),
+        (
+            "listen:\n  send_timeout: 0\n",
+            "listen.send_timeout",
+            "from 10ms",
+        ),
+        (
+            "listen:\n  max_header_bytes: 0\n",
+            "listen.max_header_bytes",
+            "from 1KiB to 16MiB",
+        ),
+        (
+            "listen:\n  max_concurrent_streams: 0\n",
+            "listen.max_concurrent_streams",
+            "from 1 to 100000",
+        ),
+        (
+            "log:\n  queue_capacity: 18446744073709551615\n",
+            "log.queue_capacity",
+            "from 1 to",
+        ),
+        (
+            "metrics:\n  max_hosts: 0\n",
+            "metrics.max_hosts",
+            "from 1 to 100000",
+        ),
+        (
+            "shutdown:\n  drain_timeout: 1000h\n",
+            "shutdown.drain_timeout",
+            "to 1h",
+        ),
+        (
+            "egress:\n  connect_ports: [0]\n",
+            "egress.connect_ports[0]",
+            "port 0",
+        ),
+        (
+            "egress:\n  connect_ports: ['9-1']\n",
+            "egress.connect_ports[0]",
+            "a range",
+        ),
+        (
+            "egress:\n  deny: ['10.0.0.0/33']\n",
+            "egress.deny[0]",
+            "CIDR",
+        ),
+    ] {
+        let e = errors(yaml);
+        assert_eq!(e[0].path, path, "{yaml}");
+        assert!(e[0].message.contains(says), "{yaml}: {}", e[0].message);
+    }
+}
+
+#[test]
+fn check_builds_the_tls_config_run_builds() {
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        ca.path(),
+        "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let e = errors(&format!(
+        "upstream:\n  tls:\n    extra_ca_file: {}\n",
+        ca.path().display()
+    ));
+    assert_eq!(e[0].path, "upstream.tls.extra_ca_file");
+}
+
+#[test]
+fn messages_show_text_as_written_never_a_substituted_secret() {
+    // SAFETY: only this test uses these variables.
+    unsafe { std::env::set_var("TOLLGATE_TEST_SECRET", "hunter2-secret") };
+    unsafe { std::env::set_var("TOLLGATE_TEST_CA_DIR", "/nonexistent-hunter2") };
+    for yaml in [
+        "routes:\n  - prefix: /x\n    upstream: ftp://host/${TOLLGATE_TEST_SECRET}\n",
+        "routes:\n  - prefix: /x\n    upstream: 'http://h st/${TOLLGATE_TEST_SECRET}'\n",
+        "upstream:\n  tls:\n    extra_ca_file: ${TOLLGATE_TEST_CA_DIR}/ca.pem\n",
+    ] {
+        let shown: Vec<String> = errors(yaml).iter().map(|e| e.to_string()).collect();
+        let all = shown.join("\n");
+        assert!(!all.contains("hunter2"), "{all}");
+        assert!(
+            all.contains("${TOLLGATE_TEST_"),
+            "the text as written: {all}"
+        );
+    }
+}
+
+#[test]
+fn messages_say_what_to_write_not_internal_types() {
+    for (yaml, path, says, line) in [
+        (
+            "listen:\n  max_concurrent_streams: -1\n",
+            "listen.max_concurrent_streams",
+            "a whole number",
+            2,
+        ),
+        ("domains: 5\n", "domains", "`key: value` lines", 1),
+        ("routes:\n  prefix: /x\n", "routes", "a list", 2),
+        (
+            "log:\n  access_log: yes please\n",
+            "log.access_log",
+            "`true` or `false`",
+            2,
+        ),
+        (
+            "listen:\n  address: \"127.0.0.1:8000\nadmin:\n  address: x\nlog:\n  level: info\n",
+            "listen.address",
+            "never closed",
+            2,
+        ),
+        ("listen:\n\taddress: 127.0.0.1:8000\n", "listen", "tab", 2),
+    ] {
+        let e = errors(yaml);
+        let shown = e[0].to_string();
+        assert_eq!(e[0].path, path, "{shown}");
+        assert!(e[0].message.contains(says), "{yaml:?}: {shown}");
+        assert_eq!(e[0].location.map(|l| l.0), Some(line), "{shown}");
+        for internal in ["Raw", "u32", "usize", "struct", "sequence"] {
+            assert!(!shown.contains(internal), "{shown}");
+        }
+    }
+}
+
+#[test]
+fn listen_and_admin_take_an_address_alone() {
+    let c = Config::from_yaml("listen: 127.0.0.1:9100\nadmin: 127.0.0.1:9101\n").unwrap();
+    assert_eq!(c.listen.address.to_string(), "127.0.0.1:9100");
+    assert_eq!(c.admin.address.to_string(), "127.0.0.1:9101");
+    assert_eq!(
+        c.listen.max_header_bytes,
+        64 * 1024,
+        "the rest stays default"
+    );
+    let e = errors("listen:\n  adress: 127.0.0.1:1\n");
+    assert!(
+        e[0].message.contains("unknown field `adress`"),
+        "{}",
+        e[0].message
+    );
+}

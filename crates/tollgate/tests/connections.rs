@@ -244,6 +244,10 @@ async fn a_slow_upstream_is_not_a_stalled_client() {
     })
     .await;
     let gw = gateway("listen: { send_timeout: 100ms }").await;
-    let got = send(&client(), via_header(&gw, up.addr, "/").body(empty()).unwrap()).await;
+    let got = send(
+        &client(),
+        via_header(&gw, up.addr, "/").body(empty()).unwrap(),
+    )
+    .await;
     assert_eq!(got.body, "chunkchunkchunk");
 }

@@ -50,10 +50,16 @@ async fn client_input_never_grows_the_label_set() {
             && t.contains("code=\"domain_denied\"} 200")
     })
     .await;
-    assert!(!text.contains("denied.test"), "refused hosts are no labels:\n{text}");
+    assert!(
+        !text.contains("denied.test"),
+        "refused hosts are no labels:\n{text}"
+    );
     assert!(!text.contains(&long_method[..100]), "methods are bounded");
     assert!(text.contains("method=\"other\""), "{text}");
     assert!(text.contains("host=\"other\""), "{text}");
-    assert!(text.contains("tollgate_metric_hosts_folded_total 1"), "{text}");
+    assert!(
+        text.contains("tollgate_metric_hosts_folded_total 1"),
+        "{text}"
+    );
     assert!(text.contains("code=\"domain_denied\"} 200"), "{text}");
 }

@@ -184,3 +184,94 @@ async fn reload_reports_a_typed_diff() {
     assert_eq!(got["diff"]["changed"], serde_json::json!(["domains"]));
     assert_eq!(got["diff"]["needs_restart"], serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn an_empty_file_is_refused_and_the_running_config_kept() {
+    let a = echo_upstream().await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), route_yaml("/api", a.addr)).unwrap();
+    let gw = gateway_from_file(file.path(), false).await;
+    for empty in ["", "\n  \n"] {
+        std::fs::write(file.path(), empty).unwrap();
+        let got = post_reload(&gw).await;
+        assert_eq!(got.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            got.json()["errors"][0].as_str().unwrap().contains("empty"),
+            "{:?}",
+            got.body
+        );
+    }
+    let got = send(
+        &client(),
+        Request::get(format!("http://{}/api/x", gw.proxy_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "the routes are still there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_applies_only_files_that_have_settled() {
+    let a = echo_upstream().await;
+    let full = |round: usize| {
+        format!(
+            "domains:\n  deny: ['denied.test']\n{}  - prefix: /round{round}\n    upstream: http://{}\n",
+            route_yaml("/api", a.addr),
+            a.addr
+        )
+    };
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), full(0)).unwrap();
+    let gw = gateway_from_file(file.path(), true).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let (s, f, url) = (
+        stop.clone(),
+        failed.clone(),
+        format!("http://{}/api/x", gw.proxy_addr),
+    );
+    let load = tokio::spawn(async move {
+        let c = client();
+        while !s.load(Ordering::Relaxed) {
+            if send(&c, Request::get(&url).body(empty()).unwrap())
+                .await
+                .status
+                != StatusCode::OK
+            {
+                f.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    for round in 1..=4 {
+        // A writer that is not atomic: the first part (valid YAML on its own, without the
+        // routes) sits in the file for a moment before the rest arrives.
+        std::fs::write(file.path(), "domains:\n  deny: ['denied.test']\n").unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        std::fs::write(file.path(), full(round)).unwrap();
+        let url = format!("http://{}/round{round}/x", gw.proxy_addr);
+        let mut status = StatusCode::BAD_REQUEST;
+        for _ in 0..100 {
+            status = send(&client(), Request::get(&url).body(empty()).unwrap())
+                .await
+                .status;
+            if status == StatusCode::OK {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "round {round} applied once it settled"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "a half-written file was applied"
+    );
+}

@@ -135,5 +135,10 @@ async fn idle_closes_racing_requests_cost_no_request() {
     for w in workers {
         failed.extend(w.await.unwrap());
     }
-    assert!(failed.is_empty(), "{} of 480 failed: {:?}", failed.len(), &failed[..failed.len().min(3)]);
+    assert!(
+        failed.is_empty(),
+        "{} of 480 failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
 }
