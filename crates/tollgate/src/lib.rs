@@ -12,6 +12,7 @@ pub mod conns;
 pub mod domains;
 pub mod egress;
 pub mod error;
+pub mod expect;
 pub mod glob;
 pub mod headers;
 pub mod logging;

@@ -108,7 +108,7 @@ pub fn handle(
     let step = prepare(&shared, &rt, req, &mut ctx);
     async move {
         let forwarded = match step {
-            Ok(Step::Upstream(req, target)) => {
+            Ok(Step::Upstream(req, target, gate)) => {
                 let sent = tokio::time::Instant::now();
                 let resp = rt
                     .client
@@ -116,6 +116,9 @@ pub fn handle(
                     .await;
                 if resp.is_ok() {
                     ctx.upstream = Some(sent.elapsed());
+                }
+                if let Some(g) = gate {
+                    g.final_response();
                 }
                 resp.map(Forwarded::Upstream)
             }
@@ -139,9 +142,10 @@ pub fn handle(
     }
 }
 
-/// What the synchronous phases decided: the request to send upstream, or a tunnel.
+/// What the synchronous phases decided: the request to send upstream (with the gate of
+/// an `Expect: 100-continue` body), or a tunnel.
 enum Step {
-    Upstream(Request<Body>, Target),
+    Upstream(Request<Body>, Target, Option<Arc<crate::expect::Gate>>),
     Connect(Request<Incoming>),
 }
 
@@ -237,10 +241,11 @@ fn prepare(
     };
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
-    Ok(Step::Upstream(
-        Request::from_parts(parts, from_incoming(body)),
-        target,
-    ))
+    let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
+    let mut req = Request::from_parts(parts, from_incoming(body));
+    let gate = continues
+        .then(|| crate::expect::hold_body(&mut req, rt.config.upstream.expect_continue_timeout));
+    Ok(Step::Upstream(req, target, gate))
 }
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body
