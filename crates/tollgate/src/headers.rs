@@ -79,10 +79,12 @@ fn tokens(v: &HeaderValue) -> impl Iterator<Item = &str> {
 /// Whether a message says its connection closes after it: a `close` token in any
 /// `Connection` field line (RFC 9112 §9.6).
 pub fn says_close(h: &HeaderMap) -> bool {
-    h.get_all(CONNECTION)
-        .iter()
-        .flat_map(tokens)
-        .any(|t| t.eq_ignore_ascii_case("close"))
+    connection_tokens(h).any(|t| t.eq_ignore_ascii_case("close"))
+}
+
+/// Every token of every `Connection` field line.
+pub fn connection_tokens(h: &HeaderMap) -> impl Iterator<Item = &str> {
+    h.get_all(CONNECTION).iter().flat_map(tokens)
 }
 
 fn is_control(n: &HeaderName) -> bool {

@@ -30,6 +30,7 @@ pub mod server;
 pub mod state;
 pub mod target;
 pub mod tunnel;
+pub mod upgrade;
 pub mod upstream;
 
 pub use config::Config;

@@ -22,6 +22,7 @@ use crate::paths;
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};
 use crate::tunnel;
+use crate::upgrade;
 use crate::upstream::PooledBody;
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
@@ -125,6 +126,11 @@ pub fn handle(
             Ok(Step::Connect(req)) => tunnel::open_boxed(&shared, &rt, req, &mut ctx)
                 .await
                 .map(Forwarded::Ready),
+            Ok(Step::Upgrade(req, target, client)) => {
+                upgrade::relay_boxed(&shared, &rt, req, target, client, &mut ctx)
+                    .await
+                    .map(Forwarded::Ready)
+            }
             Err(err) => Err(err),
         };
         match forwarded {
@@ -147,6 +153,8 @@ pub fn handle(
 enum Step {
     Upstream(Request<Body>, Target, Option<Arc<crate::expect::Gate>>),
     Connect(Request<Incoming>),
+    /// An HTTP/1.1 `Upgrade` (WebSocket): its own upstream connection, then a byte relay.
+    Upgrade(Request<Body>, Target, hyper::upgrade::OnUpgrade),
 }
 
 /// What the pipeline produced: the provider's response, still to be relayed, or a
@@ -212,6 +220,13 @@ fn prepare(
         ctx.policy = Some(p.name.clone());
     }
 
+    // RFC 9110 §7.8: an upgrade is HTTP/1.1 only (HTTP/2 has none).
+    let upgrade = match req.version() {
+        Version::HTTP_11 => upgrade::requested(req.headers()),
+        _ => None,
+    }
+    .map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
+
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::strip_control(&mut parts.headers);
@@ -241,6 +256,18 @@ fn prepare(
     };
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
+    if let Some((protocol, client)) = upgrade {
+        // Its own HTTP/1.1 connection, so origin-form and Host for https too.
+        upgrade::ask_upstream(&mut parts.headers, protocol);
+        parts
+            .headers
+            .insert(header::HOST, target.host_header.clone());
+        if let Some(pq) = parts.uri.path_and_query().cloned() {
+            parts.uri = Uri::from(pq);
+        }
+        let req = Request::from_parts(parts, from_incoming(body));
+        return Ok(Step::Upgrade(req, target, client));
+    }
     let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
     let mut req = Request::from_parts(parts, from_incoming(body));
     let gate = continues

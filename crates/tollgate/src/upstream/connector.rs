@@ -51,6 +51,10 @@ struct Inner {
     connect_timeout: Duration,
     tls: Arc<ClientConfig>,
     tls_insecure: Arc<ClientConfig>,
+    /// The same two with ALPN `http/1.1` alone: an HTTP/1.1 upgrade (WebSocket) needs a
+    /// connection that cannot turn into HTTP/2.
+    tls_h1: Arc<ClientConfig>,
+    tls_insecure_h1: Arc<ClientConfig>,
     insecure_hosts: Arc<[String]>,
     metrics: Metrics,
 }
@@ -64,11 +68,18 @@ impl Connector {
         insecure_hosts: Vec<String>,
         metrics: Metrics,
     ) -> Self {
+        let h1 = |c: &Arc<ClientConfig>| {
+            let mut c = (**c).clone();
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(c)
+        };
         Self {
             inner: Arc::new(Inner {
                 resolver,
                 egress,
                 connect_timeout,
+                tls_h1: h1(&tls),
+                tls_insecure_h1: h1(&tls_insecure),
                 tls,
                 tls_insecure,
                 insecure_hosts: insecure_hosts.into(),
@@ -132,7 +143,16 @@ impl Connector {
         })
     }
 
-    async fn connect(self, uri: Uri) -> Result<UpstreamConn, ConnectError> {
+    /// An HTTP/1.1 connection (ALPN `http/1.1` alone for https), outside any pool: for
+    /// requests that upgrade the connection.
+    pub fn connect_http1(
+        &self,
+        uri: Uri,
+    ) -> Pin<Box<dyn Future<Output = Result<UpstreamConn, ConnectError>> + Send>> {
+        Box::pin(self.clone().connect(uri, true))
+    }
+
+    async fn connect(self, uri: Uri, http1_only: bool) -> Result<UpstreamConn, ConnectError> {
         let scheme = uri
             .scheme_str()
             .and_then(Scheme::parse)
@@ -153,10 +173,12 @@ impl Connector {
                 Scheme::Http => (Stream::Plain(tcp), false),
                 Scheme::Https => {
                     let insecure = self.inner.insecure_hosts.iter().any(|h| **h == *host);
-                    let config = if insecure {
-                        &self.inner.tls_insecure
-                    } else {
-                        &self.inner.tls
+                    let i = &self.inner;
+                    let config = match (insecure, http1_only) {
+                        (false, false) => &i.tls,
+                        (true, false) => &i.tls_insecure,
+                        (false, true) => &i.tls_h1,
+                        (true, true) => &i.tls_insecure_h1,
                     };
                     let name =
                         ServerName::try_from(host.to_string()).map_err(|e| ConnectError::Tls {
@@ -192,7 +214,7 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        Box::pin(self.clone().connect(uri))
+        Box::pin(self.clone().connect(uri, false))
     }
 }
 

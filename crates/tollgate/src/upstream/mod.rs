@@ -120,6 +120,50 @@ impl UpstreamClient {
     }
 }
 
+impl UpstreamClient {
+    /// Sends a request that asks to upgrade the connection (WebSocket and any HTTP/1.1
+    /// `Upgrade`, RFC 9110 §7.8) on a connection of its own, outside the pools: once
+    /// upgraded it is no longer HTTP. The response head is awaited within
+    /// `response_timeout`; the caller takes the upgraded connection from the response.
+    pub async fn send_upgrade(
+        &self,
+        req: Request<Body>,
+        target: &Target,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let name = target.authority.as_str();
+        let limit = self.settings.response_timeout;
+        let uri = http::Uri::builder()
+            .scheme(target.scheme.uri_scheme())
+            .authority(target.authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| ProxyError::BadTarget(e.to_string()))?;
+        let exchange = async {
+            let io = self
+                .connector
+                .connect_http1(uri)
+                .await
+                .map_err(|c| ProxyError::from(&c))?;
+            let (mut tx, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| classify_http(&e, name))?;
+            tokio::spawn(async move {
+                let _ = conn.with_upgrades().await;
+            });
+            tx.send_request(req)
+                .await
+                .map_err(|e| classify_http(&e, name))
+        };
+        tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| ProxyError::UpstreamTimeout {
+                target: name.to_owned(),
+                stage: "respond",
+                limit,
+            })?
+    }
+}
+
 /// Maps a failure on an established HTTP/1.1 connection.
 fn classify_http(err: &hyper::Error, target: &str) -> ProxyError {
     let detail = err.to_string();
