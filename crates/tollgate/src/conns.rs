@@ -302,8 +302,11 @@ mod tests {
             "waiting on the upstream is not a stall"
         );
         assert!(!w.stalled_for(5, true, s(10), limit));
-        assert!(!w.stalled_for(5, true, s(13), limit));
-        assert!(w.stalled_for(5, true, s(14), limit));
+        assert!(!w.stalled_for(5, true, s(12), limit));
+        assert!(
+            w.stalled_for(5, true, s(13), limit),
+            "4 s on the client since 9 s"
+        );
     }
 
     #[tokio::test(start_paused = true)]
