@@ -259,18 +259,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn quiet_counts_from_the_last_event_seen() {
-        let t0 = Instant::now();
-        let s = |secs| t0 + Duration::from_secs(secs);
-        let limit = Duration::from_secs(4);
-        let mut w = Watched {
+    fn watched(t0: Instant) -> Watched {
+        Watched {
             conn: Weak::new(),
             seen: 0,
             quiet_since: t0,
             asked_seen: 0,
             waiting_since: t0,
-        };
+        }
+    }
+
+    #[test]
+    fn quiet_counts_from_the_last_event_seen() {
+        let t0 = Instant::now();
+        let s = |secs| t0 + Duration::from_secs(secs);
+        let limit = Duration::from_secs(4);
+        let mut w = watched(t0);
         assert!(!w.quiet_for(0, false, s(3), limit));
         assert!(
             !w.quiet_for(2, false, s(4), limit),
@@ -286,13 +290,7 @@ mod tests {
         let t0 = Instant::now();
         let s = |secs| t0 + Duration::from_secs(secs);
         let limit = Duration::from_secs(4);
-        let mut w = Watched {
-            conn: Weak::new(),
-            seen: 0,
-            quiet_since: t0,
-            asked_seen: 0,
-            waiting_since: t0,
-        };
+        let mut w = watched(t0);
         assert!(
             !w.stalled_for(5, true, s(1), limit),
             "hyper asked: progress"

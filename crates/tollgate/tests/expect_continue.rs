@@ -7,18 +7,6 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn read_head(s: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut b = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).await.unwrap() == 0 {
-            break;
-        }
-        got.push(b[0]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
 fn upload_head(gw: &tollgate::Gateway, up: std::net::SocketAddr) -> String {
     let _ = gw;
     format!(

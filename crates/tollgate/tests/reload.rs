@@ -13,6 +13,22 @@ fn route_yaml(prefix: &str, upstream: std::net::SocketAddr) -> String {
     format!("routes:\n  - prefix: {prefix}\n    upstream: http://{upstream}\n")
 }
 
+/// GETs `url` until it answers 200 or 10 s have passed (a deadline for the watcher, not a
+/// speed assertion); the last status.
+async fn status_once_ok(url: &str) -> StatusCode {
+    let mut status = StatusCode::BAD_REQUEST;
+    for _ in 0..200 {
+        status = send(&client(), Request::get(url).body(empty()).unwrap())
+            .await
+            .status;
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    status
+}
+
 async fn post_reload(gw: &tollgate::Gateway) -> Got {
     send(
         &client(),
@@ -142,17 +158,7 @@ async fn file_changes_are_picked_up() {
     let gw = gateway_from_file(file.path(), true).await;
     std::fs::write(file.path(), route_yaml("/two/longer/prefix", a.addr)).unwrap();
     let url = format!("http://{}/two/longer/prefix/x", gw.proxy_addr);
-    // Wait (bounded) for the watcher; this is a deadline, not a speed assertion.
-    let mut status = StatusCode::BAD_REQUEST;
-    for _ in 0..200 {
-        status = send(&client(), Request::get(&url).body(empty()).unwrap())
-            .await
-            .status;
-        if status == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let status = status_once_ok(&url).await;
     assert_eq!(
         status,
         StatusCode::OK,
@@ -251,16 +257,7 @@ async fn the_watcher_applies_only_files_that_have_settled() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         std::fs::write(file.path(), full(round)).unwrap();
         let url = format!("http://{}/round{round}/x", gw.proxy_addr);
-        let mut status = StatusCode::BAD_REQUEST;
-        for _ in 0..100 {
-            status = send(&client(), Request::get(&url).body(empty()).unwrap())
-                .await
-                .status;
-            if status == StatusCode::OK {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let status = status_once_ok(&url).await;
         assert_eq!(
             status,
             StatusCode::OK,

@@ -91,13 +91,8 @@ async fn keep_alive_connections_are_reused() {
 /// the close races the next request on that pooled connection.
 async fn closes_after_each_response() -> Server {
     raw_upstream(|mut s| async move {
-        let mut buf = vec![0u8; 4096];
-        let mut got = Vec::new();
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
+        if !read_head(&mut s).await.ends_with("\r\n\r\n") {
+            return;
         }
         let _ = s
             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")

@@ -421,3 +421,17 @@ pub async fn recording_upstream() -> (Server, Heads) {
 pub fn head_lines(head: &str) -> Vec<&str> {
     head.split("\r\n").filter(|l| !l.is_empty()).collect()
 }
+
+/// Reads one message head (through the blank line) byte by byte, so nothing after it is
+/// consumed; what arrived before a close when the peer closes first.
+pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => got.push(b[0]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
