@@ -119,6 +119,14 @@ pub struct Egress {
 }
 
 impl Egress {
+    /// The check a client built for `config` uses, with tollgate's own listeners.
+    pub fn new(config: &crate::Config, own: &[(SocketAddr, Listener)]) -> Self {
+        Self {
+            rules: config.egress.clone(),
+            own: own.to_vec(),
+        }
+    }
+
     /// Whether tollgate may connect to `addr` for `target` (the name, for messages).
     pub fn check(&self, target: &str, addr: SocketAddr) -> Result<(), Refusal> {
         let ip = addr.ip().to_canonical();

@@ -233,38 +233,29 @@ fn prepare(
     // RFC 9110 §7.6.3: each proxy appends itself to Via; seeing its own entry come back
     // is how a loop through any address or name is caught.
     parts.headers.append(header::VIA, shared.via.value.clone());
-    parts.uri = match target.scheme {
-        // tollgate's own HTTP/1.1 pool: the request line is origin-form (RFC 9112
-        // §3.2.1); absolute-form is for a next-hop proxy. Host is the upstream's
-        // authority (RFC 9110 §7.2), precomputed with the target.
-        Scheme::Http => {
-            parts
-                .headers
-                .insert(header::HOST, target.host_header.clone());
-            Uri::from(path_and_query)
-        }
-        // hyper-util's client: it needs the absolute URI to pick a connection, writes
-        // origin-form on HTTP/1.1 and sets Host there; HTTP/2 sends `:authority` only.
-        Scheme::Https => {
-            parts.headers.remove(header::HOST);
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(target.scheme.uri_scheme());
-            uri.authority = Some(target.authority.clone());
-            uri.path_and_query = Some(path_and_query);
-            Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?
-        }
+    // tollgate writes the request itself on its HTTP/1.1 pool (`http`) and on an
+    // upgrade's own connection: origin-form (RFC 9112 §3.2.1; absolute-form is for a
+    // next-hop proxy), and Host the upstream's authority (RFC 9110 §7.2), precomputed
+    // with the target. hyper-util's client (`https`) needs the absolute URI to pick a
+    // connection; it writes origin-form and sets Host on HTTP/1.1 and sends
+    // `:authority` alone on HTTP/2.
+    parts.uri = if target.scheme == Scheme::Http || upgrade.is_some() {
+        parts
+            .headers
+            .insert(header::HOST, target.host_header.clone());
+        Uri::from(path_and_query)
+    } else {
+        parts.headers.remove(header::HOST);
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(target.scheme.uri_scheme());
+        uri.authority = Some(target.authority.clone());
+        uri.path_and_query = Some(path_and_query);
+        Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?
     };
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
     if let Some((protocol, client)) = upgrade {
-        // Its own HTTP/1.1 connection, so origin-form and Host for https too.
         upgrade::ask_upstream(&mut parts.headers, protocol);
-        parts
-            .headers
-            .insert(header::HOST, target.host_header.clone());
-        if let Some(pq) = parts.uri.path_and_query().cloned() {
-            parts.uri = Uri::from(pq);
-        }
         let req = Request::from_parts(parts, from_incoming(body));
         return Ok(Step::Upgrade(req, target, client));
     }

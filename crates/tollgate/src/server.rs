@@ -93,10 +93,7 @@ impl Gateway {
         let own = vec![(proxy_addr, Listener::Proxy), (admin_addr, Listener::Admin)];
         let client = UpstreamClient::new(
             &config.upstream,
-            Egress {
-                rules: config.egress.clone(),
-                own: own.clone(),
-            },
+            Egress::new(&config, &own),
             metrics.clone(),
         )
         .map_err(StartError::Tls)?;

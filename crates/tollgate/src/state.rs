@@ -127,10 +127,7 @@ impl Shared {
 
     /// The egress check a client built for `config` uses.
     pub fn egress(&self, config: &Config) -> Egress {
-        Egress {
-            rules: config.egress.clone(),
-            own: self.own_listeners.clone(),
-        }
+        Egress::new(config, &self.own_listeners)
     }
 
     #[inline]

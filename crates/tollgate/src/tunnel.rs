@@ -7,11 +7,12 @@ use crate::error::ProxyError;
 use crate::proxy::Ctx;
 use crate::state::{Runtime, Shared};
 use crate::target::{Scheme, Target};
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::pin::Pin;
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// `open`, boxed. CONNECT is the rare path, and its state would otherwise make every
 /// request's future (moved by hyper once per request) kilobytes larger.
@@ -22,6 +23,36 @@ pub fn open_boxed<'a>(
     ctx: &'a mut Ctx,
 ) -> Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>> {
     Box::pin(open(shared, rt, req, ctx))
+}
+
+/// Relays bytes both ways between the two ends `ends` yields (the client's upgraded
+/// connection and the upstream's), in a task that graceful shutdown waits for and cuts at
+/// the drain deadline; counted in `tollgate_tunnels` while open. CONNECT tunnels and
+/// HTTP/1.1 upgrades both end here.
+pub fn spawn_relay<A, B>(
+    shared: &Shared,
+    id: HeaderValue,
+    ends: impl Future<Output = Result<(A, B), hyper::Error>> + Send + 'static,
+) where
+    A: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (metrics, cut) = (shared.metrics.clone(), shared.cut.clone());
+    shared.tasks.spawn(async move {
+        metrics.tunnels.inc();
+        match ends.await {
+            Ok((mut a, mut b)) => tokio::select! {
+                r = tokio::io::copy_bidirectional(&mut a, &mut b) => {
+                    if let Err(e) = r {
+                        tracing::debug!(request_id = ?id, "relay closed: {e}");
+                    }
+                }
+                _ = cut.cancelled() => tracing::info!(request_id = ?id, "relay cut at the drain deadline"),
+            },
+            Err(e) => tracing::debug!(request_id = ?id, "upgrade failed: {e}"),
+        }
+        metrics.tunnels.dec();
+    });
 }
 
 async fn open(
@@ -50,7 +81,7 @@ async fn open(
             allowed: ports.to_string(),
         });
     }
-    let mut upstream = rt
+    let upstream = rt
         .client
         .connector
         .connect_tcp(&target.host, target.port)
@@ -58,26 +89,8 @@ async fn open(
         .map_err(|e| ProxyError::from(&e))?;
 
     let upgrade = hyper::upgrade::on(req);
-    let metrics = shared.metrics.clone();
-    let cut = shared.cut.clone();
-    let id = ctx.id.clone();
-    shared.tasks.spawn(async move {
-        metrics.tunnels.inc();
-        match upgrade.await {
-            Ok(upgraded) => {
-                let mut client = TokioIo::new(upgraded);
-                tokio::select! {
-                    r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
-                        if let Err(e) = r {
-                            tracing::debug!(request_id = ?id, "tunnel closed: {e}");
-                        }
-                    }
-                    _ = cut.cancelled() => tracing::info!(request_id = ?id, "tunnel cut at the drain deadline"),
-                }
-            }
-            Err(e) => tracing::debug!(request_id = ?id, "CONNECT upgrade failed: {e}"),
-        }
-        metrics.tunnels.dec();
+    spawn_relay(shared, ctx.id.clone(), async move {
+        Ok((TokioIo::new(upgrade.await?), upstream))
     });
     shared.observer.emit(ctx.event(200, None, 0, true));
     let mut resp = Response::new(empty());

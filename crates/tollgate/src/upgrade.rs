@@ -11,6 +11,7 @@ use crate::headers::{self, X_TOLLGATE_REQUEST_ID};
 use crate::proxy::Ctx;
 use crate::state::{Runtime, Shared};
 use crate::target::Target;
+use crate::tunnel;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
@@ -59,24 +60,9 @@ async fn relay(
     let protocol = resp.headers().get(header::UPGRADE).cloned();
     if switched {
         let upstream = hyper::upgrade::on(&mut resp);
-        let (metrics, cut, id) = (shared.metrics.clone(), shared.cut.clone(), ctx.id.clone());
-        shared.tasks.spawn(async move {
-            metrics.tunnels.inc();
-            match tokio::try_join!(client, upstream) {
-                Ok((c, u)) => {
-                    let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                    tokio::select! {
-                        r = tokio::io::copy_bidirectional(&mut c, &mut u) => {
-                            if let Err(e) = r {
-                                tracing::debug!(request_id = ?id, "upgraded connection closed: {e}");
-                            }
-                        }
-                        _ = cut.cancelled() => tracing::info!(request_id = ?id, "upgraded connection cut at the drain deadline"),
-                    }
-                }
-                Err(e) => tracing::debug!(request_id = ?id, "upgrade failed: {e}"),
-            }
-            metrics.tunnels.dec();
+        tunnel::spawn_relay(shared, ctx.id.clone(), async move {
+            let (c, u) = tokio::try_join!(client, upstream)?;
+            Ok((TokioIo::new(c), TokioIo::new(u)))
         });
     }
     let (mut parts, body) = resp.into_parts();

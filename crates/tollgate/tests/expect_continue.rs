@@ -7,11 +7,27 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn upload_head(gw: &tollgate::Gateway, up: std::net::SocketAddr) -> String {
-    let _ = gw;
+fn upload_head(up: std::net::SocketAddr) -> String {
     format!(
         "PUT /upload HTTP/1.1\r\nHost: a\r\nx-tollgate-host: {up}\r\nx-tollgate-scheme: http\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n"
     )
+}
+
+/// Sends the upload head, expects `100 Continue`, sends the body, expects a final head
+/// starting with `status`; the connection, for reading the body.
+async fn upload_after_100(
+    gw: &tollgate::Gateway,
+    up: std::net::SocketAddr,
+    status: &str,
+) -> TcpStream {
+    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(upload_head(up).as_bytes()).await.unwrap();
+    let interim = read_head(&mut s).await;
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+    s.write_all(b"0123456789").await.unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with(status), "{head}");
+    s
 }
 
 #[tokio::test]
@@ -31,9 +47,7 @@ async fn a_refusal_on_the_headers_reaches_the_client_before_any_body() {
     .await;
     let gw = gateway("").await;
     let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
-    s.write_all(upload_head(&gw, up.addr).as_bytes())
-        .await
-        .unwrap();
+    s.write_all(upload_head(up.addr).as_bytes()).await.unwrap();
     // The body is not sent: the first thing back must be the provider's final answer.
     let head = read_head(&mut s).await;
     assert!(
@@ -59,15 +73,7 @@ async fn the_providers_100_continue_releases_the_body() {
     })
     .await;
     let gw = gateway("upstream:\n  expect_continue_timeout: 10s\n").await;
-    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
-    s.write_all(upload_head(&gw, up.addr).as_bytes())
-        .await
-        .unwrap();
-    let interim = read_head(&mut s).await;
-    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
-    s.write_all(b"0123456789").await.unwrap();
-    let head = read_head(&mut s).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut s = upload_after_100(&gw, up.addr, "HTTP/1.1 200").await;
     let mut body = [0u8; 10];
     s.read_exact(&mut body).await.unwrap();
     assert_eq!(&body, b"0123456789");
@@ -86,13 +92,5 @@ async fn a_provider_that_never_says_100_gets_the_body_after_the_timeout() {
     })
     .await;
     let gw = gateway("upstream:\n  expect_continue_timeout: 100ms\n").await;
-    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
-    s.write_all(upload_head(&gw, up.addr).as_bytes())
-        .await
-        .unwrap();
-    let interim = read_head(&mut s).await;
-    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
-    s.write_all(b"0123456789").await.unwrap();
-    let head = read_head(&mut s).await;
-    assert!(head.starts_with("HTTP/1.1 201"), "{head}");
+    upload_after_100(&gw, up.addr, "HTTP/1.1 201").await;
 }

@@ -84,13 +84,7 @@ impl Errors {
         check: impl FnOnce(&str) -> Result<T, String>,
     ) -> Option<T> {
         let value = self.env(path, written)?;
-        let r = check(&value).map_err(|m| {
-            if value == written {
-                m
-            } else {
-                m.replace(&value, written)
-            }
-        });
+        let r = check(&value).map_err(|m| as_written(m, &value, written));
         self.check(path, r)
     }
 
@@ -112,6 +106,16 @@ impl Errors {
             .enumerate()
             .filter_map(|(i, n)| self.check(&format!("{path}[{i}]"), parse_net(n)))
             .collect()
+    }
+}
+
+/// A message about a `${ENV}`-substituted value, showing the text as written: a secret
+/// substituted into it never reaches a message.
+fn as_written(message: String, value: &str, written: &str) -> String {
+    if value == written {
+        message
+    } else {
+        message.replace(value, written)
     }
 }
 
@@ -301,14 +305,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         let upstream_url = e.env(&format!("routes[{i}].upstream"), &r.upstream);
         if let Some(url) = upstream_url {
             let path = format!("routes[{i}]");
-            let route = Route::new(&r.prefix, &url, &r.upstream).map_err(|m| {
-                // Every message shows the URL as written, never a substituted secret.
-                if url == r.upstream {
-                    m
-                } else {
-                    m.replace(&url, &r.upstream)
-                }
-            });
+            let route = Route::new(&r.prefix, &url, &r.upstream)
+                .map_err(|m| as_written(m, &url, &r.upstream));
             if let Some(route) = e.check(&path, route) {
                 if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
                     e.check::<()>(
