@@ -1,4 +1,4 @@
-//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `POST /reload`.
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `/policies`, `POST /reload`.
 //! With `admin.token` set, all but the two probes need `Authorization: Bearer TOKEN`.
 
 use crate::body::{Body, full};
@@ -96,6 +96,13 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             shared.metrics.encode(),
         ),
         (&Method::GET, "/config") => json(StatusCode::OK, shared.runtime.load().config.effective()),
+        (&Method::GET, "/policies") => {
+            let rt = shared.runtime.load_full();
+            json(
+                StatusCode::OK,
+                crate::policy::state::describe(&rt.config, &rt.engine).await,
+            )
+        }
         (&Method::POST, "/reload") => match reload::reload(shared).await {
             Ok(diff) => json(
                 StatusCode::OK,
@@ -109,7 +116,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 }),
             ),
         },
-        (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/reload") => text(
+        (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/policies" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "method not allowed\n".into(),
@@ -117,7 +124,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /healthz /readyz /metrics /config or POST /reload\n".into(),
+            "not found; try /healthz /readyz /metrics /config /policies or POST /reload\n".into(),
         ),
     }
 }

@@ -99,7 +99,19 @@ pub fn dispatch(command: Command) -> ExitCode {
 
 fn check(file: &std::path::Path) -> ExitCode {
     match Config::load(file) {
-        Ok(_) => {
+        Ok(config) => {
+            // `check` builds what `run` builds: the compiled policy chains too.
+            let store: std::sync::Arc<dyn crate::policy::store::Store> =
+                std::sync::Arc::new(crate::policy::store::memory::Memory::default());
+            crate::policy::Engine::build(
+                &config,
+                None,
+                &store,
+                &crate::metrics::Metrics::default(),
+            );
+            for w in config.policies.shadowed() {
+                eprintln!("warning: {w}");
+            }
             println!("{}: valid", file.display());
             ExitCode::SUCCESS
         }

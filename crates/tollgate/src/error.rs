@@ -5,7 +5,7 @@
 //! untouched and never carries `x-tollgate-error`.
 
 use crate::body::{Body, full};
-use crate::headers::{X_TOLLGATE_ERROR, X_TOLLGATE_REQUEST_ID};
+use crate::headers::{X_TOLLGATE_ERROR, X_TOLLGATE_GENERATED, X_TOLLGATE_REQUEST_ID};
 use http::{HeaderValue, Response, StatusCode, header};
 use std::time::Duration;
 
@@ -34,7 +34,13 @@ pub enum ProxyError {
     #[error("cannot resolve `{host}`: {detail}")]
     Dns { host: String, detail: String },
     #[error("cannot connect to `{target}`: {detail}")]
-    Connect { target: String, detail: String },
+    Connect {
+        target: String,
+        detail: String,
+        /// Whether the request may have reached the provider (a reset on an open
+        /// connection) rather than never leaving (the connection could not be made).
+        sent: bool,
+    },
     #[error("TLS with `{target}` failed: {detail}")]
     Tls { target: String, detail: String },
     #[error("`{target}` did not {stage} within {limit:?}")]
@@ -51,6 +57,56 @@ pub enum ProxyError {
     ShuttingDown,
     #[error("the upstream connection failed: {0}")]
     Upstream(String),
+    /// A remedy refused the request (a limit, a queue, a breaker, the provider's throttle).
+    #[error("{}", .0.message)]
+    Rejected(Rejection),
+    /// A request body a remedy must read whole is larger than its cap.
+    #[error("the request body is larger than {limit} bytes ({what})")]
+    BodyTooLarge { limit: usize, what: &'static str },
+}
+
+/// Which remedy refused a request: its code and status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    RateLimited,
+    QueueFull,
+    QueueTimeout,
+    QuotaExceeded,
+    ConcurrencyLimited,
+    ProviderThrottled,
+    CircuitOpen,
+}
+
+impl Reject {
+    pub fn code(self) -> &'static str {
+        match self {
+            Reject::RateLimited => "rate_limited",
+            Reject::QueueFull => "queue_full",
+            Reject::QueueTimeout => "queue_timeout",
+            Reject::QuotaExceeded => "quota_exceeded",
+            Reject::ConcurrencyLimited => "concurrency_limited",
+            Reject::ProviderThrottled => "provider_throttled",
+            Reject::CircuitOpen => "circuit_open",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Reject::QueueTimeout | Reject::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+}
+
+/// A remedy's refusal: what the client sees.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub kind: Reject,
+    pub message: String,
+    /// `Retry-After`, in seconds.
+    pub retry_after: Option<u64>,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
+    pub rate: Option<(u64, u64, u64)>,
 }
 
 impl ProxyError {
@@ -71,6 +127,8 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::ShuttingDown => "shutting_down",
             ProxyError::Upstream(_) => "upstream_error",
+            ProxyError::Rejected(r) => r.kind.code(),
+            ProxyError::BodyTooLarge { .. } => "body_too_large",
         }
     }
 
@@ -89,6 +147,8 @@ impl ProxyError {
             ProxyError::DomainDenied(_) => StatusCode::FORBIDDEN,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Rejected(r) => r.kind.status(),
+            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -122,6 +182,18 @@ impl ProxyError {
         );
         h.insert(X_TOLLGATE_ERROR, HeaderValue::from_static(self.code()));
         h.insert(X_TOLLGATE_REQUEST_ID, request_id.clone());
+        h.insert(X_TOLLGATE_GENERATED, HeaderValue::from_static("true"));
+        if let ProxyError::Rejected(r) = self {
+            if let Some(s) = r.retry_after {
+                h.insert(header::RETRY_AFTER, s.into());
+            }
+            // draft-ietf-httpapi-ratelimit-headers: the limit, what is left, seconds to reset.
+            if let Some((limit, remaining, reset)) = r.rate {
+                h.insert("ratelimit-limit", limit.into());
+                h.insert("ratelimit-remaining", remaining.into());
+                h.insert("ratelimit-reset", reset.into());
+            }
+        }
         if matches!(self, ProxyError::ShuttingDown | ProxyError::BadRequest(_)) {
             // A malformed request may have left the connection's framing unknown.
             // RFC 9112 §9.6: tell HTTP/1.1 clients this connection is going away.

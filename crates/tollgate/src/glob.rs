@@ -38,6 +38,15 @@ impl HostGlob {
         &self.source
     }
 
+    /// Whether this pattern matches every host `other` matches (conservative: a pattern
+    /// with wildcards is covered only by `*` or by itself).
+    pub fn covers(&self, other: &HostGlob) -> bool {
+        match other.pieces.as_slice() {
+            [literal] => self.matches(literal),
+            _ => self.pieces == other.pieces || self.pieces.iter().all(|p| p.is_empty()),
+        }
+    }
+
     /// `host` must already be lower-case without a trailing dot (as [`crate::target`] produces).
     pub fn matches(&self, host: &str) -> bool {
         let pieces = &self.pieces;

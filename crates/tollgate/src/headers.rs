@@ -10,6 +10,12 @@ pub const X_TOLLGATE_HOST: HeaderName = HeaderName::from_static("x-tollgate-host
 pub const X_TOLLGATE_SCHEME: HeaderName = HeaderName::from_static("x-tollgate-scheme");
 pub const X_TOLLGATE_REQUEST_ID: HeaderName = HeaderName::from_static("x-tollgate-request-id");
 pub const X_TOLLGATE_ERROR: HeaderName = HeaderName::from_static("x-tollgate-error");
+/// On every response tollgate made up (errors, mocks): `true`.
+pub const X_TOLLGATE_GENERATED: HeaderName = HeaderName::from_static("x-tollgate-generated");
+/// `hit`, `miss` or `bypass` on responses of a policy with a cache.
+pub const X_TOLLGATE_CACHE: HeaderName = HeaderName::from_static("x-tollgate-cache");
+/// Attempts after the first, on responses of a policy that retried.
+pub const X_TOLLGATE_RETRIES: HeaderName = HeaderName::from_static("x-tollgate-retries");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const CONTROL_PREFIX: &str = "x-tollgate-";

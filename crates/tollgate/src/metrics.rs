@@ -23,6 +23,19 @@ pub struct HostLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub policy: String,
+    pub remedy: &'static str,
+    pub action: &'static str,
+}
+
+/// A configured name (policy, limit, breaker): bounded by the config.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabels {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
 }
@@ -51,6 +64,13 @@ pub struct Metrics {
     pub reloads: Family<ResultLabels, Counter>,
     pub events_dropped: Counter,
     pub hosts_folded: Counter,
+    pub remedy_actions: Family<ActionLabels, Counter>,
+    pub queue_depth: Family<NameLabels, Gauge>,
+    pub queue_wait: Family<NameLabels, Histogram>,
+    pub cache_entries: Family<NameLabels, Gauge>,
+    pub cache_bytes: Family<NameLabels, Gauge>,
+    pub breaker_state: Family<NameLabels, Gauge>,
+    pub quota_remaining: Family<NameLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -69,6 +89,13 @@ impl Default for Metrics {
             reloads: Family::default(),
             events_dropped: Counter::default(),
             hosts_folded: Counter::default(),
+            remedy_actions: Family::default(),
+            queue_depth: Family::default(),
+            queue_wait: Family::new_with_constructor(hist),
+            cache_entries: Family::default(),
+            cache_bytes: Family::default(),
+            breaker_state: Family::default(),
+            quota_remaining: Family::default(),
         };
         r.register(
             "requests",
@@ -115,6 +142,41 @@ impl Default for Metrics {
             "metric_hosts_folded",
             "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels",
             m.hosts_folded.clone(),
+        );
+        r.register(
+            "remedy_actions",
+            "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)",
+            m.remedy_actions.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Requests waiting in a rate-limit or concurrency queue, by limit name",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "queue_wait_seconds",
+            "Time requests waited in a queue before going on, by limit name",
+            m.queue_wait.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "Cached responses, by policy",
+            m.cache_entries.clone(),
+        );
+        r.register(
+            "cache_bytes",
+            "Bytes held by a policy's cache",
+            m.cache_bytes.clone(),
+        );
+        r.register(
+            "breaker_state",
+            "Circuit breaker state by breaker name: 0 closed, 1 open, 2 half-open",
+            m.breaker_state.clone(),
+        );
+        r.register(
+            "quota_remaining",
+            "Requests left in a quota's current period, by quota name",
+            m.quota_remaining.clone(),
         );
         Metrics {
             registry: Arc::new(r),

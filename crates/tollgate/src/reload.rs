@@ -76,9 +76,21 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
         )?;
         Arc::new(c)
     };
+    for w in config.policies.shadowed() {
+        tracing::warn!("{w}");
+    }
+    // Resources whose definition did not change keep their state (counters, queues,
+    // caches); requests in flight finish on the engine they started with.
+    let engine = crate::policy::Engine::build(
+        &config,
+        Some(&current.engine),
+        &shared.store,
+        &shared.metrics,
+    );
     shared.runtime.store(Arc::new(Runtime {
         config: Arc::new(config),
         client,
+        engine: Arc::new(engine),
     }));
     Ok(d)
 }

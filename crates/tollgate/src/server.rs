@@ -7,6 +7,8 @@ use crate::config::{Config, ConfigErrors};
 use crate::conns::{Conn, End};
 use crate::egress::{Egress, Listener};
 use crate::metrics::Metrics;
+use crate::policy::Engine;
+use crate::policy::store::{Store, memory::Memory};
 use crate::proxy;
 use crate::reload;
 use crate::state::{Overrides, Runtime, Shared};
@@ -97,9 +99,15 @@ impl Gateway {
             metrics.clone(),
         )
         .map_err(StartError::Tls)?;
+        for w in config.policies.shadowed() {
+            tracing::warn!("{w}");
+        }
+        let store: Arc<dyn Store> = Arc::new(Memory::default());
+        let engine = Engine::build(&config, None, &store, &metrics);
         let runtime = Runtime {
             config: Arc::new(config),
             client: Arc::new(client),
+            engine: Arc::new(engine),
         };
         let shared = Arc::new(
             Shared::new(
@@ -108,6 +116,7 @@ impl Gateway {
                 opts.overrides,
                 metrics,
                 own,
+                store,
             )
             .map_err(StartError::AccessLog)?,
         );

@@ -20,6 +20,8 @@ use tokio_util::task::TaskTracker;
 pub struct Runtime {
     pub config: Arc<Config>,
     pub client: Arc<UpstreamClient>,
+    /// The config's policies compiled into chains.
+    pub engine: Arc<crate::policy::Engine>,
 }
 
 /// Values from the command line that override the file on every (re)load.
@@ -62,6 +64,8 @@ pub struct Shared {
     pub own_listeners: Vec<(SocketAddr, Listener)>,
     /// This instance's `Via` entry (RFC 9110 §7.6.3): `1.1 tollgate-<random>`.
     pub via: Via,
+    /// Remedy state (counters, windows, deadlines); survives reloads.
+    pub store: Arc<dyn crate::policy::store::Store>,
 }
 
 /// This instance's pseudonym in `Via`: random per process, so a request that comes back
@@ -101,6 +105,7 @@ impl Shared {
         overrides: Overrides,
         metrics: Metrics,
         own_listeners: Vec<(SocketAddr, Listener)>,
+        store: Arc<dyn crate::policy::store::Store>,
     ) -> std::io::Result<Self> {
         let observer = Observer::start(
             metrics.clone(),
@@ -122,6 +127,7 @@ impl Shared {
             reload_lock: tokio::sync::Mutex::new(()),
             own_listeners,
             via: Via::default(),
+            store,
         })
     }
 

@@ -105,7 +105,7 @@ fn sizes_durations_and_policies_parse() {
         .policies
         .find("api.example.com", &http::Method::GET, "/v1/users/7/posts")
         .unwrap();
-    assert_eq!(p.name, "users");
+    assert_eq!(c.policies.policies[p].name, "users");
     assert!(
         c.policies
             .find("api.example.com", &http::Method::DELETE, "/v1/users/7")

@@ -5,9 +5,11 @@
 mod diff;
 mod env;
 pub mod raw;
+pub mod raw_policy;
 mod shorthand;
 pub mod units;
 mod validate;
+mod validate_policy;
 
 pub use diff::{ConfigDiff, diff};
 

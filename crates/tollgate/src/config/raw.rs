@@ -5,8 +5,10 @@
 //! nothing outside the config module sees them. Durations and sizes stay strings
 //! here so that errors can name the field and the offending text.
 
+pub use super::raw_policy::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A tollgate configuration file. Every key is optional; an empty file runs the
 /// built-in defaults (forward everything, no policies).
@@ -32,8 +34,16 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
     pub routes: Vec<RawRoute>,
-    /// Policies: which traffic remedies and diagnosis apply to (matched by host, path template and method).
+    /// Policies: which traffic remedies apply to (matched by host, path template and method on the upstream request; the first match applies), and the remedies.
     pub policies: Vec<RawPolicy>,
+    /// Rate limits shared by name: `rate_limit: NAME` in any number of policies counts against one limit.
+    pub rate_limits: BTreeMap<String, RawRateLimit>,
+    /// Quotas shared by name (`quota: NAME`), and the parents of child quotas.
+    pub quotas: BTreeMap<String, RawQuota>,
+    /// Concurrency limits shared by name (`concurrency: NAME`).
+    pub concurrency_limits: BTreeMap<String, RawConcurrency>,
+    /// Circuit breakers shared by name (`breaker: NAME`).
+    pub breakers: BTreeMap<String, RawBreaker>,
     /// Logging.
     pub log: RawLog,
     /// Graceful shutdown.
@@ -206,27 +216,6 @@ pub struct RawRoute {
     pub prefix: String,
     /// Upstream base URL (`http://` or `https://`, optional base path). `${ENV_VAR}` is substituted.
     pub upstream: String,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawPolicy {
-    /// A name for the policy, used in logs and metrics.
-    pub name: String,
-    /// Which requests the policy applies to. All given conditions must hold.
-    #[serde(rename = "match", default)]
-    pub matcher: RawMatch,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawMatch {
-    /// Host glob pattern (`api.example.com`, `*.example.com`). Absent: any host.
-    pub host: Option<String>,
-    /// Path template: literal segments, `{param}` for one segment, trailing `*` for any rest (`/v1/users/{id}/*`). Absent: any path.
-    pub path: Option<String>,
-    /// HTTP methods (`GET`, `POST`, ...). Empty: any method.
-    pub methods: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

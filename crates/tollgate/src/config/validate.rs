@@ -7,19 +7,17 @@ use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
 use crate::glob::HostGlob;
-use crate::policy::{PathTemplate, Policy, PolicySet};
 use crate::routes::{Route, RouteTable};
 use crate::secret::Secret;
-use http::Method;
 use ipnet::IpNet;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-struct Errors(Vec<ConfigError>);
+pub(super) struct Errors(pub(super) Vec<ConfigError>);
 
 impl Errors {
-    fn check<T>(&mut self, path: &str, r: Result<T, String>) -> Option<T> {
+    pub(super) fn check<T>(&mut self, path: &str, r: Result<T, String>) -> Option<T> {
         r.map_err(|message| {
             self.0.push(ConfigError {
                 path: path.to_owned(),
@@ -33,7 +31,13 @@ impl Errors {
     /// A duration within `min..=max` (both written in the message when it is outside):
     /// every duration has an upper bound, since adding an unbounded one to an instant
     /// panics, and some dependencies (the DNS cache) refuse very long ones.
-    fn duration(&mut self, path: &str, s: &str, min: Duration, max: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        path: &str,
+        s: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Duration {
         let d = self.check(path, parse_duration(s)).unwrap_or(min);
         if d < min || d > max {
             let f = |d: Duration| {
@@ -57,7 +61,7 @@ impl Errors {
     }
 
     /// A whole number within `min..=max`.
-    fn number<T: PartialOrd + std::fmt::Display + Copy>(
+    pub(super) fn number<T: PartialOrd + std::fmt::Display + Copy>(
         &mut self,
         path: &str,
         v: T,
@@ -77,7 +81,7 @@ impl Errors {
 
     /// `${ENV}` substitution and a check of the result, whose messages show the text as
     /// written: a secret substituted into it never reaches a message.
-    fn env_checked<T>(
+    pub(super) fn env_checked<T>(
         &mut self,
         path: &str,
         written: &str,
@@ -88,7 +92,7 @@ impl Errors {
         self.check(path, r)
     }
 
-    fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
+    pub(super) fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
         self.check(
             path,
             s.parse()
@@ -97,11 +101,11 @@ impl Errors {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
-    fn env(&mut self, path: &str, s: &str) -> Option<String> {
+    pub(super) fn env(&mut self, path: &str, s: &str) -> Option<String> {
         self.check(path, env::expand(s))
     }
 
-    fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
+    pub(super) fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
         list.iter()
             .enumerate()
             .filter_map(|(i, n)| self.check(&format!("{path}[{i}]"), parse_net(n)))
@@ -111,7 +115,7 @@ impl Errors {
 
 /// A message about a `${ENV}`-substituted value, showing the text as written: a secret
 /// substituted into it never reaches a message.
-fn as_written(message: String, value: &str, written: &str) -> String {
+pub(super) fn as_written(message: String, value: &str, written: &str) -> String {
     if value == written {
         message
     } else {
@@ -119,10 +123,10 @@ fn as_written(message: String, value: &str, written: &str) -> String {
     }
 }
 
-const MS: Duration = Duration::from_millis(1);
-const SEC: Duration = Duration::from_secs(1);
-const HOUR: Duration = Duration::from_secs(3600);
-const DAY: Duration = Duration::from_secs(86_400);
+pub(super) const MS: Duration = Duration::from_millis(1);
+pub(super) const SEC: Duration = Duration::from_secs(1);
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const DAY: Duration = Duration::from_secs(86_400);
 
 /// An address or CIDR range; an address alone is a range of one.
 fn parse_net(s: &str) -> Result<IpNet, String> {
@@ -319,48 +323,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         }
     }
 
-    let mut policies = Vec::new();
-    for (i, p) in raw.policies.iter().enumerate() {
-        let at = |f: &str| format!("policies[{i}].{f}");
-        if p.name.trim().is_empty() {
-            e.check::<()>(&at("name"), Err("must not be empty".into()));
-        }
-        if policies.iter().any(|o: &Policy| o.name == p.name) {
-            e.check::<()>(
-                &at("name"),
-                Err(format!("policy name `{}` is used twice", p.name)),
-            );
-        }
-        let host = p
-            .matcher
-            .host
-            .as_deref()
-            .and_then(|h| e.check(&at("match.host"), HostGlob::new(h)));
-        let path = p
-            .matcher
-            .path
-            .as_deref()
-            .and_then(|t| e.check(&at("match.path"), PathTemplate::new(t)));
-        let methods = p
-            .matcher
-            .methods
-            .iter()
-            .enumerate()
-            .filter_map(|(j, m)| {
-                e.check(
-                    &format!("policies[{i}].match.methods[{j}]"),
-                    Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-                        .map_err(|_| format!("`{m}` is not an HTTP method")),
-                )
-            })
-            .collect();
-        policies.push(Policy {
-            name: p.name.clone(),
-            host,
-            path,
-            methods,
-        });
-    }
+    let policies = super::validate_policy::policies(&mut e, raw);
 
     let json = match raw.log.format.as_str() {
         "text" => false,
@@ -406,7 +369,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         domains,
         egress,
         routes: RouteTable::new(routes),
-        policies: PolicySet { policies },
+        policies,
         log,
         metrics,
         shutdown,
@@ -452,14 +415,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "connect_ports": c.egress.connect_ports.to_string(),
         },
         "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
-        "policies": c.policies.policies.iter().map(|p| json!({
-            "name": p.name,
-            "match": {
-                "host": p.host.as_ref().map(|h| h.as_str()),
-                "path": p.path.as_ref().map(|t| t.as_str()),
-                "methods": p.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-            }
-        })).collect::<Vec<_>>(),
+        "policies": super::validate_policy::effective(c),
         "log": {
             "level": c.log.level,
             "format": if c.log.json { "json" } else { "text" },

@@ -166,7 +166,10 @@ impl Connector {
             .into();
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let target = format!("{raw_host}:{port}");
-        let limit = self.inner.connect_timeout;
+        // A policy's `timeouts.connect` overrides the upstream one for its attempts.
+        let limit = crate::policy::remedies::timeouts::CONNECT_TIMEOUT
+            .try_with(|t| *t)
+            .unwrap_or(self.inner.connect_timeout);
         let work = async {
             let tcp = self.tcp(&host, port, &target).await?;
             let (stream, h2) = match scheme {

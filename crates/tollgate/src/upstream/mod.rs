@@ -86,7 +86,18 @@ impl UpstreamClient {
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
-        let limit = self.settings.response_timeout;
+        self.send_within(req, target, timer, sent, self.settings.response_timeout)
+    }
+
+    /// [`Self::send`] with a response-head timeout of its own (a policy's `timeouts.response`).
+    pub fn send_within<'a>(
+        &'a self,
+        req: Request<Body>,
+        target: &'a Target,
+        timer: &'a ResponseTimer,
+        sent: tokio::time::Instant,
+        limit: std::time::Duration,
+    ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
         let deadline = sent + limit;
         let name = target.authority.as_str();
         let timed_out = move || ProxyError::UpstreamTimeout {
@@ -173,6 +184,7 @@ fn classify_http(err: &hyper::Error, target: &str) -> ProxyError {
         ProxyError::Connect {
             target: target.to_owned(),
             detail,
+            sent: true,
         }
     } else {
         ProxyError::Upstream(format!("`{target}`: {detail}"))
@@ -200,6 +212,7 @@ fn classify(err: &hyper_util::client::legacy::Error, target: &str) -> ProxyError
         ProxyError::Connect {
             target: target.to_owned(),
             detail,
+            sent: !err.is_connect(),
         }
     } else {
         ProxyError::Upstream(format!("`{target}`: {detail}"))
@@ -216,6 +229,7 @@ impl From<&ConnectError> for ProxyError {
             ConnectError::Refused { target, detail } => ProxyError::Connect {
                 target: target.clone(),
                 detail: detail.clone(),
+                sent: false,
             },
             ConnectError::Tls { target, detail } => ProxyError::Tls {
                 target: target.clone(),

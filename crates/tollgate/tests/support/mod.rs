@@ -435,3 +435,41 @@ pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// An upstream that counts its requests and answers with `handler`.
+pub async fn counting_upstream<F, Fut>(handler: F) -> (Server, Arc<std::sync::atomic::AtomicUsize>)
+where
+    F: Fn(Request<Incoming>, usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = n.clone();
+    let server = upstream(move |req| {
+        let i = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        handler(req, i)
+    })
+    .await;
+    (server, n)
+}
+
+/// A response with `status`, headers and body.
+pub fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Body> {
+    let mut r = Response::new(full(body.to_owned()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (n, v) in headers {
+        r.headers_mut().append(
+            http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    r
+}
+
+/// GET `path` on an http upstream in header mode, with extra request headers.
+pub async fn get_via(gw: &Gateway, up: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Got {
+    let mut b = via_header(gw, up, path);
+    for (n, v) in headers {
+        b = b.header(*n, *v);
+    }
+    send(&client(), b.body(empty()).unwrap()).await
+}

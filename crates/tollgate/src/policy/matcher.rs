@@ -1,6 +1,6 @@
-//! Policies: named request matchers (host glob, path template, methods) that remedies and
-//! diagnosis attach to. Compiled at config load; matched once per request, only when
-//! policies exist, so unmatched traffic pays nothing.
+//! What a policy matches: a host glob, a path template matched against the upstream
+//! path (after a route's prefix is stripped, so every routing mode sees the same path),
+//! and methods. Parsed at config load.
 
 use crate::glob::HostGlob;
 use http::Method;
@@ -68,35 +68,79 @@ impl PathTemplate {
     }
 }
 
+impl PathTemplate {
+    /// Segments before the trailing `*`.
+    pub fn len(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    pub fn has_rest(&self) -> bool {
+        self.rest
+    }
+
+    /// The segment index of `{name}`.
+    pub fn param(&self, name: &str) -> Option<usize> {
+        self.segments
+            .iter()
+            .position(|s| matches!(s, Segment::Param(p) if p == name))
+    }
+
+    /// Whether every path this template matches, `other` matches too... the other way
+    /// round: whether `self` matches every path `other` matches.
+    pub fn covers(&self, other: &PathTemplate) -> bool {
+        if self.segments.len() > other.segments.len() && !other.rest {
+            return false;
+        }
+        for (i, seg) in self.segments.iter().enumerate() {
+            match (seg, other.segments.get(i)) {
+                (Segment::Param(_), Some(_)) => {}
+                (Segment::Literal(a), Some(Segment::Literal(b))) if a == b => {}
+                _ => return false,
+            }
+        }
+        if self.rest {
+            return true;
+        }
+        !other.rest && self.segments.len() == other.segments.len()
+    }
+}
+
+/// What a policy matches: host glob, path template (on the upstream path), methods.
 #[derive(Debug, Clone)]
-pub struct Policy {
-    pub name: String,
+pub struct Matcher {
     pub host: Option<HostGlob>,
     pub path: Option<PathTemplate>,
     pub methods: Vec<Method>,
 }
 
-impl Policy {
+impl Matcher {
     pub fn matches(&self, host: &str, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method))
             && self.host.as_ref().is_none_or(|h| h.matches(host))
             && self.path.as_ref().is_none_or(|p| p.matches(path))
     }
-}
 
-/// Policies in file order; the first match applies.
-#[derive(Debug, Clone, Default)]
-pub struct PolicySet {
-    pub policies: Vec<Policy>,
-}
-
-impl PolicySet {
-    #[inline]
-    pub fn find(&self, host: &str, method: &Method, path: &str) -> Option<&Policy> {
-        if self.policies.is_empty() {
-            return None;
-        }
-        self.policies.iter().find(|p| p.matches(host, method, path))
+    /// Whether every request `other` matches is matched by `self` (so a later `other`
+    /// never applies). Conservative: `false` when unsure.
+    pub fn covers(&self, other: &Matcher) -> bool {
+        let methods = self.methods.is_empty()
+            || (!other.methods.is_empty()
+                && other.methods.iter().all(|m| self.methods.contains(m)));
+        let host = match (&self.host, &other.host) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a.covers(b),
+        };
+        let path = match (&self.path, &other.path) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a.covers(b),
+        };
+        methods && host && path
     }
 }
 
@@ -121,35 +165,18 @@ mod tests {
     }
 
     #[test]
-    fn first_matching_policy_applies() {
-        let set = PolicySet {
-            policies: vec![
-                Policy {
-                    name: "writes".into(),
-                    host: Some(HostGlob::new("*.example.com").unwrap()),
-                    path: None,
-                    methods: vec![Method::POST],
-                },
-                Policy {
-                    name: "all".into(),
-                    host: None,
-                    path: Some(PathTemplate::new("/*").unwrap()),
-                    methods: vec![],
-                },
-            ],
+    fn covering() {
+        let m = |host: Option<&str>, path: Option<&str>, methods: &[Method]| Matcher {
+            host: host.map(|h| HostGlob::new(h).unwrap()),
+            path: path.map(|p| PathTemplate::new(p).unwrap()),
+            methods: methods.to_vec(),
         };
-        assert_eq!(
-            set.find("api.example.com", &Method::POST, "/x")
-                .unwrap()
-                .name,
-            "writes"
-        );
-        assert_eq!(
-            set.find("api.example.com", &Method::GET, "/x")
-                .unwrap()
-                .name,
-            "all"
-        );
-        assert!(PolicySet::default().find("a", &Method::GET, "/").is_none());
+        let all = m(None, None, &[]);
+        let gh = m(Some("api.github.com"), Some("/repos/{o}/*"), &[Method::GET]);
+        assert!(all.covers(&gh));
+        assert!(!gh.covers(&all));
+        assert!(m(Some("*.github.com"), Some("/repos/*"), &[]).covers(&gh));
+        assert!(!m(Some("*.github.com"), Some("/repos/x/*"), &[]).covers(&gh));
+        assert!(!m(None, Some("/repos/{o}"), &[]).covers(&gh));
     }
 }

@@ -1,0 +1,276 @@
+//! The one interface every remedy implements, the fixed order the chain runs in, and the
+//! per-request [`Exchange`] the remedies work on.
+//!
+//! A request runs the chain's request phases in [`Stage`] order; any may change the
+//! request, answer it, or wait. Then each attempt (one, or several with `retry`) runs the
+//! attempt hooks before and after it is sent. The response phases run in reverse order
+//! (the last stage sees the provider's response first). A remedy's end hook runs exactly
+//! once for every request whose request phase it started, when the [`Exchange`] is
+//! dropped: after the response body ended, on an error, on an early answer, or when the
+//! client went away (its future or body dropped).
+
+use crate::body::{Body, full};
+use crate::error::ProxyError;
+use crate::target::Target;
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The fixed order of the chain. docs/architecture.md shows it as a table; the
+/// discriminants are the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Per-policy timeouts (they frame everything after).
+    Timeouts,
+    /// Answer without calling the provider.
+    Mock,
+    /// Request headers, path, JSON body fields.
+    RequestTransform,
+    /// Lookup (may answer: a hit never reaches the limits); store in the response phase.
+    Cache,
+    /// Refuse while open; each attempt passes through it.
+    Breaker,
+    /// Refuse (or wait) while the provider said it is throttling.
+    ProviderThrottle,
+    /// Long-window quotas.
+    Quota,
+    /// Fixed-window rate limit (may queue).
+    RateLimit,
+    /// Requests in flight (may queue).
+    Concurrency,
+    /// Provider response headers.
+    ResponseTransform,
+    /// Credentials, set on each attempt: last, so no secret reaches a cache key or log.
+    Credentials,
+    /// Keeps the body for replay; drives the attempts.
+    Retry,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Timeouts => "timeouts",
+            Stage::Mock => "mock",
+            Stage::RequestTransform => "request_transform",
+            Stage::Cache => "cache",
+            Stage::Breaker => "breaker",
+            Stage::ProviderThrottle => "provider_throttling",
+            Stage::Quota => "quota",
+            Stage::RateLimit => "rate_limit",
+            Stage::Concurrency => "concurrency",
+            Stage::ResponseTransform => "response_transform",
+            Stage::Credentials => "credentials",
+            Stage::Retry => "retry",
+        }
+    }
+}
+
+/// What a request phase decided.
+pub enum Flow {
+    Continue,
+    /// Answer now, without calling the provider (mock, cache hit).
+    Answer(Response<Body>),
+}
+
+/// An attempt's outcome, as the attempt hooks see it.
+pub type Outcome<'a> = Result<&'a http::response::Parts, &'a ProxyError>;
+
+/// One remedy. Only `stage` and `request` are required; the other hooks do nothing by
+/// default, and `attempts` says whether the engine calls the attempt hooks at all.
+pub trait Remedy: Send + Sync + 'static {
+    fn stage(&self) -> Stage;
+
+    /// The request phase: change the request, answer it, or wait.
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>>;
+
+    /// Whether `before_attempt`/`after_attempt` do anything.
+    fn attempts(&self) -> bool {
+        false
+    }
+
+    /// Before each attempt is sent: may refuse it or change that attempt's request.
+    fn before_attempt<'a>(
+        &'a self,
+        _x: &'a mut Exchange,
+        _req: &'a mut Request<Body>,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// After each attempt: the provider's response head, or the error.
+    fn after_attempt<'a>(&'a self, _x: &'a mut Exchange, _o: Outcome<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// The response phase (reverse order): may change the head or wrap the body.
+    fn response(&self, _x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        resp
+    }
+
+    /// Runs exactly once for each request whose request phase this remedy started.
+    fn end(&self, _x: &Exchange) {}
+}
+
+/// A policy compiled into its chain, in [`Stage`] order.
+pub struct Chain {
+    pub policy: Arc<str>,
+    pub remedies: Vec<Arc<dyn Remedy>>,
+    /// Indices of the remedies with attempt hooks.
+    pub attempt_hooks: Vec<usize>,
+    /// Drives the attempts when the policy retries.
+    pub retry: Option<Arc<crate::policy::remedies::retry::Retry>>,
+    /// `timeouts.total`.
+    pub total: Option<Duration>,
+}
+
+/// Something held for the request's lifetime and released when the exchange ends
+/// (a concurrency slot, a cache fill ticket): dropping it releases it.
+pub type Hold = Box<dyn Send + Sync>;
+
+/// One request on its way through a chain.
+pub struct Exchange {
+    pub chain: Arc<Chain>,
+    /// The upstream request head, as the remedies leave it.
+    pub parts: http::request::Parts,
+    pub method: Method,
+    /// The request body, until buffered or sent.
+    pub body: Option<Body>,
+    /// The whole request body, when a remedy needed it in memory (JSON transform, a body
+    /// in the cache key, replay for retries).
+    pub buffered: Option<Bytes>,
+    pub target: Target,
+    /// The end of the whole exchange (`timeouts.total`).
+    pub deadline: Option<tokio::time::Instant>,
+    /// Per-attempt response-head timeout (`timeouts.response`).
+    pub response_timeout: Option<Duration>,
+    /// Per-attempt connect timeout (`timeouts.connect`).
+    pub connect_timeout: Option<Duration>,
+    /// Attempts after the first.
+    pub retries: u32,
+    /// Whether the request may be sent again (retry decided it could).
+    pub replayable: bool,
+    /// `x-tollgate-cache` for the response.
+    pub cache_status: Option<&'static str>,
+    pub cache: Option<crate::policy::remedies::cache::Pending>,
+    /// This request is one of a half-open breaker's probes (of the opening that ended at
+    /// this unix ms), not yet answered.
+    pub probe: Option<u64>,
+    /// The end of the retries (`retry.deadline`).
+    pub retry_deadline: Option<tokio::time::Instant>,
+    /// The credentials account the current attempt used.
+    pub account: Option<usize>,
+    pub holds: Vec<Hold>,
+    /// How many remedies started their request phase (their end hooks run).
+    ran: usize,
+}
+
+impl Exchange {
+    pub fn new(chain: Arc<Chain>, req: Request<Body>, target: Target) -> Self {
+        let (parts, body) = req.into_parts();
+        Self {
+            chain,
+            method: parts.method.clone(),
+            parts,
+            body: Some(body),
+            buffered: None,
+            target,
+            deadline: None,
+            response_timeout: None,
+            connect_timeout: None,
+            retries: 0,
+            replayable: false,
+            cache_status: None,
+            cache: None,
+            account: None,
+            probe: None,
+            retry_deadline: None,
+            holds: Vec::new(),
+            ran: 0,
+        }
+    }
+
+    pub fn policy(&self) -> &str {
+        &self.chain.policy
+    }
+
+    pub(crate) fn started(&mut self, i: usize) {
+        self.ran = self.ran.max(i + 1);
+    }
+
+    /// Reads the whole request body into memory when it is at most `cap` bytes; returns
+    /// `None` (and keeps the body whole, the part read put back in front) when it is
+    /// larger. A body error is the client's: 400.
+    pub async fn buffer(&mut self, cap: usize) -> Result<Option<&Bytes>, ProxyError> {
+        if self.buffered.is_some() {
+            return Ok(self.buffered.as_ref().filter(|b| b.len() <= cap));
+        }
+        let Some(mut body) = self.body.take() else {
+            return Ok(None);
+        };
+        if body.is_end_stream() {
+            self.buffered = Some(Bytes::new());
+            return Ok(self.buffered.as_ref());
+        }
+        if body.size_hint().lower() > cap as u64 {
+            self.body = Some(body);
+            return Ok(None);
+        }
+        let mut got = BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                ProxyError::BadRequest(format!("reading the request body failed: {e}"))
+            })?;
+            if let Ok(data) = frame.into_data() {
+                got.extend_from_slice(&data);
+                if got.len() > cap {
+                    // Too big to keep: send what was read, then the rest, once.
+                    let head = futures_util::stream::once(std::future::ready(Ok::<
+                        _,
+                        crate::body::BoxError,
+                    >(
+                        http_body::Frame::data(got.freeze()),
+                    )));
+                    let rest = http_body_util::BodyStream::new(body);
+                    self.body = Some(
+                        http_body_util::StreamBody::new(futures_util::StreamExt::chain(head, rest))
+                            .boxed_unsync(),
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        self.buffered = Some(got.freeze());
+        Ok(self.buffered.as_ref())
+    }
+
+    /// The request for the next attempt: a copy when it may be sent again, else the
+    /// request itself.
+    pub fn attempt_request(&mut self) -> Option<Request<Body>> {
+        let body = match (&self.buffered, self.replayable) {
+            (Some(b), _) => full(b.clone()),
+            (None, _) => self.body.take()?,
+        };
+        let parts = if self.replayable {
+            self.parts.clone()
+        } else {
+            std::mem::replace(&mut self.parts, Request::new(()).into_parts().0)
+        };
+        Some(Request::from_parts(parts, body))
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let chain = self.chain.clone();
+        for r in &chain.remedies[..self.ran] {
+            r.end(self);
+        }
+    }
+}

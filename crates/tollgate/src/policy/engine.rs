@@ -1,0 +1,210 @@
+//! Runs a matched request through its policy's chain: request phases in [`Stage`] order,
+//! then the attempts (with retries when configured, each through the attempt hooks),
+//! then the response phases in reverse. Only matched requests come here, on a boxed
+//! future; unmatched traffic never does.
+
+use super::chain::{Exchange, Flow, Stage};
+use super::provider_hints;
+use super::remedies::timeouts::CONNECT_TIMEOUT;
+use crate::body::{Body, BoxError};
+use crate::error::ProxyError;
+use crate::state::Runtime;
+use crate::upstream::deadline::ResponseTimer;
+use bytes::Bytes;
+use http::Response;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// What the engine produced: the response (its body owns the exchange, so the end hooks
+/// run when it ends or is dropped) and the upstream time of the last attempt.
+pub struct Done {
+    pub response: Response<Body>,
+    pub upstream: Option<Duration>,
+}
+
+/// Runs the exchange. `timer` is the client connection's response timer.
+pub async fn run(mut x: Exchange, rt: &Runtime, timer: &ResponseTimer) -> Result<Done, ProxyError> {
+    let deadline = x.chain.total.map(|t| Instant::now() + t);
+    x.deadline = deadline;
+    let result = match deadline {
+        Some(d) => match tokio::time::timeout_at(d, phases(&mut x, rt, timer)).await {
+            Ok(r) => r,
+            Err(_) => Err(total_timeout(&x)),
+        },
+        None => phases(&mut x, rt, timer).await,
+    };
+    let (response, upstream) = result?;
+    let (parts, body) = response.into_parts();
+    let body = Ending {
+        inner: body,
+        deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+        exchange: Some(Box::new(x)),
+    };
+    Ok(Done {
+        response: Response::from_parts(parts, body.boxed_unsync()),
+        upstream,
+    })
+}
+
+fn total_timeout(x: &Exchange) -> ProxyError {
+    ProxyError::UpstreamTimeout {
+        target: x.target.authority.to_string(),
+        stage: "complete the exchange (timeouts.total)",
+        limit: x.chain.total.unwrap_or_default(),
+    }
+}
+
+async fn phases(
+    x: &mut Exchange,
+    rt: &Runtime,
+    timer: &ResponseTimer,
+) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
+    let chain = x.chain.clone();
+    for (i, r) in chain.remedies.iter().enumerate() {
+        x.started(i);
+        if let Flow::Answer(resp) = r.request(x).await? {
+            return Ok((respond(x, resp, i + 1), None));
+        }
+    }
+    let mut upstream = None;
+    let resp = loop {
+        let attempt = attempt(x, rt, timer, &mut upstream).await;
+        let Some(retry) = &chain.retry else {
+            break attempt?;
+        };
+        let summary = match &attempt {
+            Ok(r) => Ok((
+                r.status().as_u16(),
+                provider_hints::retry_after(r.headers()),
+            )),
+            Err(e) => Err(e),
+        };
+        match retry.again(x, summary).await {
+            Some(wait) => {
+                drop(attempt);
+                x.retries += 1;
+                tokio::time::sleep(wait).await;
+            }
+            None => break attempt?,
+        }
+    };
+    Ok((respond(x, resp, chain.remedies.len()), upstream))
+}
+
+/// The response phases of the first `ran` remedies, last first.
+fn respond(x: &mut Exchange, mut resp: Response<Body>, ran: usize) -> Response<Body> {
+    let chain = x.chain.clone();
+    for r in chain.remedies[..ran].iter().rev() {
+        resp = r.response(x, resp);
+    }
+    resp
+}
+
+/// One attempt: the attempt hooks before, the send, the attempt hooks after.
+async fn attempt(
+    x: &mut Exchange,
+    rt: &Runtime,
+    timer: &ResponseTimer,
+    upstream: &mut Option<Duration>,
+) -> Result<Response<Body>, ProxyError> {
+    let chain = x.chain.clone();
+    let mut req = x.attempt_request().ok_or_else(|| {
+        ProxyError::Upstream("the request body was already sent and cannot be replayed".into())
+    })?;
+    for &i in &chain.attempt_hooks {
+        chain.remedies[i].before_attempt(x, &mut req).await?;
+    }
+    let sent = Instant::now();
+    let limit = x
+        .response_timeout
+        .unwrap_or(rt.client.settings.response_timeout);
+    let send = rt.client.send_within(req, &x.target, timer, sent, limit);
+    let result = match x.connect_timeout {
+        Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
+        None => send.await,
+    };
+    if result.is_ok() {
+        *upstream = Some(sent.elapsed());
+    }
+    let (result, body) = match result {
+        Ok(r) => {
+            let (parts, body) = r.into_parts();
+            (Ok(parts), Some(body))
+        }
+        Err(e) => (Err(e), None),
+    };
+    for &i in &chain.attempt_hooks {
+        chain.remedies[i].after_attempt(x, result.as_ref()).await;
+    }
+    match (result, body) {
+        (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body.boxed_unsync())),
+        (Err(e), _) => Err(e),
+        (Ok(_), None) => unreachable!("a response always has its body"),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response body of a matched request: it owns the exchange, dropped (running
+    /// the end hooks, releasing what the request held) when the body ends or the client
+    /// goes away; and it ends the body with an error at `timeouts.total`.
+    struct Ending {
+        #[pin]
+        inner: Body,
+        deadline: Option<Pin<Box<Sleep>>>,
+        exchange: Option<Box<Exchange>>,
+    }
+}
+
+impl HttpBody for Ending {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        if let Some(d) = this.deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            let err = this.exchange.as_ref().map(|x| total_timeout(x).to_string());
+            this.exchange.take();
+            return Poll::Ready(Some(Err(err.unwrap_or_default().into())));
+        }
+        let r = this.inner.poll_frame(cx);
+        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            this.exchange.take();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Stage {
+    /// All stages, in order (for the architecture table's test).
+    pub const ALL: [Stage; 12] = [
+        Stage::Timeouts,
+        Stage::Mock,
+        Stage::RequestTransform,
+        Stage::Cache,
+        Stage::Breaker,
+        Stage::ProviderThrottle,
+        Stage::Quota,
+        Stage::RateLimit,
+        Stage::Concurrency,
+        Stage::ResponseTransform,
+        Stage::Credentials,
+        Stage::Retry,
+    ];
+}

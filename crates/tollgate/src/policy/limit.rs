@@ -1,0 +1,186 @@
+//! A limit counted in fixed windows, shared by rate limits and quotas: a total, optional
+//! consumer groups (a request header's value) with shares of it, and optionally a parent
+//! whose limit a request must also fit. A request that is refused is not counted.
+
+use super::clock;
+use super::store::{Key, Store};
+use super::window::Window;
+use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
+
+/// How groups not listed are treated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefaultGroup {
+    /// Only the total applies.
+    Allow,
+    /// Refused.
+    Block,
+    /// Each such group gets this many per window.
+    Share(u64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Groups {
+    pub header: HeaderName,
+    /// Group value → its limit per window.
+    pub shares: Vec<(String, u64)>,
+    pub default: DefaultGroup,
+    pub max_groups: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitSpec {
+    pub limit: u64,
+    pub window: Window,
+    pub groups: Option<Groups>,
+}
+
+/// Why a request does not fit, and when it would.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The limit that refused it (the group's share, or the total).
+    pub limit: u64,
+    /// Unix ms when the window ends.
+    pub reset_ms: u64,
+    /// Waiting cannot help (the group is blocked).
+    pub blocked: bool,
+}
+
+pub struct Limit {
+    pub spec: LimitSpec,
+    /// The store key's resource: kind, name and definition fingerprint.
+    pub resource: Arc<str>,
+    pub parent: Option<Arc<Limit>>,
+    store: Arc<dyn Store>,
+    total: Arc<str>,
+    other: Arc<str>,
+    seen: Arc<str>,
+    /// The store part of each listed group, made once.
+    share_parts: Vec<Arc<str>>,
+}
+
+/// The group a request counts in: its part name and limit.
+enum Group {
+    None,
+    Counted(Arc<str>, u64),
+    Blocked,
+}
+
+impl Limit {
+    pub fn new(
+        spec: LimitSpec,
+        resource: Arc<str>,
+        parent: Option<Arc<Limit>>,
+        store: Arc<dyn Store>,
+    ) -> Self {
+        let share_parts = spec
+            .groups
+            .iter()
+            .flat_map(|g| &g.shares)
+            .map(|(n, _)| Arc::from(format!("g:{n}")))
+            .collect();
+        Self {
+            share_parts,
+            spec,
+            resource,
+            parent,
+            store,
+            total: Arc::from("total"),
+            other: Arc::from("g:other"),
+            seen: Arc::from("groups"),
+        }
+    }
+
+    async fn group(&self, h: &HeaderMap, window: u64, end: u64) -> Group {
+        let Some(g) = &self.spec.groups else {
+            return Group::None;
+        };
+        let value = h.get(&g.header).map(|v| v.as_bytes()).unwrap_or(b"");
+        if let Some(i) = g.shares.iter().position(|(n, _)| n.as_bytes() == value) {
+            return Group::Counted(self.share_parts[i].clone(), g.shares[i].1);
+        }
+        match g.default {
+            DefaultGroup::Allow => Group::None,
+            DefaultGroup::Block => Group::Blocked,
+            DefaultGroup::Share(limit) => {
+                let part: Arc<str> = Arc::from(format!("g:{}", String::from_utf8_lossy(value)));
+                // A group seen for the first time in this window takes one of
+                // `max_groups` places; past them, groups share the one group `other`.
+                let key = Key::new(&self.resource, &part, window);
+                let known = self.store.get(&key).await.unwrap_or(0) > 0;
+                if known {
+                    return Group::Counted(part, limit);
+                }
+                let seen = Key::new(&self.resource, &self.seen, window);
+                match self.store.add(&seen, 1, g.max_groups, end).await {
+                    Ok(a) if a.taken => Group::Counted(part, limit),
+                    _ => Group::Counted(self.other.clone(), limit),
+                }
+            }
+        }
+    }
+
+    /// Counts one request if it fits its group's share, the total and the parent's.
+    pub async fn take(&self, h: &HeaderMap) -> Result<Taken, Refused> {
+        let now = clock::now_ms();
+        let (window, end) = self.spec.window.bounds(now);
+        let refused = |limit, blocked| Refused {
+            limit,
+            reset_ms: end,
+            blocked,
+        };
+        let group = match self.group(h, window, end).await {
+            Group::Blocked => return Err(refused(0, true)),
+            Group::None => None,
+            Group::Counted(part, limit) => {
+                let key = Key::new(&self.resource, &part, window);
+                match self.store.add(&key, 1, limit, end).await {
+                    Ok(a) if !a.taken => return Err(refused(limit, false)),
+                    Ok(_) => Some(key),
+                    // A store that cannot answer lets the request through (fail open).
+                    Err(e) => {
+                        tracing::warn!("{e}; request let through");
+                        None
+                    }
+                }
+            }
+        };
+        let total = Key::new(&self.resource, &self.total, window);
+        let added = match self.store.add(&total, 1, self.spec.limit, end).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("{e}; request let through");
+                return Ok(Taken { remaining: 0 });
+            }
+        };
+        if !added.taken {
+            if let Some(k) = &group {
+                let _ = self.store.sub(k, 1).await;
+            }
+            return Err(refused(self.spec.limit, false));
+        }
+        if let Some(parent) = &self.parent
+            && let Err(r) = Box::pin(parent.take(h)).await
+        {
+            let _ = self.store.sub(&total, 1).await;
+            if let Some(k) = &group {
+                let _ = self.store.sub(k, 1).await;
+            }
+            return Err(r);
+        }
+        Ok(Taken {
+            remaining: self.spec.limit - added.count,
+        })
+    }
+
+    /// The current window's count and end, for `GET /policies` and metrics.
+    pub async fn used(&self) -> (u64, u64) {
+        let (window, end) = self.spec.window.bounds(clock::now_ms());
+        let total = Key::new(&self.resource, &self.total, window);
+        (self.store.get(&total).await.unwrap_or(0), end)
+    }
+}
+
+pub struct Taken {
+    pub remaining: u64,
+}

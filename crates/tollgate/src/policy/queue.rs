@@ -1,0 +1,176 @@
+//! A bounded wait queue in front of a limit: requests over the limit wait here instead of
+//! being rejected, released as capacity frees by priority (lower first, FIFO within one).
+//!
+//! Only the head of the queue tries to take capacity; it is woken when capacity may have
+//! freed (a slot released, a new window) and, once through, wakes the next. A request
+//! that arrives while others wait joins the queue rather than overtaking them. A waiter
+//! that times out or whose client goes away leaves at once (its entry is removed when its
+//! future is dropped) and holds nothing. The lock is taken only by requests that wait and
+//! by those releasing capacity while some do.
+
+use crate::policy::chain::BoxFuture;
+use http::{HeaderMap, HeaderName};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub size: usize,
+    pub max_wait: Duration,
+    pub priority_header: Option<HeaderName>,
+    pub priorities: Vec<(String, u8)>,
+    pub default_priority: u8,
+}
+
+impl QueueSpec {
+    pub fn priority(&self, h: &HeaderMap) -> u8 {
+        self.priority_header
+            .as_ref()
+            .and_then(|n| h.get(n))
+            .and_then(|v| {
+                self.priorities
+                    .iter()
+                    .find(|(k, _)| k.as_bytes() == v.as_bytes())
+            })
+            .map_or(self.default_priority, |(_, p)| *p)
+    }
+}
+
+/// Why a request left the queue without capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    Full,
+    TimedOut,
+}
+
+pub struct Queue {
+    pub spec: QueueSpec,
+    waiting: Mutex<Waiting>,
+    len: AtomicUsize,
+    pub depth: Gauge,
+    pub wait: Histogram,
+}
+
+#[derive(Default)]
+struct Waiting {
+    order: BTreeMap<(u8, u64), Arc<Notify>>,
+    seq: u64,
+}
+
+/// When capacity may free next, as the taker sees it after failing.
+pub enum Retry {
+    /// When something is released (the queue is woken).
+    OnWake,
+    /// At this instant (a new window), or when woken.
+    At(Instant),
+}
+
+impl Queue {
+    pub fn new(spec: QueueSpec, depth: Gauge, wait: Histogram) -> Self {
+        Self {
+            spec,
+            waiting: Mutex::default(),
+            len: AtomicUsize::new(0),
+            depth,
+            wait,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Wakes the head: capacity may have freed.
+    pub fn wake(&self) {
+        if self.is_empty() {
+            return;
+        }
+        if let Ok(w) = self.waiting.lock()
+            && let Some(n) = w.order.values().next()
+        {
+            n.notify_one();
+        }
+    }
+
+    /// Waits in the queue until `take` succeeds as its head. `take` returns whether it
+    /// took capacity and, if not, when to try again.
+    pub async fn wait<'f>(
+        &self,
+        priority: u8,
+        deadline: Instant,
+        mut take: impl FnMut() -> BoxFuture<'f, Result<(), Retry>>,
+    ) -> Result<Duration, Left> {
+        let started = Instant::now();
+        let notify = Arc::new(Notify::new());
+        let key = {
+            let mut w = self.waiting.lock().map_err(|_| Left::Full)?;
+            if w.order.len() >= self.spec.size {
+                return Err(Left::Full);
+            }
+            w.seq += 1;
+            let key = (priority, w.seq);
+            w.order.insert(key, notify.clone());
+            key
+        };
+        self.len.fetch_add(1, Ordering::Relaxed);
+        self.depth.inc();
+        let entry = Entry { queue: self, key };
+        loop {
+            let head = self
+                .waiting
+                .lock()
+                .map(|w| w.order.keys().next() == Some(&key))
+                .unwrap_or(false);
+            let mut next = None;
+            if head {
+                match take().await {
+                    Ok(()) => {
+                        drop(entry);
+                        let waited = started.elapsed();
+                        self.wait.observe(waited.as_secs_f64());
+                        return Ok(waited);
+                    }
+                    Err(Retry::At(at)) => next = Some(at),
+                    Err(Retry::OnWake) => {}
+                }
+            }
+            let until = next.map_or(deadline, |n| n.min(deadline));
+            tokio::select! {
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep_until(until) => {
+                    if Instant::now() >= deadline {
+                        return Err(Left::TimedOut);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A request's place in the queue; leaving (through, timed out, client gone) removes it
+/// and wakes whoever is head now.
+struct Entry<'a> {
+    queue: &'a Queue,
+    key: (u8, u64),
+}
+
+impl Drop for Entry<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.queue.waiting.lock() {
+            w.order.remove(&self.key);
+        }
+        self.queue.len.fetch_sub(1, Ordering::Relaxed);
+        self.queue.depth.dec();
+        self.queue.wake();
+    }
+}

@@ -1,0 +1,293 @@
+//! Circuit breaker: opens on consecutive failures, or on a failure ratio over a minimum
+//! number of requests in a rolling window; stays open for `open_for` (503 `circuit_open`
+//! with `Retry-After`); then half-open lets `half_open_probes` requests through: all
+//! succeeding closes it, one failing opens it again. Every attempt passes through it
+//! (retries included). Its state lives in the store, under keys of the breaker.
+
+use crate::error::{ProxyError, Reject, Rejection};
+use crate::policy::actions::Actions;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy, Stage};
+use crate::policy::clock;
+use crate::policy::failure::{Failure, Statuses, classify};
+use crate::policy::store::{Key, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSpec {
+    pub consecutive_failures: u32,
+    /// Share of failures (0..=1) that opens it, if set.
+    pub failure_ratio: Option<f64>,
+    pub min_requests: u64,
+    pub window: Duration,
+    pub open_for: Duration,
+    pub half_open_probes: u32,
+    pub failure_statuses: Statuses,
+    pub connect_errors: bool,
+    pub timeouts: bool,
+}
+
+/// A declared (or inline) breaker, shared by the policies that refer to it.
+pub struct BreakerResource {
+    pub name: Arc<str>,
+    pub spec: BreakerSpec,
+    pub store: Arc<dyn Store>,
+    pub resource: Arc<str>,
+    /// `tollgate_breaker_state{breaker}`: 0 closed, 1 open, 2 half-open.
+    pub gauge: prometheus_client::metrics::gauge::Gauge,
+    parts: [Arc<str>; 7],
+}
+
+const OPEN: usize = 0;
+const CLOSED_AT: usize = 1;
+const CONSECUTIVE: usize = 2;
+const PROBES: usize = 3;
+const PROBES_OK: usize = 4;
+const FAILED: usize = 5;
+const TOTAL: usize = 6;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Closed,
+    Open { until: u64 },
+    HalfOpen { opened_until: u64 },
+}
+
+impl BreakerResource {
+    pub fn new(
+        name: Arc<str>,
+        spec: BreakerSpec,
+        resource: Arc<str>,
+        store: Arc<dyn Store>,
+        gauge: prometheus_client::metrics::gauge::Gauge,
+    ) -> Self {
+        let parts = [
+            "open",
+            "closed_at",
+            "consecutive",
+            "probes",
+            "probes_ok",
+            "failed",
+            "total",
+        ]
+        .map(Arc::from);
+        Self {
+            name,
+            spec,
+            store,
+            resource,
+            gauge,
+            parts,
+        }
+    }
+
+    fn key(&self, part: usize, window: u64) -> Key {
+        Key::new(&self.resource, &self.parts[part], window)
+    }
+
+    pub async fn state(&self) -> State {
+        let until = self.store.deadline(&self.key(OPEN, 0)).await.unwrap_or(0);
+        let now = clock::now_ms();
+        if until > now {
+            return State::Open { until };
+        }
+        if until > 0 {
+            let closed_at = self
+                .store
+                .deadline(&self.key(CLOSED_AT, 0))
+                .await
+                .unwrap_or(0);
+            if closed_at < until {
+                return State::HalfOpen {
+                    opened_until: until,
+                };
+            }
+        }
+        State::Closed
+    }
+
+    /// Lets the attempt through, or refuses it.
+    async fn admit(&self, x: &mut Exchange, actions: &Actions) -> Result<(), ProxyError> {
+        let refuse = |retry_after: u64, detail: &str| {
+            actions.inc("rejected");
+            ProxyError::Rejected(Rejection {
+                kind: Reject::CircuitOpen,
+                message: format!("circuit breaker `{}` is {detail}", self.name),
+                retry_after: Some(retry_after),
+                rate: None,
+            })
+        };
+        match self.state().await {
+            State::Closed => Ok(()),
+            State::Open { until } => {
+                self.gauge.set(1);
+                Err(refuse(clock::secs_until(until), "open"))
+            }
+            State::HalfOpen { opened_until } => {
+                self.gauge.set(2);
+                let k = self.key(PROBES, opened_until);
+                let probes = u64::from(self.spec.half_open_probes);
+                match self.store.add(&k, 1, probes, 0).await {
+                    Ok(a) if a.taken => {
+                        x.probe = Some(opened_until);
+                        Ok(())
+                    }
+                    _ => Err(refuse(1, "half-open and its probes are in flight")),
+                }
+            }
+        }
+    }
+
+    fn is_failure(&self, o: &Outcome<'_>) -> bool {
+        match o {
+            Ok(head) => self.spec.failure_statuses.contains(head.status.as_u16()),
+            Err(e) => match classify(e) {
+                Failure::NotSent => self.spec.connect_errors,
+                Failure::Timeout => self.spec.timeouts,
+                Failure::AfterSending => true,
+                Failure::Ours => false,
+            },
+        }
+    }
+
+    async fn open(&self, actions: &Actions) {
+        actions.inc("tripped");
+        self.gauge.set(1);
+        let until = clock::now_ms() + self.spec.open_for.as_millis() as u64;
+        let _ = self.store.raise(&self.key(OPEN, 0), until).await;
+        let _ = self.store.reset(&self.key(CONSECUTIVE, 0)).await;
+    }
+
+    async fn record(&self, x: &mut Exchange, o: Outcome<'_>, actions: &Actions) {
+        let failed = self.is_failure(&o);
+        let s = &self.spec;
+        if let Some(opened_until) = x.probe.take() {
+            if failed {
+                return self.open(actions).await;
+            }
+            let ok = self.key(PROBES_OK, opened_until);
+            let n = u64::from(s.half_open_probes);
+            if let Ok(a) = self.store.add(&ok, 1, n, 0).await
+                && a.count >= n
+            {
+                actions.inc("closed");
+                self.gauge.set(0);
+                let _ = self
+                    .store
+                    .raise(&self.key(CLOSED_AT, 0), opened_until)
+                    .await;
+            }
+            return;
+        }
+        // Rolling window: this fixed window's counts plus the previous one's, weighted by
+        // how much of it still overlaps the last `window`.
+        let len = s.window.as_millis().max(1) as u64;
+        let now = clock::now_ms();
+        let w = now / len;
+        let expires = (w + 2) * len;
+        let mut ratio_trips = false;
+        if let Some(ratio) = s.failure_ratio {
+            let cur = self
+                .store
+                .add(&self.key(TOTAL, w), 1, u64::MAX, expires)
+                .await;
+            let cur_fail = if failed {
+                self.store
+                    .add(&self.key(FAILED, w), 1, u64::MAX, expires)
+                    .await
+                    .map(|a| a.count)
+            } else {
+                self.store.get(&self.key(FAILED, w)).await
+            };
+            let prev = self.store.get(&self.key(TOTAL, w - 1)).await.unwrap_or(0);
+            let prev_fail = self.store.get(&self.key(FAILED, w - 1)).await.unwrap_or(0);
+            let weight = 1.0 - (now % len) as f64 / len as f64;
+            let total = cur.map_or(0, |a| a.count) as f64 + prev as f64 * weight;
+            let fails = cur_fail.unwrap_or(0) as f64 + prev_fail as f64 * weight;
+            ratio_trips = failed && total >= s.min_requests as f64 && fails / total >= ratio;
+        }
+        let consecutive = if failed && s.consecutive_failures > 0 {
+            self.store
+                .add(&self.key(CONSECUTIVE, 0), 1, u64::MAX, 0)
+                .await
+                .map_or(0, |a| a.count)
+        } else {
+            if !failed && s.consecutive_failures > 0 {
+                let _ = self.store.reset(&self.key(CONSECUTIVE, 0)).await;
+            }
+            0
+        };
+        if ratio_trips
+            || (s.consecutive_failures > 0 && consecutive >= u64::from(s.consecutive_failures))
+        {
+            self.open(actions).await;
+        }
+    }
+}
+
+pub struct Breaker {
+    pub resource: Arc<BreakerResource>,
+    pub actions: Actions,
+}
+
+pub const ACTIONS: &[&str] = &["rejected", "tripped", "closed"];
+
+impl Remedy for Breaker {
+    fn stage(&self) -> Stage {
+        Stage::Breaker
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            self.resource.admit(x, &self.actions).await?;
+            Ok(Flow::Continue)
+        })
+    }
+
+    fn attempts(&self) -> bool {
+        true
+    }
+
+    fn before_attempt<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        _req: &'a mut http::Request<crate::body::Body>,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(async move {
+            // The first attempt was admitted by the request phase.
+            if x.retries == 0 {
+                return Ok(());
+            }
+            self.resource.admit(x, &self.actions).await
+        })
+    }
+
+    fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.resource.record(x, o, &self.actions).await })
+    }
+
+    /// A probe that never got its answer (refused later in the chain, client gone) gives
+    /// its place back, so the breaker cannot stay half-open for good.
+    fn end(&self, x: &Exchange) {
+        if let Some(opened_until) = x.probe {
+            let r = &self.resource;
+            r.store.release(&r.key(PROBES, opened_until), 1);
+        }
+    }
+}
+
+impl Default for BreakerSpec {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 5,
+            failure_ratio: None,
+            min_requests: 20,
+            window: Duration::from_secs(30),
+            open_for: Duration::from_secs(30),
+            half_open_probes: 1,
+            failure_statuses: Statuses(vec![(500, 599)]),
+            connect_errors: true,
+            timeouts: true,
+        }
+    }
+}

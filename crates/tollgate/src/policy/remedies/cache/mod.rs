@@ -1,0 +1,338 @@
+//! Response cache: keyed by method, host, path, normalised query, chosen headers and
+//! optionally the request body; fresh for `ttl`, capped by the provider's `max-age`;
+//! only the statuses listed; single-flight (concurrent misses of one key make one
+//! provider call, the others wait for it and are served from the entry); the response
+//! streams to the first client while it is stored (the first byte is never delayed);
+//! `x-tollgate-cache: hit|miss|bypass` and `Age` on responses. A stale entry with an
+//! `ETag` or `Last-Modified` is revalidated with `If-None-Match`/`If-Modified-Since`,
+//! and a `304` is answered from the entry (RFC 9111 §4.3), which spares the user's
+//! provider quota.
+
+mod control;
+pub mod key;
+pub mod store;
+mod tee;
+
+use crate::body::{Body, full};
+use crate::error::ProxyError;
+use crate::headers::X_TOLLGATE_CACHE;
+use crate::policy::actions::Actions;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::clock;
+use http::{HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use store::{CacheStore, Entry};
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSpec {
+    pub ttl: Duration,
+    pub methods: Vec<Method>,
+    pub statuses: Vec<u16>,
+    pub key_headers: Vec<HeaderName>,
+    pub key_body: bool,
+    pub max_entry: usize,
+    pub max_size: u64,
+    pub shared: bool,
+    pub ignore_cache_control: bool,
+    pub revalidate: bool,
+}
+
+pub struct Cache {
+    pub spec: CacheSpec,
+    pub store: Arc<dyn CacheStore>,
+    /// Keys being fetched now (single-flight); touched on misses only.
+    filling: Mutex<FxHashMap<String, watch::Receiver<bool>>>,
+    pub actions: Actions,
+    pub entries: prometheus_client::metrics::gauge::Gauge,
+    pub bytes: prometheus_client::metrics::gauge::Gauge,
+}
+
+pub const ACTIONS: &[&str] = &[
+    "hit",
+    "miss",
+    "bypass",
+    "stored",
+    "revalidated",
+    "coalesced",
+];
+
+/// A miss's state through the exchange.
+pub struct Pending {
+    pub key: String,
+    /// A stale entry being revalidated.
+    pub stale: Option<Arc<Entry>>,
+    /// This request fetches for the others waiting on its key.
+    pub fill: Option<Fill>,
+}
+
+/// The single-flight ticket of the request fetching a key: dropping it (stored, not
+/// cacheable, failed, client gone) lets the waiters go on.
+pub struct Fill {
+    cache: Arc<Cache>,
+    key: String,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.cache.filling.lock() {
+            f.remove(&self.key);
+        }
+        let _ = self.done.send(true);
+    }
+}
+
+impl Cache {
+    pub fn new(
+        spec: CacheSpec,
+        store: Arc<dyn CacheStore>,
+        actions: Actions,
+        entries: prometheus_client::metrics::gauge::Gauge,
+        bytes: prometheus_client::metrics::gauge::Gauge,
+    ) -> Self {
+        Self {
+            spec,
+            store,
+            filling: Mutex::default(),
+            actions,
+            entries,
+            bytes,
+        }
+    }
+
+    fn hit(&self, e: &Entry, method: &Method) -> Response<Body> {
+        let mut resp = Response::new(if method == Method::HEAD {
+            crate::body::empty()
+        } else {
+            full(e.body.clone())
+        });
+        *resp.status_mut() = e.status;
+        *resp.headers_mut() = e.headers.clone();
+        let age = e.initial_age + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
+        resp.headers_mut().insert(header::AGE, age.into());
+        resp.headers_mut()
+            .insert(X_TOLLGATE_CACHE, HeaderValue::from_static("hit"));
+        resp
+    }
+
+    /// Joins the fetch of `key` in progress, or starts one (returns its ticket).
+    fn join_or_fill(self: &Arc<Self>, key: &str) -> Result<Fill, watch::Receiver<bool>> {
+        let mut f = self.filling.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rx) = f.get(key) {
+            return Err(rx.clone());
+        }
+        let (tx, rx) = watch::channel(false);
+        f.insert(key.to_owned(), rx);
+        Ok(Fill {
+            cache: self.clone(),
+            key: key.to_owned(),
+            done: tx,
+        })
+    }
+
+    /// How long a response may be served fresh, or `None` when it must not be stored.
+    fn freshness(&self, x: &Exchange, head: &http::response::Parts) -> Option<Duration> {
+        if !self.spec.statuses.contains(&head.status.as_u16()) {
+            return None;
+        }
+        if self.spec.ignore_cache_control {
+            return Some(self.spec.ttl);
+        }
+        let d = control::parse(&head.headers);
+        if d.no_store || head.headers.get(header::VARY).is_some_and(|v| v == "*") {
+            return None;
+        }
+        // RFC 9111 §3.5: a shared cache stores neither `private` responses nor answers
+        // to requests with credentials of the user's own.
+        if self.spec.shared && (d.private || x.parts.headers.contains_key(header::AUTHORIZATION)) {
+            return None;
+        }
+        let limit = if self.spec.shared {
+            d.s_maxage.or(d.max_age)
+        } else {
+            d.max_age
+        };
+        let ttl = limit.map_or(self.spec.ttl, |m| m.min(self.spec.ttl));
+        // `no-cache` (or max-age=0): storable, but every use must be revalidated.
+        Some(if d.no_cache { Duration::ZERO } else { ttl })
+    }
+}
+
+/// The cache stage of a policy.
+pub struct CacheStage(pub Arc<Cache>);
+
+impl Remedy for CacheStage {
+    fn stage(&self) -> Stage {
+        Stage::Cache
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            let c = &self.0;
+            let s = &c.spec;
+            if !s.methods.contains(&x.method) || control::request_bypasses(&x.parts.headers) {
+                return Ok(bypass(x, c));
+            }
+            let body = if s.key_body {
+                match x.buffer(s.max_entry).await? {
+                    Some(b) => Some(b.clone()),
+                    None => return Ok(bypass(x, c)),
+                }
+            } else {
+                None
+            };
+            let key = key::key(
+                &x.method,
+                x.target.authority.as_str(),
+                &x.parts.uri,
+                &x.parts.headers,
+                &s.key_headers,
+                body.as_deref(),
+            );
+            // Single-flight: at most one round of waiting for another request's fetch.
+            let mut waited = false;
+            let fill = loop {
+                let found = c.store.get(&key).await.ok().flatten();
+                let now = clock::now_ms();
+                if let Some(e) = &found
+                    && e.fresh_until_ms > now
+                {
+                    c.actions.inc("hit");
+                    x.cache_status = Some("hit");
+                    return Ok(Flow::Answer(c.hit(e, &x.method)));
+                }
+                let stale = found.filter(|e| s.revalidate && e.has_validators());
+                match c.join_or_fill(&key) {
+                    Ok(fill) => break (Some(fill), stale),
+                    Err(_) if waited => break (None, stale),
+                    Err(mut rx) => {
+                        c.actions.inc("coalesced");
+                        waited = true;
+                        let _ = rx.wait_for(|done| *done).await;
+                    }
+                }
+            };
+            let (fill, stale) = fill;
+            if let Some(e) = &stale {
+                add_validators(x, e);
+            }
+            c.actions.inc("miss");
+            x.cache_status = Some("miss");
+            x.cache = Some(Pending { key, stale, fill });
+            Ok(Flow::Continue)
+        })
+    }
+
+    fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        let c = &self.0;
+        let Some(status) = x.cache_status else {
+            return resp;
+        };
+        let Some(pending) = x.cache.take() else {
+            return with_status(resp, status);
+        };
+        let (mut head, body) = resp.into_parts();
+        // RFC 9111 §4.3.4: a 304 freshens the stored entry with its headers.
+        if head.status == StatusCode::NOT_MODIFIED
+            && let Some(stale) = &pending.stale
+        {
+            c.actions.inc("revalidated");
+            let mut headers = stale.headers.clone();
+            for (n, v) in &head.headers {
+                if n != header::CONTENT_LENGTH {
+                    headers.insert(n.clone(), v.clone());
+                }
+            }
+            let mut fresh_head = head.clone();
+            fresh_head.status = stale.status;
+            fresh_head.headers = headers.clone();
+            let ttl = c.freshness(x, &fresh_head).unwrap_or(Duration::ZERO);
+            let now = clock::now_ms();
+            let entry = Arc::new(Entry {
+                status: stale.status,
+                headers,
+                body: stale.body.clone(),
+                stored_ms: now,
+                fresh_until_ms: now + ttl.as_millis() as u64,
+                keep_until_ms: now + 2 * c.spec.ttl.as_millis() as u64,
+                initial_age: 0,
+            });
+            let resp = c.hit(&entry, &x.method);
+            let store = c.store.clone();
+            let fill = pending.fill;
+            tokio::spawn(async move {
+                let _ = store.put(pending.key, entry).await;
+                drop(fill);
+            });
+            return resp;
+        }
+        let Some(ttl) = c.freshness(x, &head) else {
+            return with_status(Response::from_parts(head, body), status);
+        };
+        let too_big = http_body::Body::size_hint(&body)
+            .exact()
+            .is_some_and(|n| n > c.spec.max_entry as u64);
+        if too_big {
+            return with_status(Response::from_parts(head, body), status);
+        }
+        head.headers
+            .insert(X_TOLLGATE_CACHE, HeaderValue::from_static("miss"));
+        let mut stored = head.headers.clone();
+        crate::headers::strip_hop_by_hop(&mut stored);
+        stored.remove(X_TOLLGATE_CACHE);
+        let initial_age = head
+            .headers
+            .get(header::AGE)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        let keep = if c.spec.revalidate {
+            2 * c.spec.ttl
+        } else {
+            ttl
+        };
+        let tee = tee::Tee::new(
+            body,
+            c.spec.max_entry,
+            tee::Storing {
+                cache: c.clone(),
+                key: pending.key,
+                status: head.status,
+                headers: stored,
+                ttl,
+                keep,
+                initial_age,
+                fill: pending.fill,
+            },
+        );
+        Response::from_parts(head, tee.boxed_unsync())
+    }
+}
+
+fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
+    c.actions.inc("bypass");
+    x.cache_status = Some("bypass");
+    Flow::Continue
+}
+
+fn with_status(mut resp: Response<Body>, status: &'static str) -> Response<Body> {
+    resp.headers_mut()
+        .insert(X_TOLLGATE_CACHE, HeaderValue::from_static(status));
+    resp
+}
+
+/// Conditional headers for revalidating `e`, unless the client sent its own.
+fn add_validators(x: &mut Exchange, e: &Entry) {
+    let h = &mut x.parts.headers;
+    if h.contains_key(header::IF_NONE_MATCH) || h.contains_key(header::IF_MODIFIED_SINCE) {
+        return;
+    }
+    if let Some(etag) = e.headers.get(header::ETAG) {
+        h.insert(header::IF_NONE_MATCH, etag.clone());
+    } else if let Some(lm) = e.headers.get(header::LAST_MODIFIED) {
+        h.insert(header::IF_MODIFIED_SINCE, lm.clone());
+    }
+}

@@ -1,0 +1,103 @@
+//! Where cache entries live: an asynchronous interface (a remote store can implement
+//! it) and the in-memory implementation on moka, bounded by total size with eviction of
+//! the least recently used entries.
+
+use crate::policy::store::StoreFuture;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use moka::Expiry;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A stored response.
+#[derive(Debug)]
+pub struct Entry {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Unix ms when it was stored (or last revalidated).
+    pub stored_ms: u64,
+    /// Fresh until this unix ms.
+    pub fresh_until_ms: u64,
+    /// Kept (for revalidation) until this unix ms.
+    pub keep_until_ms: u64,
+    /// The `Age` it had when it arrived, in seconds.
+    pub initial_age: u64,
+}
+
+impl Entry {
+    pub fn weight(&self, key: &str) -> u32 {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 32)
+            .sum();
+        (self.body.len() + headers + key.len() + 128).min(u32::MAX as usize) as u32
+    }
+
+    pub fn has_validators(&self) -> bool {
+        self.headers.contains_key(http::header::ETAG)
+            || self.headers.contains_key(http::header::LAST_MODIFIED)
+    }
+}
+
+pub trait CacheStore: Send + Sync + 'static {
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<Arc<Entry>>>;
+    fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()>;
+    /// Entries and bytes held, for `GET /policies` and the gauges.
+    fn size(&self) -> (u64, u64);
+}
+
+pub struct MemoryCache {
+    cache: moka::sync::Cache<String, Arc<Entry>>,
+}
+
+/// Entries leave memory when they can no longer be served or revalidated.
+struct KeepUntil;
+
+impl Expiry<String, Arc<Entry>> for KeepUntil {
+    fn expire_after_create(&self, _k: &String, e: &Arc<Entry>, _now: Instant) -> Option<Duration> {
+        Some(Duration::from_millis(
+            e.keep_until_ms
+                .saturating_sub(crate::policy::clock::now_ms()),
+        ))
+    }
+
+    fn expire_after_update(
+        &self,
+        k: &String,
+        e: &Arc<Entry>,
+        now: Instant,
+        _left: Option<Duration>,
+    ) -> Option<Duration> {
+        self.expire_after_create(k, e, now)
+    }
+}
+
+impl MemoryCache {
+    pub fn new(max_bytes: u64) -> Self {
+        Self {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(max_bytes)
+                .weigher(|k: &String, e: &Arc<Entry>| e.weight(k))
+                .expire_after(KeepUntil)
+                .build(),
+        }
+    }
+}
+
+impl CacheStore for MemoryCache {
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<Arc<Entry>>> {
+        Box::pin(std::future::ready(Ok(self.cache.get(key))))
+    }
+
+    fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()> {
+        self.cache.insert(key, entry);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn size(&self) -> (u64, u64) {
+        self.cache.run_pending_tasks();
+        (self.cache.entry_count(), self.cache.weighted_size())
+    }
+}

@@ -1,0 +1,170 @@
+//! Concurrency limit: at most N requests in flight (per policy, or per group of a request
+//! header's value). The slot is held until the response body ends or the client goes
+//! away (it lives in the exchange, released when that is dropped), never leaked. Over the
+//! limit: 429 `concurrency_limited`, or wait in the queue until a slot frees.
+
+use super::rate_limit::{queue_outcome, wait_deadline};
+use crate::error::{ProxyError, Reject, Rejection};
+use crate::policy::actions::Actions;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::queue::{Queue, Retry};
+use crate::policy::store::{Key, Store};
+use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencySpec {
+    pub max: u64,
+    pub group_by: Option<HeaderName>,
+}
+
+pub struct ConcurrencyResource {
+    pub name: Arc<str>,
+    pub what: String,
+    pub spec: ConcurrencySpec,
+    pub resource: Arc<str>,
+    pub store: Arc<dyn Store>,
+    pub queue: Option<Queue>,
+    total: Arc<str>,
+}
+
+impl ConcurrencyResource {
+    pub fn new(
+        name: Arc<str>,
+        spec: ConcurrencySpec,
+        resource: Arc<str>,
+        store: Arc<dyn Store>,
+        queue: Option<Queue>,
+    ) -> Self {
+        Self {
+            what: format!("concurrency limit `{name}`"),
+            name,
+            spec,
+            resource,
+            store,
+            queue,
+            total: Arc::from("inflight"),
+        }
+    }
+
+    fn key(&self, h: &HeaderMap) -> Key {
+        let part = match &self.spec.group_by {
+            Some(n) => Arc::from(format!(
+                "inflight:{}",
+                String::from_utf8_lossy(h.get(n).map(|v| v.as_bytes()).unwrap_or(b""))
+            )),
+            None => self.total.clone(),
+        };
+        Key::new(&self.resource, &part, 0)
+    }
+
+    /// In flight now (ungrouped total), for `GET /policies`.
+    pub async fn in_flight(&self) -> u64 {
+        let k = Key::new(&self.resource, &self.total, 0);
+        self.store.get(&k).await.unwrap_or(0)
+    }
+
+    async fn take(self: &Arc<Self>, key: &Key) -> Option<Slot> {
+        match self.store.add(key, 1, self.spec.max, 0).await {
+            Ok(a) if a.taken => Some(Slot {
+                resource: self.clone(),
+                key: key.clone(),
+            }),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("{e}; request let through");
+                Some(Slot {
+                    resource: self.clone(),
+                    key: Key::new(&self.resource, &Arc::from("unreachable"), 0),
+                })
+            }
+        }
+    }
+}
+
+/// A held slot: released when the exchange ends, waking the queue's head.
+struct Slot {
+    resource: Arc<ConcurrencyResource>,
+    key: Key,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.resource.store.release(&self.key, 1);
+        if let Some(q) = &self.resource.queue {
+            q.wake();
+        }
+    }
+}
+
+pub struct Concurrency {
+    pub resource: Arc<ConcurrencyResource>,
+    pub actions: Actions,
+}
+
+pub const ACTIONS: &[&str] = &[
+    "allowed",
+    "rejected",
+    "queued",
+    "dequeued",
+    "timed_out",
+    "queue_full",
+];
+
+impl Remedy for Concurrency {
+    fn stage(&self) -> Stage {
+        Stage::Concurrency
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            let r = &self.resource;
+            let key = r.key(&x.parts.headers);
+            let first = match &r.queue {
+                Some(q) if !q.is_empty() => None,
+                _ => r.take(&key).await,
+            };
+            if let Some(slot) = first {
+                self.actions.inc("allowed");
+                x.holds.push(Box::new(slot));
+                return Ok(Flow::Continue);
+            }
+            let Some(q) = &r.queue else {
+                self.actions.inc("rejected");
+                return Err(ProxyError::Rejected(Rejection {
+                    kind: Reject::ConcurrencyLimited,
+                    message: format!("{}: {} requests already in flight", r.what, r.spec.max),
+                    retry_after: Some(1),
+                    rate: None,
+                }));
+            };
+            self.actions.inc("queued");
+            let got = std::sync::Mutex::new(None);
+            let waited = q
+                .wait(
+                    q.spec.priority(&x.parts.headers),
+                    wait_deadline(x.deadline, q),
+                    || {
+                        let (key, got) = (&key, &got);
+                        Box::pin(async move {
+                            match r.take(key).await {
+                                Some(slot) => {
+                                    if let Ok(mut g) = got.lock() {
+                                        *g = Some(slot);
+                                    }
+                                    Ok(())
+                                }
+                                None => Err(Retry::OnWake),
+                            }
+                        })
+                    },
+                )
+                .await;
+            queue_outcome(waited, &self.actions, q, &r.what)?;
+            if let Some(slot) = got.into_inner().ok().flatten() {
+                x.holds.push(Box::new(slot));
+            }
+            Ok(Flow::Continue)
+        })
+    }
+}

@@ -1,0 +1,205 @@
+//! Retries inside the proxy: attempts with exponential backoff and full jitter; on the
+//! statuses and errors listed; idempotent methods only (RFC 9110 §9.2.2) unless the
+//! policy lists others or the request carries `Idempotency-Key`, except that a request
+//! that never reached the provider (DNS, connect, TLS) may always go again; the body kept
+//! for replay up to a cap; a retryable response's `Retry-After` honoured within the cap;
+//! a budget (retries at most a share of requests over a rolling window, plus a floor);
+//! an overall deadline; `x-tollgate-retries: N` on the response.
+//!
+//! The upstream pool's own resend of a request that a stale keep-alive connection could
+//! not deliver stays below this (it knows the connection, not the policy), and hands a
+//! failure up as `Connect { sent }`, which is how this remedy knows whether the request
+//! may have reached the provider.
+
+use crate::body::Body;
+use crate::error::ProxyError;
+use crate::headers::X_TOLLGATE_RETRIES;
+use crate::policy::actions::Actions;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::clock;
+use crate::policy::failure::{Failure, Statuses, classify};
+use crate::policy::store::{Key, Store};
+use http::{Method, Response};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrySpec {
+    pub attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    pub statuses: Statuses,
+    pub connect_errors: bool,
+    pub timeouts: bool,
+    pub methods: Vec<Method>,
+    pub max_body: usize,
+    pub budget: f64,
+    pub budget_window: Duration,
+    pub budget_min: u64,
+    pub deadline: Option<Duration>,
+}
+
+pub struct Retry {
+    pub spec: RetrySpec,
+    pub store: Arc<dyn Store>,
+    pub resource: Arc<str>,
+    pub actions: Actions,
+    parts: [Arc<str>; 2],
+}
+
+pub const ACTIONS: &[&str] = &["retried", "budget_exhausted", "gave_up"];
+
+const REQUESTS: usize = 0;
+const RETRIES: usize = 1;
+
+impl Retry {
+    pub fn new(
+        spec: RetrySpec,
+        resource: Arc<str>,
+        store: Arc<dyn Store>,
+        actions: Actions,
+    ) -> Self {
+        Self {
+            spec,
+            store,
+            resource,
+            actions,
+            parts: [Arc::from("requests"), Arc::from("retries")],
+        }
+    }
+
+    fn idempotent(&self, x: &Exchange) -> bool {
+        matches!(
+            x.method,
+            Method::GET
+                | Method::HEAD
+                | Method::OPTIONS
+                | Method::TRACE
+                | Method::PUT
+                | Method::DELETE
+        ) || self.spec.methods.contains(&x.method)
+            || x.parts.headers.contains_key("idempotency-key")
+    }
+
+    fn window(&self) -> (u64, u64, f64) {
+        let len = self.spec.budget_window.as_millis().max(1) as u64;
+        let now = clock::now_ms();
+        (now / len, len, 1.0 - (now % len) as f64 / len as f64)
+    }
+
+    /// Counts a request in the budget's window.
+    async fn count_request(&self) {
+        let (w, len, _) = self.window();
+        let k = Key::new(&self.resource, &self.parts[REQUESTS], w);
+        let _ = self.store.add(&k, 1, u64::MAX, (w + 2) * len).await;
+    }
+
+    /// Takes one retry from the budget: retries over the rolling window stay within
+    /// `budget_min + budget × requests`.
+    async fn take_budget(&self) -> bool {
+        let (w, len, weight) = self.window();
+        let get = |part: usize, w: u64| {
+            let k = Key::new(&self.resource, &self.parts[part], w);
+            async move { self.store.get(&k).await.unwrap_or(0) as f64 }
+        };
+        let requests = get(REQUESTS, w).await + get(REQUESTS, w - 1).await * weight;
+        let earlier = get(RETRIES, w - 1).await * weight;
+        let allowed = self.spec.budget_min as f64 + self.spec.budget * requests - earlier;
+        if allowed < 1.0 {
+            return false;
+        }
+        let k = Key::new(&self.resource, &self.parts[RETRIES], w);
+        matches!(self.store.add(&k, 1, allowed as u64, (w + 2) * len).await, Ok(a) if a.taken)
+    }
+
+    /// After an attempt: how long to wait before the next one, or `None` to stop here.
+    /// `outcome` is the attempt's status and `Retry-After`, or its error.
+    pub async fn again(
+        &self,
+        x: &mut Exchange,
+        outcome: Result<(u16, Option<Duration>), &ProxyError>,
+    ) -> Option<Duration> {
+        let s = &self.spec;
+        let asked = match outcome {
+            Ok((status, retry_after)) if s.statuses.contains(status) => {
+                if !self.idempotent(x) {
+                    return None;
+                }
+                retry_after
+            }
+            Ok(_) => return None,
+            Err(e) => {
+                let ok = match classify(e) {
+                    Failure::NotSent => s.connect_errors,
+                    Failure::Timeout => s.timeouts && self.idempotent(x),
+                    Failure::AfterSending => s.connect_errors && self.idempotent(x),
+                    Failure::Ours => false,
+                };
+                if !ok {
+                    return None;
+                }
+                None
+            }
+        };
+        if !x.replayable || x.retries + 1 >= s.attempts {
+            self.actions.inc("gave_up");
+            return None;
+        }
+        // A provider asking for longer than the cap gets its answer relayed instead.
+        let wait = match asked {
+            Some(d) if d > s.max_delay => {
+                self.actions.inc("gave_up");
+                return None;
+            }
+            Some(d) => d,
+            None => {
+                let exp = s
+                    .base_delay
+                    .saturating_mul(1u32.checked_shl(x.retries).unwrap_or(u32::MAX))
+                    .min(s.max_delay);
+                Duration::from_nanos(fastrand::u64(0..=exp.as_nanos() as u64))
+            }
+        };
+        if let Some(d) = x.retry_deadline
+            && tokio::time::Instant::now() + wait >= d
+        {
+            self.actions.inc("gave_up");
+            return None;
+        }
+        if !self.take_budget().await {
+            self.actions.inc("budget_exhausted");
+            return None;
+        }
+        self.actions.inc("retried");
+        Some(wait)
+    }
+}
+
+/// The chain's retry stage: keeps the body for replay and counts the request in the
+/// budget. The engine asks [`Retry::again`] after each attempt.
+pub struct RetryStage(pub Arc<Retry>);
+
+impl Remedy for RetryStage {
+    fn stage(&self) -> Stage {
+        Stage::Retry
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            let r = &self.0;
+            r.count_request().await;
+            x.retry_deadline = r.spec.deadline.map(|d| tokio::time::Instant::now() + d);
+            // A body over the cap is sent once; a smaller one is kept for replay.
+            x.replayable = x.buffer(r.spec.max_body).await?.is_some();
+            Ok(Flow::Continue)
+        })
+    }
+
+    fn response(&self, x: &mut Exchange, mut resp: Response<Body>) -> Response<Body> {
+        if x.retries > 0 {
+            resp.headers_mut()
+                .insert(X_TOLLGATE_RETRIES, x.retries.into());
+        }
+        resp
+    }
+}

@@ -1,0 +1,31 @@
+//! Per-policy timeouts: `connect` and `response` (per attempt) override the `upstream`
+//! ones; `total` frames the whole exchange (the engine enforces it, queue waits,
+//! attempts, backoffs and the response body included).
+
+use crate::error::ProxyError;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use std::time::Duration;
+
+tokio::task_local! {
+    /// The connect timeout of the attempt being sent, read by the connector.
+    pub static CONNECT_TIMEOUT: Duration;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Timeouts {
+    pub connect: Option<Duration>,
+    pub response: Option<Duration>,
+    pub total: Option<Duration>,
+}
+
+impl Remedy for Timeouts {
+    fn stage(&self) -> Stage {
+        Stage::Timeouts
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        x.connect_timeout = self.connect;
+        x.response_timeout = self.response;
+        Box::pin(std::future::ready(Ok(Flow::Continue)))
+    }
+}

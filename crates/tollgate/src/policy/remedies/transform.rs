@@ -1,0 +1,279 @@
+//! Transformations: request and response headers set, added and removed; the upstream
+//! path rewritten from the policy's path template; JSON request body fields set or
+//! deleted (the body buffered only for policies that do this, up to a cap).
+
+use crate::body::Body;
+use crate::error::ProxyError;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::matcher::PathTemplate;
+use bytes::Bytes;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, Uri, header};
+
+/// Header edits, in this order: remove, set, add.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderEdits {
+    pub remove: Vec<HeaderName>,
+    pub set: Vec<(HeaderName, HeaderValue)>,
+    pub add: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    pub fn apply(&self, h: &mut HeaderMap) {
+        for n in &self.remove {
+            h.remove(n);
+        }
+        for (n, v) in &self.set {
+            h.insert(n.clone(), v.clone());
+        }
+        for (n, v) in &self.add {
+            h.append(n.clone(), v.clone());
+        }
+    }
+}
+
+/// One piece of a path rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    /// The value of `{name}` in the match template (its segment index).
+    Param(usize),
+    /// What the template's trailing `*` matched.
+    Rest,
+}
+
+#[derive(Debug, Clone)]
+pub struct JsonEdits {
+    pub set: Vec<(String, serde_json::Value)>,
+    pub remove: Vec<String>,
+    pub max_body: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestTransform {
+    pub headers: HeaderEdits,
+    /// The rewrite and the template whose segments it draws on.
+    pub path: Option<(Vec<Piece>, Option<PathTemplate>)>,
+    pub json: Option<JsonEdits>,
+}
+
+impl Remedy for RequestTransform {
+    fn stage(&self) -> Stage {
+        Stage::RequestTransform
+    }
+
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            self.headers.apply(&mut x.parts.headers);
+            if let Some((pieces, template)) = &self.path {
+                rewrite_path(&mut x.parts.uri, pieces, template.as_ref())?;
+            }
+            if let Some(json) = &self.json {
+                edit_json(x, json).await?;
+            }
+            Ok(Flow::Continue)
+        })
+    }
+}
+
+fn rewrite_path(
+    uri: &mut Uri,
+    pieces: &[Piece],
+    template: Option<&PathTemplate>,
+) -> Result<(), ProxyError> {
+    let path = uri.path();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let fixed = template.map_or(0, |t| t.len());
+    let mut out = String::with_capacity(path.len() + 16);
+    for p in pieces {
+        match p {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Param(i) => out.push_str(segments.get(*i).copied().unwrap_or("")),
+            Piece::Rest => out.push_str(&segments.get(fixed..).unwrap_or(&[]).join("/")),
+        }
+    }
+    if !out.starts_with('/') {
+        out.insert(0, '/');
+    }
+    if let Some(q) = uri.query() {
+        out.push('?');
+        out.push_str(q);
+    }
+    let pq = PathAndQuery::try_from(out)
+        .map_err(|e| ProxyError::BadTarget(format!("rewritten path: {e}")))?;
+    let mut parts = std::mem::take(uri).into_parts();
+    parts.path_and_query = Some(pq);
+    *uri = Uri::from_parts(parts).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
+    Ok(())
+}
+
+async fn edit_json(x: &mut Exchange, json: &JsonEdits) -> Result<(), ProxyError> {
+    let is_json = x
+        .parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if !is_json {
+        return Ok(());
+    }
+    let Some(body) = x.buffer(json.max_body).await? else {
+        return Err(ProxyError::BodyTooLarge {
+            limit: json.max_body,
+            what: "policies[].request.max_body (a JSON body is read whole to edit it)",
+        });
+    };
+    if body.is_empty() {
+        return Ok(());
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ProxyError::BadRequest(format!("the request body is not valid JSON: {e}")))?;
+    for pointer in &json.remove {
+        remove_at(&mut value, pointer);
+    }
+    for (pointer, v) in &json.set {
+        set_at(&mut value, pointer, v.clone());
+    }
+    let edited = Bytes::from(serde_json::to_vec(&value).expect("a JSON value serialises"));
+    x.parts
+        .headers
+        .insert(header::CONTENT_LENGTH, edited.len().into());
+    x.parts.headers.remove(header::TRANSFER_ENCODING);
+    x.buffered = Some(edited);
+    Ok(())
+}
+
+/// RFC 6901 reference tokens of a pointer.
+fn tokens(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// Sets the value at `pointer`, creating objects on the way.
+pub fn set_at(root: &mut serde_json::Value, pointer: &str, v: serde_json::Value) {
+    let toks = tokens(pointer);
+    let Some((last, path)) = toks.split_last() else {
+        *root = v;
+        return;
+    };
+    let mut cur = root;
+    for t in path {
+        if !cur.is_object() && !cur.is_array() {
+            *cur = serde_json::Value::Object(Default::default());
+        }
+        cur = match cur {
+            serde_json::Value::Array(a) => match t.parse::<usize>().ok().and_then(|i| a.get_mut(i))
+            {
+                Some(c) => c,
+                None => return,
+            },
+            serde_json::Value::Object(o) => o
+                .entry(t.clone())
+                .or_insert_with(|| serde_json::Value::Object(Default::default())),
+            _ => return,
+        };
+    }
+    match cur {
+        serde_json::Value::Object(o) => {
+            o.insert(last.clone(), v);
+        }
+        serde_json::Value::Array(a) => match last.parse::<usize>() {
+            Ok(i) if i < a.len() => a[i] = v,
+            _ if last == "-" => a.push(v),
+            _ => {}
+        },
+        other => {
+            let mut o = serde_json::Map::new();
+            o.insert(last.clone(), v);
+            *other = serde_json::Value::Object(o);
+        }
+    }
+}
+
+pub fn remove_at(root: &mut serde_json::Value, pointer: &str) {
+    let toks = tokens(pointer);
+    let Some((last, path)) = toks.split_last() else {
+        return;
+    };
+    let parent: String = path
+        .iter()
+        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
+        .collect();
+    match root.pointer_mut(&parent) {
+        Some(serde_json::Value::Object(o)) => {
+            o.remove(last);
+        }
+        Some(serde_json::Value::Array(a)) => {
+            if let Ok(i) = last.parse::<usize>()
+                && i < a.len()
+            {
+                a.remove(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Response header edits.
+#[derive(Debug, Clone)]
+pub struct ResponseTransform {
+    pub headers: HeaderEdits,
+}
+
+impl Remedy for ResponseTransform {
+    fn stage(&self) -> Stage {
+        Stage::ResponseTransform
+    }
+
+    fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(std::future::ready(Ok(Flow::Continue)))
+    }
+
+    fn response(&self, _x: &mut Exchange, mut resp: Response<Body>) -> Response<Body> {
+        self.headers.apply(resp.headers_mut());
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_pointers() {
+        let mut v = json!({"a": {"b": 1}, "list": [1, 2, 3]});
+        set_at(&mut v, "/a/c", json!(2));
+        set_at(&mut v, "/new/deep", json!("x"));
+        remove_at(&mut v, "/a/b");
+        remove_at(&mut v, "/list/0");
+        set_at(&mut v, "/list/-", json!(4));
+        assert_eq!(
+            v,
+            json!({"a": {"c": 2}, "new": {"deep": "x"}, "list": [2, 3, 4]})
+        );
+    }
+
+    #[test]
+    fn path_rewrite() {
+        let t = PathTemplate::new("/repos/{owner}/{repo}/*").unwrap();
+        let pieces = vec![
+            Piece::Text("/v2/".into()),
+            Piece::Param(2),
+            Piece::Text("/".into()),
+            Piece::Param(1),
+            Piece::Text("/".into()),
+            Piece::Rest,
+        ];
+        let mut uri: Uri = "/repos/me/app/issues/4?state=open".parse().unwrap();
+        rewrite_path(&mut uri, &pieces, Some(&t)).unwrap();
+        assert_eq!(uri, "/v2/app/me/issues/4?state=open");
+    }
+}

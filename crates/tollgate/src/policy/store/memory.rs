@@ -1,0 +1,172 @@
+//! The in-process [`Store`]: counters and deadlines in a hash map split into shards, each
+//! behind its own short lock, so requests of different limits (and different groups of
+//! one limit) rarely meet on a lock. Expired entries are swept from a shard when it has
+//! doubled since its last sweep, which keeps memory bounded by the live keys.
+
+use super::{Added, Key, Store, StoreError, StoreFuture};
+use crate::policy::clock;
+use rustc_hash::FxHashMap;
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+
+const SHARDS: usize = 64;
+
+#[derive(Default)]
+struct Shard {
+    map: FxHashMap<Key, Slot>,
+    sweep_at: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    value: u64,
+    expires_ms: u64,
+}
+
+pub struct Memory {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: rustc_hash::FxBuildHasher,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: rustc_hash::FxBuildHasher,
+        }
+    }
+}
+
+fn ready<T: Send + 'static>(v: T) -> StoreFuture<'static, T> {
+    Box::pin(std::future::ready(Ok(v)))
+}
+
+impl Memory {
+    fn with<T>(&self, key: &Key, f: impl FnOnce(&mut Shard, u64) -> T) -> Result<T, StoreError> {
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        let mut shard = self.shards[i]
+            .lock()
+            .map_err(|_| StoreError("memory store lock poisoned".into()))?;
+        let now = clock::now_ms();
+        if shard.map.len() >= shard.sweep_at.max(64) {
+            shard
+                .map
+                .retain(|_, s| s.expires_ms == 0 || s.expires_ms > now);
+            shard.sweep_at = shard.map.len() * 2;
+        }
+        Ok(f(&mut shard, now))
+    }
+
+    fn live(shard: &mut Shard, key: &Key, now: u64) -> Option<Slot> {
+        shard
+            .map
+            .get(key)
+            .copied()
+            .filter(|s| s.expires_ms == 0 || s.expires_ms > now)
+    }
+
+    fn done<T: Send + 'static>(r: Result<T, StoreError>) -> StoreFuture<'static, T> {
+        match r {
+            Ok(v) => ready(v),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+impl Store for Memory {
+    fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        Self::done(self.with(key, |shard, now| {
+            let count = Self::live(shard, key, now).map_or(0, |s| s.value);
+            if count.saturating_add(n) > limit {
+                return Added {
+                    taken: false,
+                    count,
+                };
+            }
+            shard.map.insert(
+                key.clone(),
+                Slot {
+                    value: count + n,
+                    expires_ms,
+                },
+            );
+            Added {
+                taken: true,
+                count: count + n,
+            }
+        }))
+    }
+
+    fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
+        Self::done(self.with(key, |shard, _| {
+            if let Some(s) = shard.map.get_mut(key) {
+                s.value = s.value.saturating_sub(n);
+            }
+        }))
+    }
+
+    fn release(&self, key: &Key, n: u64) {
+        let _ = self.with(key, |shard, _| {
+            if let Some(s) = shard.map.get_mut(key) {
+                s.value = s.value.saturating_sub(n);
+                if s.value == 0 && s.expires_ms == 0 {
+                    shard.map.remove(key);
+                }
+            }
+        });
+    }
+
+    fn get(&self, key: &Key) -> StoreFuture<'_, u64> {
+        Self::done(self.with(key, |shard, now| {
+            Self::live(shard, key, now).map_or(0, |s| s.value)
+        }))
+    }
+
+    fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
+        Self::done(self.with(key, |shard, _| {
+            shard.map.remove(key);
+        }))
+    }
+
+    fn raise(&self, key: &Key, until_ms: u64) -> StoreFuture<'_, u64> {
+        Self::done(self.with(key, |shard, now| {
+            let cur = Self::live(shard, key, now).map_or(0, |s| s.value);
+            let v = cur.max(until_ms);
+            shard.map.insert(
+                key.clone(),
+                Slot {
+                    value: v,
+                    expires_ms: v,
+                },
+            );
+            v
+        }))
+    }
+
+    fn deadline(&self, key: &Key) -> StoreFuture<'_, u64> {
+        self.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn add_within_limit_only() {
+        let m = Memory::default();
+        let k = Key::new(&Arc::from("r"), &Arc::from("total"), 1);
+        assert!(m.add(&k, 1, 2, 0).await.unwrap().taken);
+        assert!(m.add(&k, 1, 2, 0).await.unwrap().taken);
+        let third = m.add(&k, 1, 2, 0).await.unwrap();
+        assert_eq!((third.taken, third.count), (false, 2));
+        m.sub(&k, 1).await.unwrap();
+        assert!(m.add(&k, 1, 2, 0).await.unwrap().taken);
+        let d = Key::new(&Arc::from("r"), &Arc::from("until"), 0);
+        let far = clock::now_ms() + 10_000;
+        assert_eq!(m.raise(&d, far).await.unwrap(), far);
+        assert_eq!(m.raise(&d, far - 5).await.unwrap(), far);
+        assert_eq!(m.deadline(&d).await.unwrap(), far);
+    }
+}

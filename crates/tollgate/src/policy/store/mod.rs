@@ -1,0 +1,82 @@
+//! The state interface behind every remedy: counters in windows, deadlines, and cache
+//! entries. Shaped for a remote store (Redis) as much as for memory: every operation is
+//! one atomic step (add-if-within-limit with expiry, raise-a-deadline, reset), returns a
+//! future, and names its state by a [`Key`] a remote store can spell as a string.
+//! [`memory::Memory`] is the in-process implementation.
+
+pub mod memory;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A store operation's result.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A store could not answer (a remote store unreachable). Remedies fail open on it: the
+/// request goes on as if the remedy had allowed it, and the error is logged.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("state store: {0}")]
+pub struct StoreError(pub String);
+
+/// The name of one piece of state: the resource (its kind, name and a fingerprint of its
+/// definition, so a changed definition starts afresh), a part (a consumer group, `total`,
+/// `fail`…) and a window number (0 for state without windows).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Key {
+    pub resource: Arc<str>,
+    pub part: Arc<str>,
+    pub window: u64,
+}
+
+impl Key {
+    pub fn new(resource: &Arc<str>, part: &Arc<str>, window: u64) -> Self {
+        Self {
+            resource: resource.clone(),
+            part: part.clone(),
+            window,
+        }
+    }
+}
+
+impl fmt::Display for Key {
+    /// How a remote store spells it: `tollgate:{resource}:{part}:{window}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tollgate:{}:{}:{}",
+            self.resource, self.part, self.window
+        )
+    }
+}
+
+/// What [`Store::add`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Added {
+    /// Whether `n` was added (the result stayed within the limit).
+    pub taken: bool,
+    /// The counter after the operation.
+    pub count: u64,
+}
+
+pub trait Store: Send + Sync + 'static {
+    /// Adds `n` to the counter `key` when the result stays within `limit`; the counter
+    /// disappears at `expires_ms` (unix milliseconds; 0: never). Redis: a script doing
+    /// GET, compare, INCRBY and PEXPIREAT in one step.
+    fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added>;
+    /// Takes `n` back (a grant whose request did not go ahead, a released slot).
+    fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()>;
+    /// Takes `n` back without waiting for the answer (a slot released from a drop; a
+    /// remote store sends it in the background). A counter without expiry that reaches 0
+    /// is removed.
+    fn release(&self, key: &Key, n: u64);
+    /// The counter's value (0 when absent).
+    fn get(&self, key: &Key) -> StoreFuture<'_, u64>;
+    /// Sets the counter to 0.
+    fn reset(&self, key: &Key) -> StoreFuture<'_, ()>;
+    /// Raises the deadline `key` to `until_ms` when that is later; returns the deadline.
+    fn raise(&self, key: &Key, until_ms: u64) -> StoreFuture<'_, u64>;
+    /// The deadline `key` (0 when absent).
+    fn deadline(&self, key: &Key) -> StoreFuture<'_, u64>;
+}
