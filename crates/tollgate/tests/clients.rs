@@ -117,3 +117,31 @@ async fn python_requests_through_http_proxy() {
         .env_remove("no_proxy");
     assert_eq!(blocking(c).await.trim(), "ok");
 }
+
+const PY_LIMITED: &str = r#"
+import sys, requests
+upstream = sys.argv[1]
+codes = []
+for _ in range(3):
+    r = requests.get(f"http://{upstream}/limited", timeout=10)
+    codes.append(r.status_code)
+assert codes == [200, 200, 429], codes
+assert r.headers["x-tollgate-error"] == "rate_limited", r.headers
+assert 1 <= int(r.headers["Retry-After"]) <= 86400, r.headers
+assert r.headers["RateLimit-Limit"] == "2", r.headers
+assert r.json()["error"] == "rate_limited", r.text
+print("ok")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_sees_the_rate_limit_and_retry_after() {
+    let up = echo_upstream().await;
+    let gw = gateway("policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    rate_limit: {limit: 2, window: day}\n").await;
+    let mut c = Command::new("python3");
+    c.args(["-c", PY_LIMITED, &up.addr.to_string()])
+        .env("HTTP_PROXY", format!("http://{}", gw.proxy_addr))
+        .env("http_proxy", format!("http://{}", gw.proxy_addr))
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+    assert_eq!(blocking(c).await.trim(), "ok");
+}

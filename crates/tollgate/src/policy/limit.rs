@@ -184,3 +184,33 @@ impl Limit {
 pub struct Taken {
     pub remaining: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::store::memory::Memory;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn windows_roll_over_on_the_clock() {
+        let spec = LimitSpec {
+            limit: 2,
+            window: Window::Fixed(60_000),
+            groups: None,
+        };
+        let l = Limit::new(spec, Arc::from("t"), None, Arc::new(Memory::default()));
+        let h = HeaderMap::new();
+        // Start at the beginning of a window, whatever the real time is.
+        let (_, end) = l.spec.window.bounds(clock::now_ms());
+        tokio::time::advance(Duration::from_millis(end - clock::now_ms())).await;
+        assert!(l.take(&h).await.is_ok());
+        assert_eq!(l.take(&h).await.map(|t| t.remaining).ok(), Some(0));
+        let refused = l.take(&h).await.err().unwrap();
+        assert_eq!(clock::secs_until(refused.reset_ms), 60);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(l.take(&h).await.is_err(), "still the same minute");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(l.take(&h).await.is_ok(), "a new minute");
+        assert_eq!(l.used().await.0, 1);
+    }
+}

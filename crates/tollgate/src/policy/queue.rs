@@ -174,3 +174,47 @@ impl Drop for Entry<'_> {
         self.queue.wake();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(size: usize) -> Queue {
+        Queue::new(
+            QueueSpec {
+                size,
+                max_wait: Duration::from_secs(10),
+                priority_header: None,
+                priorities: Vec::new(),
+                default_priority: 0,
+            },
+            Gauge::default(),
+            Histogram::new([1.0].into_iter()),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_until_the_retry_instant_or_times_out() {
+        let q = queue(1);
+        let open_at = Instant::now() + Duration::from_secs(3);
+        let waited = q
+            .wait(0, Instant::now() + Duration::from_secs(10), || {
+                Box::pin(async move {
+                    if Instant::now() >= open_at {
+                        Ok(())
+                    } else {
+                        Err(Retry::At(open_at))
+                    }
+                })
+            })
+            .await;
+        assert_eq!(waited, Ok(Duration::from_secs(3)));
+        let never = q
+            .wait(0, Instant::now() + Duration::from_secs(10), || {
+                Box::pin(async { Err(Retry::OnWake) })
+            })
+            .await;
+        assert_eq!(never, Err(Left::TimedOut));
+        assert!(q.is_empty());
+    }
+}
