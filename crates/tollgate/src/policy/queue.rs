@@ -189,7 +189,7 @@ mod tests {
                 default_priority: 0,
             },
             Gauge::default(),
-            Histogram::new([1.0].into_iter()),
+            Histogram::new([1.0]),
         )
     }
 
