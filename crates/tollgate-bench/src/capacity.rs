@@ -21,6 +21,9 @@ pub struct CapacityArgs {
     /// Requests per measurement (default 50000; --quick 10000).
     #[arg(long)]
     pub requests: Option<u64>,
+    /// Also measure tollgate answering from its cache (`cache-hit`: no provider call) and with every request through a policy (`with-remedy`).
+    #[arg(long)]
+    pub remedies: bool,
 }
 
 struct Point {
@@ -68,6 +71,12 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
         let cfg = h.passthrough_config()?;
         let mut targets: Vec<Target> = vec![h.direct(), h.tollgate("tollgate", &cfg, cores)?];
+        if args.remedies {
+            let hit = h.cache_hit_config()?;
+            targets.push(h.tollgate("cache-hit", &hit, cores)?);
+            let remedy = h.with_remedy_config()?;
+            targets.push(h.tollgate("with-remedy", &remedy, cores)?);
+        }
         for p in c.peers()? {
             if let Ok(t) = h.peer(p, cores) {
                 targets.push(t);

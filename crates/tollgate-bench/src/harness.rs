@@ -213,6 +213,51 @@ impl Harness {
         Ok(path)
     }
 
+    /// Writes the built-in `with-remedy` config: one policy matching every request, with
+    /// a rate limit that never rejects and a cache lookup that always misses (it stores
+    /// only a status the provider never sends), so every request runs the engine's boxed
+    /// path, two remedies and the provider call.
+    pub fn with_remedy_config(&self) -> Result<PathBuf, String> {
+        let path = self.out.join("with-remedy.yaml");
+        crate::report::write(
+            &self.out,
+            "with-remedy.yaml",
+            "# Every request matched: a rate limit that never rejects and a cache that always misses.
+routes:
+  - prefix: /
+    upstream: ${TOLLGATE_BENCH_PROVIDER}
+policies:
+  - name: all
+    rate_limit: {limit: 1000000000000, window: second}
+    cache: {ttl: 1h, statuses: [299]}
+log:
+  level: warn
+",
+        )?;
+        Ok(path)
+    }
+
+    /// Writes the built-in `cache-hit` config: every GET answered from the cache after
+    /// the first (no provider call).
+    pub fn cache_hit_config(&self) -> Result<PathBuf, String> {
+        let path = self.out.join("cache-hit.yaml");
+        crate::report::write(
+            &self.out,
+            "cache-hit.yaml",
+            "# Every request after the first answered from the cache.
+routes:
+  - prefix: /
+    upstream: ${TOLLGATE_BENCH_PROVIDER}
+policies:
+  - name: cached
+    cache: {ttl: 1h}
+log:
+  level: warn
+",
+        )?;
+        Ok(path)
+    }
+
     /// Starts tollgate with `config`; `${TOLLGATE_BENCH_PROVIDER}` in it is the provider URL.
     pub fn tollgate(
         &mut self,

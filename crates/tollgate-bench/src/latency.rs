@@ -36,6 +36,12 @@ pub struct LatencyArgs {
     /// Do not measure the built-in `passthrough` scenario.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Also measure the built-in `with-remedy` scenario (every request matched by a policy with a never-rejecting rate limit and an always-missing cache lookup).
+    #[arg(long)]
+    pub with_remedy: bool,
+    /// Also measure the built-in `cache-hit` scenario (every request after the first answered from the cache).
+    #[arg(long)]
+    pub cache_hit: bool,
     /// How targets share the run: `requests` (all at once, request by request, with a
     /// second copy of direct whose difference is the noise floor) or `rounds` (one target
     /// after another in each round; the noise floor is the spread of the direct rounds).
@@ -88,6 +94,14 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     if !args.no_passthrough {
         let cfg = h.passthrough_config()?;
         targets.push(h.tollgate("passthrough", &cfg, c.threads)?);
+    }
+    if args.with_remedy {
+        let cfg = h.with_remedy_config()?;
+        targets.push(h.tollgate("with-remedy", &cfg, c.threads)?);
+    }
+    if args.cache_hit {
+        let cfg = h.cache_hit_config()?;
+        targets.push(h.tollgate("cache-hit", &cfg, c.threads)?);
     }
     for s in &args.scenarios {
         let (name, cfg) = split(s)?;

@@ -234,6 +234,9 @@ fn humanize(message: &str) -> String {
             .map_or(m.len(), |e| i + e);
         m.replace_range(i..end, "`key: value` lines under it");
     }
+    if m.contains("did not find expected ',' or '}'") {
+        m.push_str("; inside `{ }`, quote a value that holds `{`, `}` or `,`, such as \"${VAR}\"");
+    }
     for (rust, said) in [
         ("expected u16", "expected a whole number from 0 to 65535"),
         (

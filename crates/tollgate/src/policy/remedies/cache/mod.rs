@@ -46,6 +46,10 @@ pub struct Cache {
     pub store: Arc<dyn CacheStore>,
     /// Keys being fetched now (single-flight); touched on misses only.
     filling: Mutex<FxHashMap<String, watch::Receiver<bool>>>,
+    /// Keys whose last response could not be stored ("hit-for-pass", as Varnish calls
+    /// it): their misses go straight to the provider instead of waiting on each other,
+    /// for up to a minute or the ttl.
+    pass: moka::sync::Cache<String, ()>,
     pub actions: Actions,
     pub entries: prometheus_client::metrics::gauge::Gauge,
     pub bytes: prometheus_client::metrics::gauge::Gauge,
@@ -94,9 +98,14 @@ impl Cache {
         entries: prometheus_client::metrics::gauge::Gauge,
         bytes: prometheus_client::metrics::gauge::Gauge,
     ) -> Self {
+        let pass = moka::sync::Cache::builder()
+            .max_capacity(10_000)
+            .time_to_live(spec.ttl.min(Duration::from_secs(60)))
+            .build();
         Self {
             spec,
             store,
+            pass,
             filling: Mutex::default(),
             actions,
             entries,
@@ -206,6 +215,9 @@ impl Remedy for CacheStage {
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
+                if c.pass.contains_key(&key) {
+                    break (None, stale);
+                }
                 match c.join_or_fill(&key) {
                     Ok(fill) => break (Some(fill), stale),
                     Err(_) if waited => break (None, stale),
@@ -271,12 +283,19 @@ impl Remedy for CacheStage {
             return resp;
         }
         let Some(ttl) = c.freshness(x, &head) else {
+            // Not storable: the next misses of this key need not wait for one another.
+            if pending.fill.is_some() {
+                c.pass.insert(pending.key, ());
+            }
             return with_status(Response::from_parts(head, body), status);
         };
         let too_big = http_body::Body::size_hint(&body)
             .exact()
             .is_some_and(|n| n > c.spec.max_entry as u64);
         if too_big {
+            if pending.fill.is_some() {
+                c.pass.insert(pending.key, ());
+            }
             return with_status(Response::from_parts(head, body), status);
         }
         head.headers
