@@ -235,6 +235,11 @@ fn bad_policy_configs_name_the_field() {
             "no rate_limits entry named `github`",
         ),
         (
+            "policies:\n  - name: p\n    rate_limit: {limit: 10, windw: day}\n",
+            "policies[0].rate_limit",
+            "unknown field `windw`",
+        ),
+        (
             "policies:\n  - name: p\n    queue: {size: 10, max_wait: 1s}\n",
             "policies[0]",
             "unknown field `queue`",

@@ -51,8 +51,9 @@ pub struct RawMatch {
     pub methods: Vec<String>,
 }
 
-/// A shared resource by name, or an inline definition that belongs to this policy alone.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+/// A shared resource by name, or an inline definition that belongs to this policy alone
+/// (deserialised in `shorthand.rs`, so an inline definition reports its own field errors).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RawRef<T> {
     /// The name of a declared resource.
