@@ -361,23 +361,14 @@ async fn reload_keeps_state_unless_the_definition_changed() {
     };
     std::fs::write(&file, yaml(2, "info")).unwrap();
     let gw = gateway_from_file(&file, false).await;
-    let reload = || async {
-        send(
-            &client(),
-            Request::post(format!("http://{}/reload", gw.admin_addr))
-                .body(empty())
-                .unwrap(),
-        )
-        .await
-    };
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 200);
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 200);
     // Another section changed: the counter is kept, the limit still reached.
     std::fs::write(&file, yaml(2, "debug")).unwrap();
-    assert_eq!(reload().await.status, 200);
+    assert_eq!(post_reload(&gw).await.status, 200);
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 429);
     // The limit's definition changed: it starts afresh.
     std::fs::write(&file, yaml(3, "debug")).unwrap();
-    assert_eq!(reload().await.status, 200);
+    assert_eq!(post_reload(&gw).await.status, 200);
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 200);
 }

@@ -29,16 +29,6 @@ async fn status_once_ok(url: &str) -> StatusCode {
     status
 }
 
-async fn post_reload(gw: &tollgate::Gateway) -> Got {
-    send(
-        &client(),
-        Request::post(format!("http://{}/reload", gw.admin_addr))
-            .body(empty())
-            .unwrap(),
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_under_load_fails_zero_requests() {
     let a = echo_upstream().await;

@@ -893,11 +893,7 @@ pub(super) fn effective(c: &Config) -> Value {
         let m = &p.matcher;
         json!({
             "name": p.name,
-            "match": {
-                "host": m.host.as_ref().map(|h| h.as_str()),
-                "path": m.path.as_ref().map(|t| t.as_str()),
-                "methods": m.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-            },
+            "match": m.to_json(),
             "remedies": s.remedies(),
             "rate_limit": s.rate_limit.as_ref().map(|r| json!({"name": r.name, "limit": r.spec.limit.limit, "window": format!("{:?}", r.spec.limit.window), "queue": r.spec.queue.as_ref().map(|q| json!({"size": q.size, "max_wait": format_duration(q.max_wait)}))})),
             "quota": s.quota.as_ref().map(|q| json!({"name": q.name, "limit": q.spec.limit.limit})),

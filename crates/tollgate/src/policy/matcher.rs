@@ -124,6 +124,15 @@ impl Matcher {
             && self.path.as_ref().is_none_or(|p| p.matches(path))
     }
 
+    /// As `/config` and `/policies` show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "host": self.host.as_ref().map(|h| h.as_str()),
+            "path": self.path.as_ref().map(|t| t.as_str()),
+            "methods": self.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+        })
+    }
+
     /// Whether every request `other` matches is matched by `self` (so a later `other`
     /// never applies). Conservative: `false` when unsure.
     pub fn covers(&self, other: &Matcher) -> bool {

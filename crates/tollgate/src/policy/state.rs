@@ -107,11 +107,7 @@ async fn policy(p: &Policy, v: &View) -> Value {
     }
     json!({
         "name": p.name,
-        "match": {
-            "host": m.host.as_ref().map(|h| h.as_str()),
-            "path": m.path.as_ref().map(|t| t.as_str()),
-            "methods": m.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-        },
+        "match": m.to_json(),
         "remedies": p.spec.remedies(),
         "state": state,
     })

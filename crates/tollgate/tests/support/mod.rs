@@ -473,3 +473,14 @@ pub async fn get_via(gw: &Gateway, up: SocketAddr, path: &str, headers: &[(&str,
     }
     send(&client(), b.body(empty()).unwrap()).await
 }
+
+/// `POST /reload` on the admin listener.
+pub async fn post_reload(gw: &Gateway) -> Got {
+    send(
+        &client(),
+        Request::post(format!("http://{}/reload", gw.admin_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await
+}

@@ -102,14 +102,7 @@ pub struct Concurrency {
     pub actions: Actions,
 }
 
-pub const ACTIONS: &[&str] = &[
-    "allowed",
-    "rejected",
-    "queued",
-    "dequeued",
-    "timed_out",
-    "queue_full",
-];
+pub use super::rate_limit::ACTIONS;
 
 impl Remedy for Concurrency {
     fn stage(&self) -> Stage {

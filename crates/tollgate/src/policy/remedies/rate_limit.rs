@@ -27,6 +27,7 @@ pub struct RateLimit {
     pub actions: Actions,
 }
 
+/// The actions of a limit that can queue (rate limits and concurrency limits).
 pub const ACTIONS: &[&str] = &[
     "allowed",
     "rejected",
