@@ -105,6 +105,27 @@ fn check_reports_errors_with_paths_and_exit_codes() {
 }
 
 #[test]
+fn check_warns_about_a_policy_that_never_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("shadowed.yaml");
+    std::fs::write(
+        &f,
+        "policies:\n  - name: everything\n    match: {host: '*.github.com'}\n    cache: {}\n  - name: repos\n    match: {host: api.github.com, path: '/repos/*'}\n    rate_limit: {limit: 10, window: minute}\n",
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&f).output().unwrap();
+    // Valid (exit 0), with the warning on stderr.
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "warning: policies[1] `repos` never applies: policies[0] `everything` comes first"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn schema_matches_the_committed_file() {
     let out = tollgate().arg("schema").output().unwrap();
     assert!(out.status.success());

@@ -154,7 +154,8 @@ impl BreakerResource {
         actions.inc("tripped");
         self.gauge.set(1);
         let until = clock::now_ms() + self.spec.open_for.as_millis() as u64;
-        let _ = self.store.raise(&self.key(OPEN, 0), until).await;
+        // Kept past `until`: that it was open is what makes it half-open afterwards.
+        let _ = self.store.raise(&self.key(OPEN, 0), until, 0).await;
         let _ = self.store.reset(&self.key(CONSECUTIVE, 0)).await;
     }
 
@@ -174,7 +175,7 @@ impl BreakerResource {
                 self.gauge.set(0);
                 let _ = self
                     .store
-                    .raise(&self.key(CLOSED_AT, 0), opened_until)
+                    .raise(&self.key(CLOSED_AT, 0), opened_until, 0)
                     .await;
             }
             return;
@@ -289,5 +290,81 @@ impl Default for BreakerSpec {
             connect_errors: true,
             timeouts: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::chain::Chain;
+    use crate::policy::store::memory::Memory;
+    use crate::target::{Scheme, Target};
+
+    fn exchange() -> Exchange {
+        let chain = Arc::new(Chain {
+            policy: Arc::from("p"),
+            remedies: Vec::new(),
+            attempt_hooks: Vec::new(),
+            retry: None,
+            total: None,
+        });
+        let req = http::Request::new(crate::body::empty());
+        Exchange::new(
+            chain,
+            req,
+            Target::parse(Scheme::Http, "example.com").unwrap(),
+        )
+    }
+
+    fn head(status: u16) -> http::response::Parts {
+        let mut r = http::Response::new(());
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        r.into_parts().0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_half_opens_and_closes_on_the_clock() {
+        let spec = BreakerSpec {
+            consecutive_failures: 2,
+            open_for: Duration::from_secs(30),
+            ..BreakerSpec::default()
+        };
+        let b = BreakerResource::new(
+            Arc::from("b"),
+            spec,
+            Arc::from("breaker:b"),
+            Arc::new(Memory::default()),
+            Default::default(),
+        );
+        let a = Actions::default();
+        let mut x = exchange();
+        let (ok, bad) = (head(200), head(503));
+        b.record(&mut x, Ok(&bad), &a).await;
+        b.record(&mut x, Ok(&ok), &a).await;
+        b.record(&mut x, Ok(&bad), &a).await;
+        assert_eq!(
+            b.state().await,
+            State::Closed,
+            "a success in between resets the run"
+        );
+        b.record(&mut x, Ok(&bad), &a).await;
+        assert!(matches!(b.state().await, State::Open { .. }));
+        assert!(b.admit(&mut x, &a).await.is_err());
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(matches!(b.state().await, State::Open { .. }));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(matches!(b.state().await, State::HalfOpen { .. }));
+        // One probe goes through; a second request waits for its verdict.
+        assert!(b.admit(&mut x, &a).await.is_ok());
+        let mut y = exchange();
+        assert!(b.admit(&mut y, &a).await.is_err());
+        // The probe fails: open again for the whole period.
+        b.record(&mut x, Ok(&bad), &a).await;
+        assert!(matches!(b.state().await, State::Open { .. }));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(b.admit(&mut x, &a).await.is_ok());
+        b.record(&mut x, Ok(&ok), &a).await;
+        assert_eq!(b.state().await, State::Closed);
+        assert!(b.admit(&mut y, &a).await.is_ok());
     }
 }

@@ -117,7 +117,7 @@ impl Remedy for Throttle {
             {
                 self.actions.inc("throttled");
                 let until = clock::now_ms() + pause.as_millis() as u64;
-                let _ = self.store.raise(&self.key, until).await;
+                let _ = self.store.raise(&self.key, until, until).await;
             }
         })
     }

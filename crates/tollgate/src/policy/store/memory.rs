@@ -128,7 +128,7 @@ impl Store for Memory {
         }))
     }
 
-    fn raise(&self, key: &Key, until_ms: u64) -> StoreFuture<'_, u64> {
+    fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64> {
         Self::done(self.with(key, |shard, now| {
             let cur = Self::live(shard, key, now).map_or(0, |s| s.value);
             let v = cur.max(until_ms);
@@ -136,7 +136,7 @@ impl Store for Memory {
                 key.clone(),
                 Slot {
                     value: v,
-                    expires_ms: v,
+                    expires_ms,
                 },
             );
             v
@@ -165,8 +165,8 @@ mod tests {
         assert!(m.add(&k, 1, 2, 0).await.unwrap().taken);
         let d = Key::new(&Arc::from("r"), &Arc::from("until"), 0);
         let far = clock::now_ms() + 10_000;
-        assert_eq!(m.raise(&d, far).await.unwrap(), far);
-        assert_eq!(m.raise(&d, far - 5).await.unwrap(), far);
+        assert_eq!(m.raise(&d, far, far).await.unwrap(), far);
+        assert_eq!(m.raise(&d, far - 5, far).await.unwrap(), far);
         assert_eq!(m.deadline(&d).await.unwrap(), far);
     }
 }

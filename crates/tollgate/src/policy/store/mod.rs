@@ -76,7 +76,9 @@ pub trait Store: Send + Sync + 'static {
     /// Sets the counter to 0.
     fn reset(&self, key: &Key) -> StoreFuture<'_, ()>;
     /// Raises the deadline `key` to `until_ms` when that is later; returns the deadline.
-    fn raise(&self, key: &Key, until_ms: u64) -> StoreFuture<'_, u64>;
+    /// The key disappears at `expires_ms` (0: never), which may be later than the
+    /// deadline (a breaker remembers when it was last open).
+    fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64>;
     /// The deadline `key` (0 when absent).
     fn deadline(&self, key: &Key) -> StoreFuture<'_, u64>;
 }

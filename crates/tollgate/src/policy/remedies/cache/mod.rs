@@ -47,8 +47,9 @@ pub struct Cache {
     /// Keys being fetched now (single-flight); touched on misses only.
     filling: Mutex<FxHashMap<String, watch::Receiver<bool>>>,
     /// Keys whose last response could not be stored ("hit-for-pass", as Varnish calls
-    /// it): their misses go straight to the provider instead of waiting on each other,
-    /// for up to a minute or the ttl.
+    /// it): their misses go straight to the provider instead of waiting on each other.
+    /// An entry lasts while such misses keep coming (idle for a minute, or the ttl, it
+    /// goes), so steady uncacheable traffic never waits on a leader again.
     pass: moka::sync::Cache<String, ()>,
     pub actions: Actions,
     pub entries: prometheus_client::metrics::gauge::Gauge,
@@ -100,7 +101,7 @@ impl Cache {
     ) -> Self {
         let pass = moka::sync::Cache::builder()
             .max_capacity(10_000)
-            .time_to_live(spec.ttl.min(Duration::from_secs(60)))
+            .time_to_idle(spec.ttl.min(Duration::from_secs(60)))
             .build();
         Self {
             spec,
@@ -215,7 +216,8 @@ impl Remedy for CacheStage {
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
-                if c.pass.contains_key(&key) {
+                // `get`, not `contains_key`: a use keeps the entry alive.
+                if c.pass.get(&key).is_some() {
                     break (None, stale);
                 }
                 match c.join_or_fill(&key) {
