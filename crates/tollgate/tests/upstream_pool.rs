@@ -103,8 +103,24 @@ async fn closes_after_each_response() -> Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_closes_racing_requests_cost_no_request() {
+    racing_idle_closes("").await;
+}
+
+/// For a policy that retries, the pool leaves a lost request to the retry remedy (one
+/// mechanism, counting it as an attempt): still no request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_retry_policy_the_remedy_resends_lost_requests() {
+    let gw = racing_idle_closes(
+        "policies:\n  - name: r\n    match: {host: 127.0.0.1}\n    retry: {attempts: 3, base_delay: 0s, budget_min: 1000}\n",
+    )
+    .await;
+    let m = metrics_when(&gw, |t| t.contains("tollgate_remedy_actions_total")).await;
+    assert!(!m.contains("action=\"budget_exhausted\"} 1"), "{m}");
+}
+
+async fn racing_idle_closes(yaml: &str) -> tollgate::Gateway {
     let up = closes_after_each_response().await;
-    let gw = gateway("").await;
+    let gw = gateway(yaml).await;
     let mut workers = Vec::new();
     for w in 0..8 {
         let gw_addr = gw.proxy_addr;
@@ -136,4 +152,5 @@ async fn idle_closes_racing_requests_cost_no_request() {
         failed.len(),
         &failed[..failed.len().min(3)]
     );
+    gw
 }

@@ -5,11 +5,11 @@
 
 use super::chain::{Exchange, Flow, Stage};
 use super::provider_hints;
-use super::remedies::timeouts::CONNECT_TIMEOUT;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::state::Runtime;
 use crate::upstream::deadline::ResponseTimer;
+use crate::upstream::{ATTEMPT, AttemptSettings};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -123,10 +123,11 @@ async fn attempt(
         .response_timeout
         .unwrap_or(rt.client.settings.response_timeout);
     let send = rt.client.send_within(req, &x.target, timer, sent, limit);
-    let result = match x.connect_timeout {
-        Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
-        None => send.await,
+    let settings = AttemptSettings {
+        connect_timeout: x.connect_timeout,
+        policy_retries: chain.retry.is_some(),
     };
+    let result = ATTEMPT.scope(settings, send).await;
     if result.is_ok() {
         *upstream = Some(sent.elapsed());
     }

@@ -167,8 +167,10 @@ impl Connector {
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let target = format!("{raw_host}:{port}");
         // A policy's `timeouts.connect` overrides the upstream one for its attempts.
-        let limit = crate::policy::remedies::timeouts::CONNECT_TIMEOUT
-            .try_with(|t| *t)
+        let limit = super::ATTEMPT
+            .try_with(|a| a.connect_timeout)
+            .ok()
+            .flatten()
             .unwrap_or(self.inner.connect_timeout);
         let work = async {
             let tcp = self.tcp(&host, port, &target).await?;

@@ -169,7 +169,15 @@ impl H1Pool {
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
         async move {
             let (mut tx, reused) = self.ready(key, now).await?;
-            let replay = if reused { replay(&req) } else { None };
+            let replay = if reused
+                && !super::ATTEMPT
+                    .try_with(|a| a.policy_retries)
+                    .unwrap_or(false)
+            {
+                replay(&req)
+            } else {
+                None
+            };
             let resp = match tx.try_send_request(req).await {
                 Ok(resp) => resp,
                 Err(refused) => {

@@ -28,6 +28,24 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as _;
 use std::sync::Arc;
 
+/// What one attempt of a policy with remedies asks of the upstream side, beyond the
+/// `upstream` settings. Set around the attempt's send as a task-local, so the plain path
+/// neither carries nor checks it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttemptSettings {
+    /// The policy's `timeouts.connect`.
+    pub connect_timeout: Option<std::time::Duration>,
+    /// The policy retries: the pool must not resend a request a stale connection lost
+    /// (it may have reached the provider); the retry remedy decides, counting it as an
+    /// attempt through the breaker and the budget. A request the connection refused
+    /// before sending any of it is still resent by the pool: it never left.
+    pub policy_retries: bool,
+}
+
+tokio::task_local! {
+    pub static ATTEMPT: AttemptSettings;
+}
+
 /// The pooled client to providers. Rebuilt only when the `upstream` section changes on
 /// reload; otherwise kept, pool and DNS cache included.
 pub struct UpstreamClient {

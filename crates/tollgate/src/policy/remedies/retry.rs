@@ -6,10 +6,12 @@
 //! a budget (retries at most a share of requests over a rolling window, plus a floor);
 //! an overall deadline; `x-tollgate-retries: N` on the response.
 //!
-//! The upstream pool's own resend of a request that a stale keep-alive connection could
-//! not deliver stays below this (it knows the connection, not the policy), and hands a
-//! failure up as `Connect { sent }`, which is how this remedy knows whether the request
-//! may have reached the provider.
+//! One mechanism with the upstream pool's resend: for a policy that retries, the pool
+//! no longer resends a request a stale keep-alive connection lost (it may have reached
+//! the provider); it reports `Connect { sent: true }` and this remedy decides, as an
+//! attempt through the breaker and the budget ([`crate::upstream::AttemptSettings`]).
+//! Only a request the connection refused before sending any of it is still resent by
+//! the pool, invisibly: it never left.
 
 use crate::body::Body;
 use crate::error::ProxyError;

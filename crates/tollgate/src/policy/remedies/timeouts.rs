@@ -1,15 +1,11 @@
 //! Per-policy timeouts: `connect` and `response` (per attempt) override the `upstream`
-//! ones; `total` frames the whole exchange (the engine enforces it, queue waits,
+//! ones (the connect timeout reaches the connector through
+//! [`crate::upstream::ATTEMPT`]); `total` frames the whole exchange (the engine enforces it, queue waits,
 //! attempts, backoffs and the response body included).
 
 use crate::error::ProxyError;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use std::time::Duration;
-
-tokio::task_local! {
-    /// The connect timeout of the attempt being sent, read by the connector.
-    pub static CONNECT_TIMEOUT: Duration;
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Timeouts {
