@@ -1,0 +1,116 @@
+//! Value checks shared by policy validation: sizes, shares, header names and values, methods.
+
+use super::super::units::parse_size;
+use super::super::validate::Errors;
+use http::{HeaderName, HeaderValue, Method};
+use std::collections::BTreeMap;
+
+pub(super) const MAX_COUNT: u64 = 1_000_000_000_000;
+
+impl Errors {
+    pub(super) fn fail(&mut self, path: &str, message: String) {
+        self.check::<()>(path, Err(message));
+    }
+
+    pub(super) fn size(
+        &mut self,
+        path: &str,
+        s: &str,
+        min: usize,
+        max: usize,
+        range: &str,
+    ) -> usize {
+        match parse_size(s) {
+            Ok(n) if (min..=max).contains(&n) => n,
+            Ok(_) => {
+                self.fail(
+                    path,
+                    format!("`{s}` is out of range; write a size from {range}"),
+                );
+                min
+            }
+            Err(m) => {
+                self.fail(path, m);
+                min
+            }
+        }
+    }
+
+    /// `"20%"` as a fraction.
+    pub(super) fn percent(&mut self, path: &str, s: &str) -> f64 {
+        let v = s
+            .trim()
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .filter(|p| (0.0..=100.0).contains(p));
+        match v {
+            Some(p) => p / 100.0,
+            None => {
+                self.fail(
+                    path,
+                    format!("`{s}`: write a percentage from \"0%\" to \"100%\", e.g. \"20%\""),
+                );
+                0.0
+            }
+        }
+    }
+
+    /// A request header name a remedy reads (never an `x-tollgate-*` control header,
+    /// which is removed before remedies run).
+    pub(super) fn read_header(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+        let n = self.header_name(path, s)?;
+        if n.as_str().starts_with("x-tollgate-") {
+            self.fail(path, format!("`{s}`: x-tollgate-* headers are removed before policies run; choose another header"));
+            return None;
+        }
+        Some(n)
+    }
+
+    pub(super) fn header_name(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+        self.check(
+            path,
+            HeaderName::from_bytes(s.trim().to_ascii_lowercase().as_bytes())
+                .map_err(|_| format!("`{s}` is not a header name")),
+        )
+    }
+
+    /// A header value, `${ENV}` substituted; secrets (substituted values) marked sensitive.
+    pub(super) fn header_value(&mut self, path: &str, written: &str) -> Option<HeaderValue> {
+        let v = self.env_checked(path, written, |v| {
+            HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a valid header value"))
+        })?;
+        let mut v = v;
+        v.set_sensitive(written.contains("${"));
+        Some(v)
+    }
+
+    pub(super) fn headers(
+        &mut self,
+        path: &str,
+        map: &BTreeMap<String, String>,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        map.iter()
+            .filter_map(|(k, v)| {
+                let p = format!("{path}.{k}");
+                Some((self.header_name(&p, k)?, self.header_value(&p, v)?))
+            })
+            .collect()
+    }
+
+    pub(super) fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(j, m)| {
+                self.check(
+                    &format!("{path}[{j}]"),
+                    Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                        .map_err(|_| format!("`{m}` is not an HTTP method")),
+                )
+            })
+            .collect()
+    }
+
+    pub(super) fn count(&mut self, path: &str, n: u64) -> u64 {
+        self.number(path, n, 1, MAX_COUNT)
+    }
+}
