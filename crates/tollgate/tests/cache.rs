@@ -226,3 +226,35 @@ async fn large_responses_stream_through_uncached() {
     }
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn vary_keeps_variants_apart() {
+    let (up, hits) = counting_upstream(|req, _| async move {
+        let enc = req
+            .headers()
+            .get("accept-encoding")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_else(|| "identity".into());
+        answer(
+            200,
+            &[("vary", "Accept-Encoding")],
+            &format!("body for {enc}"),
+        )
+    })
+    .await;
+    let gw = gateway(&cached("")).await;
+    let gzip = get_via(&gw, up.addr, "/v", &[("accept-encoding", "gzip")]).await;
+    assert_eq!(&gzip.body[..], b"body for gzip");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Another encoding is never served the stored gzip variant.
+    let plain = get_via(&gw, up.addr, "/v", &[]).await;
+    assert_eq!(&plain.body[..], b"body for identity");
+    assert_eq!(plain.header("x-tollgate-cache"), Some("miss"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = get_via(&gw, up.addr, "/v", &[]).await;
+    assert_eq!(
+        (&again.body[..], again.header("x-tollgate-cache")),
+        (&b"body for identity"[..], Some("hit"))
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}

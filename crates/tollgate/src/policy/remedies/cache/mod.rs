@@ -3,7 +3,8 @@
 //! only the statuses listed; single-flight (concurrent misses of one key make one
 //! provider call, the others wait for it and are served from the entry); the response
 //! streams to the first client while it is stored (the first byte is never delayed);
-//! `x-tollgate-cache: hit|miss|bypass` and `Age` on responses. A stale entry with an
+//! `x-tollgate-cache: hit|miss|bypass` and `Age` on responses; `Vary` honoured (an entry
+//! serves only requests with the values it was stored for; RFC 9111 §4.1). A stale entry with an
 //! `ETag` or `Last-Modified` is revalidated with `If-None-Match`/`If-Modified-Since`,
 //! and a `304` is answered from the entry (RFC 9111 §4.3), which spares the user's
 //! provider quota.
@@ -72,6 +73,9 @@ pub struct Pending {
     pub stale: Option<Arc<Entry>>,
     /// This request fetches for the others waiting on its key.
     pub fill: Option<Fill>,
+    /// The request's headers as the cache saw them (the response phase decides on
+    /// `Authorization` and `Vary` with them, after the attempt took the request).
+    pub request: http::HeaderMap,
 }
 
 /// The single-flight ticket of the request fetching a key: dropping it (stored, not
@@ -145,7 +149,11 @@ impl Cache {
     }
 
     /// How long a response may be served fresh, or `None` when it must not be stored.
-    fn freshness(&self, x: &Exchange, head: &http::response::Parts) -> Option<Duration> {
+    fn freshness(
+        &self,
+        request: &http::HeaderMap,
+        head: &http::response::Parts,
+    ) -> Option<Duration> {
         if !self.spec.statuses.contains(&head.status.as_u16()) {
             return None;
         }
@@ -158,7 +166,7 @@ impl Cache {
         }
         // RFC 9111 §3.5: a shared cache stores neither `private` responses nor answers
         // to requests with credentials of the user's own.
-        if self.spec.shared && (d.private || x.parts.headers.contains_key(header::AUTHORIZATION)) {
+        if self.spec.shared && (d.private || request.contains_key(header::AUTHORIZATION)) {
             return None;
         }
         let limit = if self.spec.shared {
@@ -206,7 +214,15 @@ impl Remedy for CacheStage {
             // Single-flight: at most one round of waiting for another request's fetch.
             let mut waited = false;
             let fill = loop {
-                let found = c.store.get(&key).await.ok().flatten();
+                // An entry stored for other values of the headers its response varied on
+                // is no entry for this request (the new response replaces it).
+                let found = c
+                    .store
+                    .get(&key)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|e| e.matches(&x.parts.headers));
                 let now = clock::now_ms();
                 if let Some(e) = &found
                     && e.fresh_until_ms > now
@@ -236,7 +252,12 @@ impl Remedy for CacheStage {
             }
             c.actions.inc("miss");
             x.cache_status = Some("miss");
-            x.cache = Some(Pending { key, stale, fill });
+            x.cache = Some(Pending {
+                key,
+                stale,
+                fill,
+                request: x.parts.headers.clone(),
+            });
             Ok(Flow::Continue)
         })
     }
@@ -264,7 +285,9 @@ impl Remedy for CacheStage {
             let mut fresh_head = head.clone();
             fresh_head.status = stale.status;
             fresh_head.headers = headers.clone();
-            let ttl = c.freshness(x, &fresh_head).unwrap_or(Duration::ZERO);
+            let ttl = c
+                .freshness(&pending.request, &fresh_head)
+                .unwrap_or(Duration::ZERO);
             let now = clock::now_ms();
             let entry = Arc::new(Entry {
                 status: stale.status,
@@ -274,6 +297,7 @@ impl Remedy for CacheStage {
                 fresh_until_ms: now + ttl.as_millis() as u64,
                 keep_until_ms: now + 2 * c.spec.ttl.as_millis() as u64,
                 initial_age: 0,
+                vary: stale.vary.clone(),
             });
             let resp = c.hit(&entry, &x.method);
             let store = c.store.clone();
@@ -284,7 +308,7 @@ impl Remedy for CacheStage {
             });
             return resp;
         }
-        let Some(ttl) = c.freshness(x, &head) else {
+        let Some(ttl) = c.freshness(&pending.request, &head) else {
             // Not storable: the next misses of this key need not wait for one another.
             if pending.fill.is_some() {
                 c.pass.insert(pending.key, ());
@@ -326,11 +350,30 @@ impl Remedy for CacheStage {
                 ttl,
                 keep,
                 initial_age,
+                vary: vary(&head.headers, &pending.request),
                 fill: pending.fill,
             },
         );
         Response::from_parts(head, tee.boxed_unsync())
     }
+}
+
+/// The request headers a response's `Vary` names, with this request's values.
+fn vary(
+    response: &http::HeaderMap,
+    request: &http::HeaderMap,
+) -> Vec<(HeaderName, Option<HeaderValue>)> {
+    response
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+        .map(|n| {
+            let v = request.get(&n).cloned();
+            (n, v)
+        })
+        .collect()
 }
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {

@@ -23,6 +23,9 @@ pub struct Entry {
     pub keep_until_ms: u64,
     /// The `Age` it had when it arrived, in seconds.
     pub initial_age: u64,
+    /// The request headers the response's `Vary` names, with the values they had
+    /// (RFC 9111 §4.1): the entry serves only requests that send the same.
+    pub vary: Vec<(http::HeaderName, Option<http::HeaderValue>)>,
 }
 
 impl Entry {
@@ -33,6 +36,11 @@ impl Entry {
             .map(|(n, v)| n.as_str().len() + v.len() + 32)
             .sum();
         (self.body.len() + headers + key.len() + 128).min(u32::MAX as usize) as u32
+    }
+
+    /// Whether `request` sends what the stored response varied on.
+    pub fn matches(&self, request: &HeaderMap) -> bool {
+        self.vary.iter().all(|(n, v)| request.get(n) == v.as_ref())
     }
 
     pub fn has_validators(&self) -> bool {

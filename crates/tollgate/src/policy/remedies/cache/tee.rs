@@ -22,6 +22,7 @@ pub struct Storing {
     pub ttl: Duration,
     pub keep: Duration,
     pub initial_age: u64,
+    pub vary: Vec<(http::HeaderName, Option<http::HeaderValue>)>,
     pub fill: Option<super::Fill>,
 }
 
@@ -69,6 +70,7 @@ fn store(s: Storing, body: Bytes) {
         fresh_until_ms: now + s.ttl.as_millis() as u64,
         keep_until_ms: now + s.keep.max(s.ttl).as_millis() as u64,
         initial_age: s.initial_age,
+        vary: s.vary,
     });
     let cache = s.cache;
     let fill = s.fill;
