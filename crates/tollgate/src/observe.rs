@@ -26,7 +26,7 @@ pub struct Event {
 pub struct Access {
     pub request_id: HeaderValue,
     pub path: String,
-    pub policy: Option<String>,
+    pub policy: Option<std::sync::Arc<str>>,
     pub body_bytes: u64,
     pub completed: bool,
 }
@@ -205,7 +205,7 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
     if json {
         let line = serde_json::json!({
             "type": "access", "request_id": id, "method": ev.method.as_str(), "host": host,
-            "path": a.path, "status": ev.status, "error": ev.error, "policy": a.policy,
+            "path": a.path, "status": ev.status, "error": ev.error, "policy": a.policy.as_deref(),
             "total_ms": total_ms, "upstream_ms": upstream_ms, "body_bytes": a.body_bytes,
             "completed": a.completed,
         });

@@ -45,7 +45,7 @@ pub struct Ctx {
     pub method: Method,
     pub host: Option<Arc<str>>,
     pub upstream: Option<Duration>,
-    pub policy: Option<String>,
+    pub policy: Option<Arc<str>>,
     /// Kept only when the access log is on.
     pub path: Option<String>,
     /// Keeps the connection's read deadline off until the response has ended.
@@ -244,7 +244,7 @@ fn prepare(
         .policies
         .find(&target.host, req.method(), path_and_query.path());
     if let Some(i) = policy {
-        ctx.policy = Some(config.policies.policies[i].name.clone());
+        ctx.policy = Some(rt.engine.chains[i].policy.clone());
     }
 
     // RFC 9110 §7.8: an upgrade is HTTP/1.1 only (HTTP/2 has none).

@@ -90,9 +90,15 @@ pub trait Remedy: Send + Sync + 'static {
     /// The request phase: change the request, answer it, or wait.
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>>;
 
-    /// Whether `before_attempt`/`after_attempt` do anything.
+    /// Whether the attempt hooks (`before_retry`, `before_attempt`, `after_attempt`) do anything.
     fn attempts(&self) -> bool {
         false
+    }
+
+    /// Before a retry (an attempt after the first, which the request phase admitted):
+    /// may refuse it.
+    fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Before each attempt is sent: may refuse it or change that attempt's request.

@@ -8,8 +8,8 @@ use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::state::Runtime;
+use crate::upstream::CONNECT_TIMEOUT;
 use crate::upstream::deadline::ResponseTimer;
-use crate::upstream::{ATTEMPT, AttemptSettings};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -116,18 +116,23 @@ async fn attempt(
         ProxyError::Upstream("the request body was already sent and cannot be replayed".into())
     })?;
     for &i in &chain.attempt_hooks {
+        if x.retries > 0 {
+            chain.remedies[i].before_retry(x).await?;
+        }
         chain.remedies[i].before_attempt(x, &mut req).await?;
     }
     let sent = Instant::now();
     let limit = x
         .response_timeout
         .unwrap_or(rt.client.settings.response_timeout);
-    let send = rt.client.send_within(req, &x.target, timer, sent, limit);
-    let settings = AttemptSettings {
-        connect_timeout: x.connect_timeout,
-        policy_retries: chain.retry.is_some(),
+    let resend_lost = chain.retry.is_none();
+    let send = rt
+        .client
+        .send_within(req, &x.target, timer, sent, limit, resend_lost);
+    let result = match x.connect_timeout {
+        Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
+        None => send.await,
     };
-    let result = ATTEMPT.scope(settings, send).await;
     if result.is_ok() {
         *upstream = Some(sent.elapsed());
     }
@@ -193,7 +198,7 @@ impl HttpBody for Ending {
 }
 
 impl Stage {
-    /// All stages, in order (for the architecture table's test).
+    /// All stages, in order (a test compares them with docs/architecture.md's table).
     pub const ALL: [Stage; 12] = [
         Stage::Timeouts,
         Stage::Mock,

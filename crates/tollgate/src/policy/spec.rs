@@ -2,6 +2,7 @@
 //! the shared resources (rate limits, quotas, concurrency limits, breakers) it refers to
 //! by name. Built by config validation; compiled into a chain by [`super::compile`].
 
+use super::chain::Stage;
 use super::limit::LimitSpec;
 use super::queue::QueueSpec;
 use super::remedies::breaker::BreakerSpec;
@@ -60,26 +61,26 @@ pub struct PolicySpec {
 }
 
 impl PolicySpec {
-    /// The remedies this policy applies, by stage name, for `/config` and `/policies`.
+    /// The remedies this policy applies, by stage name in chain order, for `/config`
+    /// and `/policies`.
     pub fn remedies(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let mut add = |on: bool, n| {
-            if on {
-                v.push(n)
-            }
-        };
-        add(self.timeouts.is_some(), "timeouts");
-        add(self.mock.is_some(), "mock");
-        add(self.request.is_some(), "request_transform");
-        add(self.cache.is_some(), "cache");
-        add(self.breaker.is_some(), "breaker");
-        add(self.throttle.is_some(), "provider_throttling");
-        add(self.quota.is_some(), "quota");
-        add(self.rate_limit.is_some(), "rate_limit");
-        add(self.concurrency.is_some(), "concurrency");
-        add(self.response.is_some(), "response_transform");
-        add(self.credentials.is_some(), "credentials");
-        add(self.retry.is_some(), "retry");
-        v
+        [
+            (self.timeouts.is_some(), Stage::Timeouts),
+            (self.mock.is_some(), Stage::Mock),
+            (self.request.is_some(), Stage::RequestTransform),
+            (self.cache.is_some(), Stage::Cache),
+            (self.breaker.is_some(), Stage::Breaker),
+            (self.throttle.is_some(), Stage::ProviderThrottle),
+            (self.quota.is_some(), Stage::Quota),
+            (self.rate_limit.is_some(), Stage::RateLimit),
+            (self.concurrency.is_some(), Stage::Concurrency),
+            (self.response.is_some(), Stage::ResponseTransform),
+            (self.credentials.is_some(), Stage::Credentials),
+            (self.retry.is_some(), Stage::Retry),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, stage)| stage.name())
+        .collect()
     }
 }

@@ -167,10 +167,8 @@ impl Connector {
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let target = format!("{raw_host}:{port}");
         // A policy's `timeouts.connect` overrides the upstream one for its attempts.
-        let limit = super::ATTEMPT
-            .try_with(|a| a.connect_timeout)
-            .ok()
-            .flatten()
+        let limit = super::CONNECT_TIMEOUT
+            .try_with(|t| *t)
             .unwrap_or(self.inner.connect_timeout);
         let work = async {
             let tcp = self.tcp(&host, port, &target).await?;

@@ -166,14 +166,11 @@ impl H1Pool {
         req: Request<Body>,
         key: &'a Authority,
         now: Instant,
+        resend_lost: bool,
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
         async move {
             let (mut tx, reused) = self.ready(key, now).await?;
-            let replay = if reused
-                && !super::ATTEMPT
-                    .try_with(|a| a.policy_retries)
-                    .unwrap_or(false)
-            {
+            let replay = if reused && resend_lost {
                 replay(&req)
             } else {
                 None

@@ -28,22 +28,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as _;
 use std::sync::Arc;
 
-/// What one attempt of a policy with remedies asks of the upstream side, beyond the
-/// `upstream` settings. Set around the attempt's send as a task-local, so the plain path
-/// neither carries nor checks it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttemptSettings {
-    /// The policy's `timeouts.connect`.
-    pub connect_timeout: Option<std::time::Duration>,
-    /// The policy retries: the pool must not resend a request a stale connection lost
-    /// (it may have reached the provider); the retry remedy decides, counting it as an
-    /// attempt through the breaker and the budget. A request the connection refused
-    /// before sending any of it is still resent by the pool: it never left.
-    pub policy_retries: bool,
-}
-
 tokio::task_local! {
-    pub static ATTEMPT: AttemptSettings;
+    /// A policy's `timeouts.connect`, set around its attempt's send: the connector is
+    /// called by hyper-util's client too, which has no other way to carry it. Read only
+    /// when a connection is made.
+    pub static CONNECT_TIMEOUT: std::time::Duration;
 }
 
 /// The pooled client to providers. Rebuilt only when the `upstream` section changes on
@@ -104,10 +93,22 @@ impl UpstreamClient {
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
-        self.send_within(req, target, timer, sent, self.settings.response_timeout)
+        self.send_within(
+            req,
+            target,
+            timer,
+            sent,
+            self.settings.response_timeout,
+            true,
+        )
     }
 
-    /// [`Self::send`] with a response-head timeout of its own (a policy's `timeouts.response`).
+    /// [`Self::send`] with a response-head timeout of its own (a policy's
+    /// `timeouts.response`), and `resend_lost` saying whether the HTTP/1.1 pool may resend
+    /// an idempotent request a stale keep-alive connection lost. A policy that retries
+    /// passes `false`: the request may have reached the provider, so its retry remedy
+    /// decides, counting the attempt through its breaker and budget. (A request the
+    /// connection refused before sending any of it is resent either way: it never left.)
     pub fn send_within<'a>(
         &'a self,
         req: Request<Body>,
@@ -115,6 +116,7 @@ impl UpstreamClient {
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
         limit: std::time::Duration,
+        resend_lost: bool,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
         let deadline = sent + limit;
         let name = target.authority.as_str();
@@ -128,7 +130,8 @@ impl UpstreamClient {
                 timer
                     .until(
                         deadline,
-                        self.h1.send(req, &target.authority, sent.into_std()),
+                        self.h1
+                            .send(req, &target.authority, sent.into_std(), resend_lost),
                     )
                     .map(move |r| match r {
                         Err(_) => Err(timed_out()),

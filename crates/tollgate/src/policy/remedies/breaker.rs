@@ -249,18 +249,8 @@ impl Remedy for Breaker {
         true
     }
 
-    fn before_attempt<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        _req: &'a mut http::Request<crate::body::Body>,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(async move {
-            // The first attempt was admitted by the request phase.
-            if x.retries == 0 {
-                return Ok(());
-            }
-            self.resource.admit(x, &self.actions).await
-        })
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(self.resource.admit(x, &self.actions))
     }
 
     fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {

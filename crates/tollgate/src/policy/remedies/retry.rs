@@ -9,7 +9,8 @@
 //! One mechanism with the upstream pool's resend: for a policy that retries, the pool
 //! no longer resends a request a stale keep-alive connection lost (it may have reached
 //! the provider); it reports `Connect { sent: true }` and this remedy decides, as an
-//! attempt through the breaker and the budget ([`crate::upstream::AttemptSettings`]).
+//! attempt through the breaker and the budget (`UpstreamClient::send_within`'s
+//! `resend_lost`).
 //! Only a request the connection refused before sending any of it is still resent by
 //! the pool, invisibly: it never left.
 

@@ -97,17 +97,8 @@ impl Remedy for Throttle {
         true
     }
 
-    fn before_attempt<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        _req: &'a mut http::Request<crate::body::Body>,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(async move {
-            if x.retries == 0 {
-                return Ok(());
-            }
-            self.check(x, false).await
-        })
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(self.check(x, false))
     }
 
     fn after_attempt<'a>(&'a self, _x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {

@@ -1,6 +1,6 @@
 //! Per-policy timeouts: `connect` and `response` (per attempt) override the `upstream`
 //! ones (the connect timeout reaches the connector through
-//! [`crate::upstream::ATTEMPT`]); `total` frames the whole exchange (the engine enforces it, queue waits,
+//! [`crate::upstream::CONNECT_TIMEOUT`]); `total` frames the whole exchange (the engine enforces it, queue waits,
 //! attempts, backoffs and the response body included).
 
 use crate::error::ProxyError;

@@ -19,10 +19,6 @@ pub struct HeaderEdits {
 }
 
 impl HeaderEdits {
-    pub fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
-    }
-
     pub fn apply(&self, h: &mut HeaderMap) {
         for n in &self.remove {
             h.remove(n);
