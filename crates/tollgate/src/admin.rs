@@ -1,4 +1,5 @@
-//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `/policies`, `POST /reload`.
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `/policies`,
+//! `/discover`, `/remedy-stats`, `POST /reload`.
 //! With `admin.token` set, all but the two probes need `Authorization: Bearer TOKEN`.
 
 use crate::body::{Body, full};
@@ -103,6 +104,26 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 crate::policy::state::describe(&rt.config, &rt.engine).await,
             )
         }
+        (&Method::GET, "/discover") => json(
+            StatusCode::OK,
+            match &shared.diagnostics.endpoints {
+                Some(e) => e.lock().unwrap_or_else(|p| p.into_inner()).to_json(),
+                None => serde_json::json!({
+                    "enabled": false,
+                    "endpoints": [],
+                    "message": "endpoint discovery is off; set `diagnosis: { discovery: { enabled: true } }` and restart",
+                }),
+            },
+        ),
+        (&Method::GET, "/remedy-stats") => json(
+            StatusCode::OK,
+            shared
+                .diagnostics
+                .remedy_stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .to_json(),
+        ),
         (&Method::POST, "/reload") => match reload::reload(shared).await {
             Ok(diff) => json(
                 StatusCode::OK,
@@ -116,7 +137,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 }),
             ),
         },
-        (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/policies" | "/reload") => text(
+        (
+            _,
+            "/healthz" | "/readyz" | "/metrics" | "/config" | "/policies" | "/discover"
+            | "/remedy-stats" | "/reload",
+        ) => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "method not allowed\n".into(),
@@ -124,7 +149,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /healthz /readyz /metrics /config /policies or POST /reload\n".into(),
+            "not found; try /healthz /readyz /metrics /config /policies /discover /remedy-stats or POST /reload\n".into(),
         ),
     }
 }

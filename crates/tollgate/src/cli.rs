@@ -1,4 +1,4 @@
-//! The command line: `tollgate run | check | schema | provider`.
+//! The command line: `tollgate run | check | schema | provider | discover | har`.
 
 use crate::config::{self, Config};
 use crate::server::{Gateway, StartOptions};
@@ -30,6 +30,11 @@ pub enum Command {
     },
     /// Print the JSON Schema of the config file.
     Schema,
+    /// Show the endpoints a running gateway discovered (`GET /discover`), most called first.
+    Discover(crate::diagnosis::commands::DiscoverArgs),
+    /// Read captured HAR files: list entries, show one, turn one into a mock policy.
+    #[command(subcommand)]
+    Har(crate::diagnosis::commands::HarCommand),
     /// Run the built-in provider emulator (httpbin-compatible paths) for tests, demos and benchmarks.
     Provider {
         /// Address to listen on.
@@ -80,6 +85,8 @@ pub fn dispatch(command: Command) -> ExitCode {
             print!("{}", config::json_schema());
             ExitCode::SUCCESS
         }
+        Command::Discover(args) => block_on(Some(1), crate::diagnosis::commands::discover(args)),
+        Command::Har(cmd) => crate::diagnosis::commands::har(cmd),
         Command::Provider { listen, threads } => block_on(threads, async move {
             crate::logging::init(&Config::default().log);
             match crate::provider::Provider::start(listen).await {
@@ -109,6 +116,10 @@ fn check(file: &std::path::Path) -> ExitCode {
                 &store,
                 &crate::metrics::Metrics::default(),
             );
+            if let Err(e) = crate::diagnosis::check(&config) {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
             for w in config.policies.shadowed() {
                 eprintln!("warning: {w}");
             }

@@ -170,10 +170,13 @@ impl ProxyError {
     }
 
     /// The error response. `request_id` is echoed like on every response.
+    /// The error response's JSON body.
+    pub fn body_json(&self) -> String {
+        serde_json::json!({ "error": self.code(), "message": self.to_string() }).to_string()
+    }
+
     pub fn to_response(&self, request_id: &HeaderValue) -> Response<Body> {
-        let body =
-            serde_json::json!({ "error": self.code(), "message": self.to_string() }).to_string();
-        let mut resp = Response::new(full(body));
+        let mut resp = Response::new(full(self.body_json()));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();
         h.insert(

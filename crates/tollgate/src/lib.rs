@@ -9,6 +9,7 @@ pub mod body;
 pub mod cli;
 pub mod config;
 pub mod conns;
+pub mod diagnosis;
 pub mod domains;
 pub mod egress;
 pub mod error;

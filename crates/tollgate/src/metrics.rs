@@ -36,6 +36,36 @@ pub struct NameLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    pub sink: &'static str,
+}
+
+/// An endpoint of discovery: host and template bounded by its caps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub host: String,
+    pub method: &'static str,
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointStatusLabels {
+    pub host: String,
+    pub method: &'static str,
+    pub endpoint: String,
+    pub status_class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointActionLabels {
+    pub host: String,
+    pub method: &'static str,
+    pub endpoint: String,
+    pub remedy: &'static str,
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
 }
@@ -71,6 +101,17 @@ pub struct Metrics {
     pub cache_bytes: Family<NameLabels, Gauge>,
     pub breaker_state: Family<NameLabels, Gauge>,
     pub quota_remaining: Family<NameLabels, Gauge>,
+    pub har_entries: Family<SinkLabels, Counter>,
+    pub har_dropped: Family<SinkLabels, Counter>,
+    pub spans_exported: Counter,
+    pub spans_dropped: Counter,
+    pub endpoint_requests: Family<EndpointStatusLabels, Counter>,
+    pub endpoint_duration: Family<EndpointLabels, Histogram>,
+    pub endpoint_upstream_duration: Family<EndpointLabels, Histogram>,
+    pub endpoint_request_bytes: Family<EndpointLabels, Counter>,
+    pub endpoint_response_bytes: Family<EndpointLabels, Counter>,
+    pub endpoint_remedy_actions: Family<EndpointActionLabels, Counter>,
+    pub endpoints_folded: Counter,
 }
 
 impl Default for Metrics {
@@ -96,6 +137,17 @@ impl Default for Metrics {
             cache_bytes: Family::default(),
             breaker_state: Family::default(),
             quota_remaining: Family::default(),
+            har_entries: Family::default(),
+            har_dropped: Family::default(),
+            spans_exported: Counter::default(),
+            spans_dropped: Counter::default(),
+            endpoint_requests: Family::default(),
+            endpoint_duration: Family::new_with_constructor(hist),
+            endpoint_upstream_duration: Family::new_with_constructor(hist),
+            endpoint_request_bytes: Family::default(),
+            endpoint_response_bytes: Family::default(),
+            endpoint_remedy_actions: Family::default(),
+            endpoints_folded: Counter::default(),
         };
         r.register(
             "requests",
@@ -177,6 +229,61 @@ impl Default for Metrics {
             "quota_remaining",
             "Requests left in a quota's current period, by quota name",
             m.quota_remaining.clone(),
+        );
+        r.register(
+            "har_entries",
+            "HAR entries encoded (sink=\"encoded\") and sent to the collector (sink=\"collector\")",
+            m.har_entries.clone(),
+        );
+        r.register(
+            "har_dropped",
+            "HAR entries dropped: the writer's queue was full (queue), the collector's buffer was full (collector), a file write failed (file)",
+            m.har_dropped.clone(),
+        );
+        r.register(
+            "spans_exported",
+            "Spans accepted by the OTLP endpoint",
+            m.spans_exported.clone(),
+        );
+        r.register(
+            "spans_dropped",
+            "Spans dropped because the export buffer was full",
+            m.spans_dropped.clone(),
+        );
+        r.register(
+            "endpoint_requests",
+            "Requests by discovered endpoint (host, method, path template) and status class",
+            m.endpoint_requests.clone(),
+        );
+        r.register(
+            "endpoint_duration_seconds",
+            "Total time by discovered endpoint",
+            m.endpoint_duration.clone(),
+        );
+        r.register(
+            "endpoint_upstream_duration_seconds",
+            "Provider time (sending to response head) by discovered endpoint",
+            m.endpoint_upstream_duration.clone(),
+        );
+        r.register(
+            "endpoint_request_bytes",
+            "Request body bytes by discovered endpoint",
+            m.endpoint_request_bytes.clone(),
+        );
+        r.register(
+            "endpoint_response_bytes",
+            "Response body bytes by discovered endpoint",
+            m.endpoint_response_bytes.clone(),
+        );
+        r.register(
+            "endpoint_remedy_actions",
+            "Remedy actions by discovered endpoint, remedy and action",
+            m.endpoint_remedy_actions.clone(),
+        );
+        r.register(
+            "endpoints_folded",
+            "Requests counted under endpoint or host `other` because a discovery cap was reached",
+            m.endpoints_folded.clone(),
         );
         Metrics {
             registry: Arc::new(r),

@@ -2,6 +2,10 @@
 //! thread that updates metrics and writes the access log every 20 ms. A full queue drops the event
 //! and counts it (`tollgate_events_dropped_total`); the request never waits.
 
+use crate::diagnosis::RequestDiag;
+use crate::diagnosis::discovery::metrics::{EndpointMetrics, Sample};
+use crate::diagnosis::discovery::{Call, template};
+use crate::diagnosis::worker::Diagnostics;
 use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, method_label, status_class};
 use http::{HeaderValue, Method};
 use std::io::Write;
@@ -21,6 +25,12 @@ pub struct Event {
     pub upstream: Option<Duration>,
     /// Filled only when the access log is on.
     pub access: Option<Box<Access>>,
+    /// Response body bytes relayed.
+    pub response_bytes: u64,
+    /// Filled for matched requests and when diagnosis is on.
+    pub diag: Option<Box<crate::diagnosis::RequestDiag>>,
+    /// The request id, kept when diagnosis needs it.
+    pub request_id: Option<HeaderValue>,
 }
 
 pub struct Access {
@@ -45,6 +55,7 @@ impl Observer {
         metrics: Metrics,
         log: &crate::config::Log,
         max_hosts: usize,
+        diagnostics: Arc<Diagnostics>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(log.queue_capacity.max(1));
         let out: Box<dyn Write + Send> = match &log.access_log_file {
@@ -60,7 +71,7 @@ impl Observer {
         let json = log.json;
         std::thread::Builder::new()
             .name("tollgate-observer".into())
-            .spawn(move || consume(rx, m, json, out, max_hosts))?;
+            .spawn(move || consume(rx, m, json, out, max_hosts, diagnostics))?;
         Ok(Self { tx, metrics })
     }
 
@@ -82,8 +93,10 @@ fn consume(
     json: bool,
     out: Box<dyn Write + Send>,
     max_hosts: usize,
+    diagnostics: Arc<Diagnostics>,
 ) {
     use mpsc::error::TryRecvError;
+    let mut endpoint_metrics = EndpointMetrics::default();
     let mut out = std::io::BufWriter::new(out);
     let mut cache = Labels {
         handles: rustc_hash::FxHashMap::default(),
@@ -97,6 +110,9 @@ fn consume(
                     record(&metrics, &mut cache, &ev);
                     if let Some(a) = &ev.access {
                         let _ = write_access(&mut out, &ev, a, json);
+                    }
+                    if let Some(d) = &ev.diag {
+                        diagnose(&diagnostics, &metrics, &mut endpoint_metrics, &ev, d);
                     }
                 }
                 Err(TryRecvError::Empty) => break,
@@ -225,5 +241,105 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
             a.body_bytes,
             a.completed
         )
+    }
+}
+
+/// Discovery, endpoint metrics, remedy statistics and spans of one finished request.
+fn diagnose(
+    d: &Diagnostics,
+    m: &Metrics,
+    endpoint_metrics: &mut EndpointMetrics,
+    ev: &Event,
+    diag: &RequestDiag,
+) {
+    let method = method_label(&ev.method);
+    let host = ev.host.as_deref().filter(|_| ev.host_is_label);
+    let path = diag.path.as_deref().unwrap_or("/");
+    let template = diag.template.as_deref().filter(|t| !t.is_empty());
+    let mut endpoint = None;
+    if let (Some(endpoints), Some(h)) = (&d.endpoints, host) {
+        let at_ms = crate::diagnosis::unix_ns() / 1_000_000;
+        let consumer = diag
+            .consumer
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let call = Call {
+            host: h,
+            method,
+            path,
+            template,
+            status: ev.status,
+            total_us: ev.total.as_micros() as u64,
+            upstream_us: ev.upstream.map(|u| u.as_micros() as u64),
+            request_bytes: diag.request_bytes().unwrap_or(0),
+            response_bytes: ev.response_bytes,
+            consumer: consumer.as_deref(),
+            at_ms,
+        };
+        let counted = endpoints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(&call);
+        if d.endpoint_metrics {
+            endpoint_metrics.record(
+                m,
+                &counted,
+                &Sample {
+                    method,
+                    status: ev.status,
+                    total: ev.total,
+                    upstream: ev.upstream,
+                    request_bytes: call.request_bytes,
+                    response_bytes: ev.response_bytes,
+                    acted: &diag.acted,
+                },
+            );
+        }
+        endpoint = Some(format!("{method} {} {}", counted.host, counted.endpoint));
+    }
+    if let Some(policy) = &diag.policy {
+        let endpoint = endpoint.unwrap_or_else(|| {
+            let t =
+                template.map_or_else(|| template::join(&template::segments(path)), str::to_owned);
+            format!("{method} {} {t}", host.unwrap_or("-"))
+        });
+        d.remedy_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(policy, &endpoint, ev.status, &diag.acted);
+    }
+    if let (Some(spans), Some(t)) = (&d.spans, &diag.trace) {
+        let end_ns = t.start_ns + ev.total.as_nanos() as u64;
+        spans.push([crate::diagnosis::trace::Finished {
+            trace_id: t.trace_id,
+            parent: t.parent,
+            span_id: t.span_id,
+            start_ns: t.start_ns,
+            end_ns,
+            method,
+            host: host.map(Arc::from),
+            path: path.to_owned(),
+            status: ev.status,
+            error: ev.error,
+            policy: diag.policy.clone(),
+            attempts: t
+                .attempts
+                .iter()
+                .map(|a| {
+                    let mut a = a.clone();
+                    if a.end_ns == 0 {
+                        a.end_ns = end_ns;
+                    }
+                    a
+                })
+                .collect(),
+            events: diag.acted.clone(),
+            request_id: ev
+                .request_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned(),
+        }]);
     }
 }

@@ -16,6 +16,7 @@
 
 use crate::body::{Body, BoxError, from_incoming};
 use crate::conns::InFlight;
+use crate::diagnosis::{RequestDiag, har, tap, trace};
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
 use crate::observe::{Access, Event};
@@ -50,17 +51,30 @@ pub struct Ctx {
     pub path: Option<String>,
     /// Keeps the connection's read deadline off until the response has ended.
     pub in_flight: InFlight,
+    /// Diagnosis of this request: present for matched requests and when diagnosis is on.
+    pub diag: Option<Box<RequestDiag>>,
 }
 
 impl Ctx {
+    /// The request event; a HAR capture leaves for its writer here.
     pub fn event(
-        &self,
+        &mut self,
+        shared: &Shared,
         status: u16,
         error: Option<&'static str>,
         body_bytes: u64,
         completed: bool,
     ) -> Event {
+        let mut diag = self.diag.take();
+        if let Some(d) = &mut diag
+            && let Some(capture) = d.har.take()
+        {
+            self.send_capture(shared, d, capture, error, completed);
+        }
         Event {
+            response_bytes: body_bytes,
+            request_id: diag.as_ref().map(|_| self.id.clone()),
+            diag,
             host: self.host.clone(),
             host_is_label: true,
             method: self.method.clone(),
@@ -78,6 +92,37 @@ impl Ctx {
                 })
             }),
         }
+    }
+
+    fn send_capture(
+        &self,
+        shared: &Shared,
+        d: &RequestDiag,
+        mut capture: Box<har::Capture>,
+        error: Option<&'static str>,
+        completed: bool,
+    ) {
+        let Some(writer) = &shared.diagnostics.har else {
+            return;
+        };
+        let rt = shared.runtime.load();
+        capture.sent_after = d
+            .sent_at
+            .map(|s| s.into_std().saturating_duration_since(self.start));
+        writer.send(Box::new(har::Record {
+            capture,
+            request_body: d.tap.as_ref().and_then(|t| t.copied()),
+            request_id: self.id.to_str().unwrap_or("").to_owned(),
+            policy: self.policy.clone(),
+            template: d.template.clone(),
+            acted: d.acted.clone(),
+            retries: d.retries,
+            error,
+            total: self.start.elapsed(),
+            wait: self.upstream,
+            completed,
+            redactor: rt.diag.redactor.clone(),
+        }));
     }
 }
 
@@ -108,18 +153,28 @@ pub fn handle(
             .access_log
             .then(|| req.uri().path().to_owned()),
         in_flight,
+        diag: None,
     };
     let step = prepare(&shared, &rt, req, &mut ctx);
     async move {
         let forwarded = match step {
             Ok(Step::Upstream(req, target, gate)) => {
                 let sent = tokio::time::Instant::now();
+                if let Some(d) = &mut ctx.diag {
+                    d.sent_at = Some(sent);
+                }
                 let resp = rt
                     .client
                     .send(req, &target, ctx.in_flight.response_timer(), sent)
                     .await;
                 if resp.is_ok() {
                     ctx.upstream = Some(sent.elapsed());
+                }
+                if let Some(t) = ctx.diag.as_mut().and_then(|d| d.trace.as_mut()) {
+                    t.attempt_done(match &resp {
+                        Ok(r) => Ok(r.status().as_u16()),
+                        Err(e) => Err(e.to_string()),
+                    });
                 }
                 if let Some(g) = gate {
                     g.final_response();
@@ -128,8 +183,15 @@ pub fn handle(
             }
             Ok(Step::Policy(req, target, gate, i)) => {
                 // A matched request: its policy's chain, on a boxed future of its own.
-                let x = Exchange::new(rt.engine.chains[i].clone(), req, target);
-                let done = Box::pin(engine::run(x, &rt, ctx.in_flight.response_timer())).await;
+                let mut x = Exchange::new(rt.engine.chains[i].clone(), req, target);
+                x.diag = ctx.diag.take();
+                let done = Box::pin(engine::run(
+                    x,
+                    &rt,
+                    ctx.in_flight.response_timer(),
+                    &mut ctx.diag,
+                ))
+                .await;
                 if let Some(g) = gate {
                     g.final_response();
                 }
@@ -154,11 +216,17 @@ pub fn handle(
             Ok(Forwarded::Policy(resp)) => respond(shared, ctx, resp),
             Err(err) => {
                 tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
-                let mut event = ctx.event(err.status().as_u16(), Some(err.code()), 0, true);
+                let resp = err.to_response(&ctx.id);
+                if let Some(h) = ctx.diag.as_mut().and_then(|d| d.har.as_mut()) {
+                    h.respond(resp.status(), Version::HTTP_11, resp.headers());
+                    h.response_body.push(err.body_json().as_bytes());
+                }
+                let mut event =
+                    ctx.event(&shared, err.status().as_u16(), Some(err.code()), 0, true);
                 // A refused target's host is client input: never a metric label.
                 event.host_is_label = !err.target_rejected();
                 shared.observer.emit(event);
-                err.to_response(&ctx.id)
+                resp
             }
         }
     }
@@ -246,6 +314,15 @@ fn prepare(
     if let Some(i) = policy {
         ctx.policy = Some(rt.engine.chains[i].policy.clone());
     }
+    if rt.diag.any() || policy.is_some() {
+        let mut d = RequestDiag::start(&rt.diag, req.headers());
+        d.path = Some(path_and_query.path().to_owned());
+        d.policy = ctx.policy.clone();
+        d.template = policy
+            .map(|i| rt.diag.templates[i].clone())
+            .filter(|t| !t.is_empty());
+        ctx.diag = Some(d);
+    }
 
     // RFC 9110 §7.8: an upgrade is HTTP/1.1 only (HTTP/2 has none).
     let upgrade = match req.version() {
@@ -287,13 +364,66 @@ fn prepare(
         return Ok(Step::Upgrade(req, target, client));
     }
     let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
-    let mut req = Request::from_parts(parts, from_incoming(body));
+    let mut body = from_incoming(body);
+    if let Some(d) = &mut ctx.diag {
+        body = diagnose_request(rt, d, &mut parts, &target, policy, body);
+    }
+    let mut req = Request::from_parts(parts, body);
     let gate = continues
         .then(|| crate::expect::hold_body(&mut req, rt.config.upstream.expect_continue_timeout));
     Ok(match policy {
         Some(i) => Step::Policy(req, target, gate, i),
         None => Step::Upstream(req, target, gate),
     })
+}
+
+/// The request side of diagnosis, once the upstream request is built: the trace's
+/// `traceparent` (a matched request's attempts set their own), the HAR capture of the
+/// request head, and the body's tap (counted; copied up to the cap when captured).
+fn diagnose_request(
+    rt: &Runtime,
+    d: &mut RequestDiag,
+    parts: &mut http::request::Parts,
+    target: &Target,
+    policy: Option<usize>,
+    body: Body,
+) -> Body {
+    if policy.is_none()
+        && let Some(t) = &mut d.trace
+    {
+        parts.headers.insert(trace::TRACEPARENT, t.attempt());
+    }
+    let max_body = rt.diag.har.as_ref().map_or(0, |h| h.max_body);
+    if rt.diag.captures(policy) {
+        d.har = Some(har::Capture::new(
+            parts.method.clone(),
+            url(target, &parts.uri),
+            parts.headers.clone(),
+            max_body,
+        ));
+    }
+    if !rt.diag.discovery && d.har.is_none() {
+        return body;
+    }
+    let t = Arc::new(tap::Tap::new(d.har.is_some().then_some(max_body)));
+    d.tap = Some(t.clone());
+    tap::Tapped::new(body, t).boxed_unsync()
+}
+
+/// The absolute URL of an upstream request (its URI may be origin-form).
+pub fn url(target: &Target, uri: &Uri) -> String {
+    if uri.scheme().is_some() {
+        return uri.to_string();
+    }
+    let scheme = match target.scheme {
+        Scheme::Http => "http",
+        Scheme::Https => "https",
+    };
+    format!(
+        "{scheme}://{}{}",
+        target.authority,
+        uri.path_and_query().map_or("/", |p| p.as_str())
+    )
 }
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body
@@ -305,7 +435,10 @@ where
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     // The id moves into the response; the access log (when on) keeps its own copy.
-    let id = if ctx.path.is_some() {
+    if let Some(h) = ctx.diag.as_mut().and_then(|d| d.har.as_mut()) {
+        h.respond(parts.status, parts.version, &parts.headers);
+    }
+    let id = if ctx.path.is_some() || ctx.diag.is_some() {
         ctx.id.clone()
     } else {
         std::mem::replace(&mut ctx.id, HeaderValue::from_static(""))
@@ -406,12 +539,11 @@ pin_project_lite::pin_project! {
     {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(r) = this.report.take() {
+            if let Some(mut r) = this.report.take() {
                 // hyper stops polling once `is_end_stream` says so, so the end is seen here.
                 let done = *this.done || this.inner.is_end_stream();
-                r.shared
-                    .observer
-                    .emit(r.ctx.event(r.status, None, *this.bytes, done));
+                let event = r.ctx.event(&r.shared, r.status, None, *this.bytes, done);
+                r.shared.observer.emit(event);
             }
         }
     }
@@ -426,19 +558,26 @@ impl<B: HttpBody<Data = Bytes, Error = BoxError>> HttpBody for Observed<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
-        let in_flight = this.report.as_ref().map(|r| &r.ctx.in_flight);
-        if let Some(f) = in_flight {
-            f.asked();
+        if let Some(r) = this.report.as_ref() {
+            r.ctx.in_flight.asked();
         }
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
                     *this.bytes += d.len() as u64;
+                    if let Some(h) = this
+                        .report
+                        .as_mut()
+                        .and_then(|r| r.ctx.diag.as_mut())
+                        .and_then(|d| d.har.as_mut())
+                    {
+                        h.response_body.push(d);
+                    }
                 }
                 // Until hyper asks again, the response waits on the client: the send
                 // timeout's sweep watches for that (conns.rs).
-                if let Some(f) = in_flight {
-                    f.handed_over();
+                if let Some(r) = this.report.as_ref() {
+                    r.ctx.in_flight.handed_over();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

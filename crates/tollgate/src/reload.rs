@@ -88,6 +88,7 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
         &shared.metrics,
     );
     shared.runtime.store(Arc::new(Runtime {
+        diag: Arc::new(crate::diagnosis::Plan::new(&config)),
         config: Arc::new(config),
         client,
         engine: Arc::new(engine),

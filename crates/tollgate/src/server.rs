@@ -105,6 +105,7 @@ impl Gateway {
         let store: Arc<dyn Store> = Arc::new(Memory::default());
         let engine = Engine::build(&config, None, &store, &metrics);
         let runtime = Runtime {
+            diag: Arc::new(crate::diagnosis::Plan::new(&config)),
             config: Arc::new(config),
             client: Arc::new(client),
             engine: Arc::new(engine),

@@ -22,6 +22,8 @@ pub struct Runtime {
     pub client: Arc<UpstreamClient>,
     /// The config's policies compiled into chains.
     pub engine: Arc<crate::policy::Engine>,
+    /// What diagnosis does for each request under this config.
+    pub diag: Arc<crate::diagnosis::Plan>,
 }
 
 /// Values from the command line that override the file on every (re)load.
@@ -66,6 +68,8 @@ pub struct Shared {
     pub via: Via,
     /// Remedy state (counters, windows, deadlines); survives reloads.
     pub store: Arc<dyn crate::policy::store::Store>,
+    /// HAR writer, span export, discovery and remedy statistics (started once).
+    pub diagnostics: Arc<crate::diagnosis::worker::Diagnostics>,
 }
 
 /// This instance's pseudonym in `Via`: random per process, so a request that comes back
@@ -107,10 +111,15 @@ impl Shared {
         own_listeners: Vec<(SocketAddr, Listener)>,
         store: Arc<dyn crate::policy::store::Store>,
     ) -> std::io::Result<Self> {
+        let diagnostics = Arc::new(crate::diagnosis::worker::Diagnostics::start(
+            &runtime.config,
+            &metrics,
+        )?);
         let observer = Observer::start(
             metrics.clone(),
             &runtime.config.log,
             runtime.config.metrics.max_hosts,
+            diagnostics.clone(),
         )?;
         Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
@@ -128,6 +137,7 @@ impl Shared {
             own_listeners,
             via: Via::default(),
             store,
+            diagnostics,
         })
     }
 

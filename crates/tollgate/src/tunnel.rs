@@ -92,7 +92,7 @@ async fn open(
     spawn_relay(shared, ctx.id.clone(), async move {
         Ok((TokioIo::new(upgrade.await?), upstream))
     });
-    shared.observer.emit(ctx.event(200, None, 0, true));
+    shared.observer.emit(ctx.event(shared, 200, None, 0, true));
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut()

@@ -73,7 +73,7 @@ async fn relay(
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
     shared
         .observer
-        .emit(ctx.event(status.as_u16(), None, 0, true));
+        .emit(ctx.event(shared, status.as_u16(), None, 0, true));
     let body = if switched {
         crate::body::empty()
     } else {

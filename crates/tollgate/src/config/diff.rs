@@ -22,7 +22,16 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
     let (o, n) = (old.effective(), new.effective());
     for section in [
-        "listen", "admin", "upstream", "domains", "egress", "routes", "policies", "log", "metrics",
+        "listen",
+        "admin",
+        "upstream",
+        "domains",
+        "egress",
+        "routes",
+        "policies",
+        "log",
+        "metrics",
+        "diagnosis",
         "shutdown",
     ] {
         if o[section] != n[section] {
@@ -40,6 +49,9 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         || old.log.access_log_file != new.log.access_log_file
     {
         d.needs_restart.push("log (level, format, access_log_file)");
+    }
+    if old.diagnosis != new.diagnosis {
+        d.needs_restart.push("diagnosis");
     }
     if old.metrics != new.metrics {
         d.needs_restart.push("metrics.max_hosts");

@@ -5,10 +5,12 @@
 mod diff;
 mod env;
 pub mod raw;
+pub mod raw_diagnosis;
 pub mod raw_policy;
 mod shorthand;
 pub mod units;
 mod validate;
+mod validate_diagnosis;
 mod validate_policy;
 
 pub use diff::{ConfigDiff, diff};
@@ -35,6 +37,7 @@ pub struct Config {
     pub policies: PolicySet,
     pub log: Log,
     pub metrics: Metrics,
+    pub diagnosis: crate::diagnosis::settings::Diagnosis,
     pub shutdown: Shutdown,
 }
 

@@ -5,6 +5,7 @@
 //! nothing outside the config module sees them. Durations and sizes stay strings
 //! here so that errors can name the field and the offending text.
 
+pub use super::raw_diagnosis::*;
 pub use super::raw_policy::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,8 @@ pub struct RawConfig {
     pub concurrency_limits: BTreeMap<String, RawConcurrency>,
     /// Circuit breakers shared by name (`breaker: NAME`).
     pub breakers: BTreeMap<String, RawBreaker>,
+    /// Diagnosis: endpoint discovery, HAR capture, traces. All off by default.
+    pub diagnosis: RawDiagnosis,
     /// Logging.
     pub log: RawLog,
     /// Graceful shutdown.

@@ -358,6 +358,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let metrics = Metrics {
         max_hosts: e.number("metrics.max_hosts", raw.metrics.max_hosts, 1, 100_000),
     };
+    let names: Vec<&str> = raw.policies.iter().map(|p| p.name.as_str()).collect();
+    let diagnosis = super::validate_diagnosis::diagnosis(&mut e, &raw.diagnosis, &names);
 
     if !e.0.is_empty() {
         return Err(e.0);
@@ -372,6 +374,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         policies,
         log,
         metrics,
+        diagnosis,
         shutdown,
     })
 }
@@ -424,6 +427,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "queue_capacity": c.log.queue_capacity,
         },
         "metrics": { "max_hosts": c.metrics.max_hosts },
+        "diagnosis": super::validate_diagnosis::effective(&c.diagnosis),
         "shutdown": { "drain_timeout": d(c.shutdown.drain_timeout) },
     })
 }

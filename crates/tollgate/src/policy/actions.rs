@@ -6,6 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 
 #[derive(Clone, Default)]
 pub struct Actions {
+    remedy: &'static str,
     counters: Vec<(&'static str, Counter)>,
 }
 
@@ -17,6 +18,7 @@ impl Actions {
         actions: &[&'static str],
     ) -> Self {
         Self {
+            remedy,
             counters: actions
                 .iter()
                 .map(|&action| {
@@ -34,9 +36,32 @@ impl Actions {
         }
     }
 
+    /// Counts an action that belongs to no one request (a breaker closing, an entry stored).
     pub fn inc(&self, action: &'static str) {
         if let Some((_, c)) = self.counters.iter().find(|(a, _)| *a == action) {
             c.inc();
+        }
+    }
+
+    /// Counts an action taken on this request, and notes it in the request's diagnosis
+    /// (HAR entry, remedy statistics, span events).
+    pub fn record(&self, x: &mut crate::policy::chain::Exchange, action: &'static str) {
+        self.note(&mut x.diag, action);
+    }
+
+    /// [`Actions::record`] where the exchange is borrowed in parts.
+    pub fn note(
+        &self,
+        diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
+        action: &'static str,
+    ) {
+        self.inc(action);
+        if let Some(d) = diag {
+            d.acted.push(crate::diagnosis::Acted {
+                remedy: self.remedy,
+                action,
+                at_unix_ns: crate::diagnosis::unix_ns(),
+            });
         }
     }
 }

@@ -173,6 +173,8 @@ pub struct Exchange {
     /// The credentials account the current attempt used.
     pub account: Option<usize>,
     pub holds: Vec<Hold>,
+    /// The request's diagnosis (remedy actions, trace, HAR capture), when kept.
+    pub diag: Option<Box<crate::diagnosis::RequestDiag>>,
     /// How many remedies started their request phase (their end hooks run).
     ran: usize,
 }
@@ -198,6 +200,7 @@ impl Exchange {
             probe: None,
             retry_deadline: None,
             holds: Vec::new(),
+            diag: None,
             ran: 0,
         }
     }

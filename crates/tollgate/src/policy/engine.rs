@@ -26,8 +26,14 @@ pub struct Done {
     pub upstream: Option<Duration>,
 }
 
-/// Runs the exchange. `timer` is the client connection's response timer.
-pub async fn run(mut x: Exchange, rt: &Runtime, timer: &ResponseTimer) -> Result<Done, ProxyError> {
+/// Runs the exchange. `timer` is the client connection's response timer. The request's
+/// diagnosis travels in the exchange and comes back in `diag`, whatever the outcome.
+pub async fn run(
+    mut x: Exchange,
+    rt: &Runtime,
+    timer: &ResponseTimer,
+    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
+) -> Result<Done, ProxyError> {
     let deadline = x.chain.total.map(|t| Instant::now() + t);
     x.deadline = deadline;
     let result = match deadline {
@@ -37,6 +43,7 @@ pub async fn run(mut x: Exchange, rt: &Runtime, timer: &ResponseTimer) -> Result
         },
         None => phases(&mut x, rt, timer).await,
     };
+    *diag = x.diag.take();
     let (response, upstream) = result?;
     let (parts, body) = response.into_parts();
     let body = Ending {
@@ -122,6 +129,20 @@ async fn attempt(
         chain.remedies[i].before_attempt(x, &mut req).await?;
     }
     let sent = Instant::now();
+    if let Some(d) = &mut x.diag {
+        // Each attempt its own span, named in the `traceparent` the provider gets.
+        if let Some(t) = &mut d.trace {
+            req.headers_mut()
+                .insert(crate::diagnosis::trace::TRACEPARENT, t.attempt());
+        }
+        // The capture shows the request as the provider got it (redacted when written).
+        if let Some(h) = &mut d.har {
+            h.url = crate::proxy::url(&x.target, req.uri());
+            h.request_headers = req.headers().clone();
+        }
+        d.sent_at = Some(sent);
+        d.retries = x.retries;
+    }
     let limit = x
         .response_timeout
         .unwrap_or(rt.client.settings.response_timeout);
@@ -135,6 +156,12 @@ async fn attempt(
     };
     if result.is_ok() {
         *upstream = Some(sent.elapsed());
+    }
+    if let Some(t) = x.diag.as_mut().and_then(|d| d.trace.as_mut()) {
+        t.attempt_done(match &result {
+            Ok(r) => Ok(r.status().as_u16()),
+            Err(e) => Err(e.to_string()),
+        });
     }
     let (result, body) = match result {
         Ok(r) => {

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 pub(super) const MAX_COUNT: u64 = 1_000_000_000_000;
 
 impl Errors {
-    pub(super) fn fail(&mut self, path: &str, message: String) {
+    pub(in crate::config) fn fail(&mut self, path: &str, message: String) {
         self.check::<()>(path, Err(message));
     }
 
-    pub(super) fn size(
+    pub(in crate::config) fn size(
         &mut self,
         path: &str,
         s: &str,
@@ -37,7 +37,7 @@ impl Errors {
     }
 
     /// `"20%"` as a fraction.
-    pub(super) fn percent(&mut self, path: &str, s: &str) -> f64 {
+    pub(in crate::config) fn percent(&mut self, path: &str, s: &str) -> f64 {
         let v = s
             .trim()
             .strip_suffix('%')
@@ -57,7 +57,7 @@ impl Errors {
 
     /// A request header name a remedy reads (never an `x-tollgate-*` control header,
     /// which is removed before remedies run).
-    pub(super) fn read_header(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+    pub(in crate::config) fn read_header(&mut self, path: &str, s: &str) -> Option<HeaderName> {
         let n = self.header_name(path, s)?;
         if n.as_str().starts_with("x-tollgate-") {
             self.fail(path, format!("`{s}`: x-tollgate-* headers are removed before policies run; choose another header"));
@@ -66,7 +66,7 @@ impl Errors {
         Some(n)
     }
 
-    pub(super) fn header_name(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+    pub(in crate::config) fn header_name(&mut self, path: &str, s: &str) -> Option<HeaderName> {
         self.check(
             path,
             HeaderName::from_bytes(s.trim().to_ascii_lowercase().as_bytes())
@@ -75,7 +75,11 @@ impl Errors {
     }
 
     /// A header value, `${ENV}` substituted; secrets (substituted values) marked sensitive.
-    pub(super) fn header_value(&mut self, path: &str, written: &str) -> Option<HeaderValue> {
+    pub(in crate::config) fn header_value(
+        &mut self,
+        path: &str,
+        written: &str,
+    ) -> Option<HeaderValue> {
         let v = self.env_checked(path, written, |v| {
             HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a valid header value"))
         })?;
@@ -84,7 +88,7 @@ impl Errors {
         Some(v)
     }
 
-    pub(super) fn headers(
+    pub(in crate::config) fn headers(
         &mut self,
         path: &str,
         map: &BTreeMap<String, String>,
@@ -97,7 +101,7 @@ impl Errors {
             .collect()
     }
 
-    pub(super) fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
+    pub(in crate::config) fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
         list.iter()
             .enumerate()
             .filter_map(|(j, m)| {
@@ -110,7 +114,7 @@ impl Errors {
             .collect()
     }
 
-    pub(super) fn count(&mut self, path: &str, n: u64) -> u64 {
+    pub(in crate::config) fn count(&mut self, path: &str, n: u64) -> u64 {
         self.number(path, n, 1, MAX_COUNT)
     }
 }

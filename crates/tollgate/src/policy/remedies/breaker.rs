@@ -109,7 +109,6 @@ impl BreakerResource {
     /// Lets the attempt through, or refuses it.
     async fn admit(&self, x: &mut Exchange, actions: &Actions) -> Result<(), ProxyError> {
         let refuse = |retry_after: u64, detail: &str| {
-            actions.inc("rejected");
             ProxyError::Rejected(Rejection {
                 kind: Reject::CircuitOpen,
                 message: format!("circuit breaker `{}` is {detail}", self.name),
@@ -121,6 +120,7 @@ impl BreakerResource {
             State::Closed => Ok(()),
             State::Open { until } => {
                 self.gauge.set(1);
+                actions.record(x, "rejected");
                 Err(refuse(clock::secs_until(until), "open"))
             }
             State::HalfOpen { opened_until } => {
@@ -132,7 +132,10 @@ impl BreakerResource {
                         x.probe = Some(opened_until);
                         Ok(())
                     }
-                    _ => Err(refuse(1, "half-open and its probes are in flight")),
+                    _ => {
+                        actions.record(x, "rejected");
+                        Err(refuse(1, "half-open and its probes are in flight"))
+                    }
                 }
             }
         }
@@ -150,8 +153,8 @@ impl BreakerResource {
         }
     }
 
-    async fn open(&self, actions: &Actions) {
-        actions.inc("tripped");
+    /// Opens the breaker (the caller counts `tripped`).
+    async fn open(&self) {
         self.gauge.set(1);
         let until = clock::now_ms() + self.spec.open_for.as_millis() as u64;
         // Kept past `until`: that it was open is what makes it half-open afterwards.
@@ -164,14 +167,15 @@ impl BreakerResource {
         let s = &self.spec;
         if let Some(opened_until) = x.probe.take() {
             if failed {
-                return self.open(actions).await;
+                actions.record(x, "tripped");
+                return self.open().await;
             }
             let ok = self.key(PROBES_OK, opened_until);
             let n = u64::from(s.half_open_probes);
             if let Ok(a) = self.store.add(&ok, 1, n, 0).await
                 && a.count >= n
             {
-                actions.inc("closed");
+                actions.record(x, "closed");
                 self.gauge.set(0);
                 let _ = self
                     .store
@@ -221,7 +225,8 @@ impl BreakerResource {
         if ratio_trips
             || (s.consecutive_failures > 0 && consecutive >= u64::from(s.consecutive_failures))
         {
-            self.open(actions).await;
+            actions.record(x, "tripped");
+            self.open().await;
         }
     }
 }

@@ -118,12 +118,12 @@ impl Remedy for Concurrency {
                 _ => r.take(&key).await,
             };
             if let Some(slot) = first {
-                self.actions.inc("allowed");
+                self.actions.record(x, "allowed");
                 x.holds.push(Box::new(slot));
                 return Ok(Flow::Continue);
             }
             let Some(q) = &r.queue else {
-                self.actions.inc("rejected");
+                self.actions.record(x, "rejected");
                 return Err(ProxyError::Rejected(Rejection {
                     kind: Reject::ConcurrencyLimited,
                     message: format!("{}: {} requests already in flight", r.what, r.spec.max),
@@ -131,7 +131,7 @@ impl Remedy for Concurrency {
                     rate: None,
                 }));
             };
-            self.actions.inc("queued");
+            self.actions.record(x, "queued");
             let got = std::sync::Mutex::new(None);
             let waited = q
                 .wait(
@@ -153,7 +153,7 @@ impl Remedy for Concurrency {
                     },
                 )
                 .await;
-            queue_outcome(waited, &self.actions, q, &r.what)?;
+            queue_outcome(waited, &self.actions, &mut x.diag, q, &r.what)?;
             if let Some(slot) = got.into_inner().ok().flatten() {
                 x.holds.push(Box::new(slot));
             }

@@ -35,12 +35,12 @@ impl Remedy for Quota {
             match r.limit.take(&x.parts.headers).await {
                 Ok(t) => {
                     r.remaining.set(t.remaining as i64);
-                    self.actions.inc("allowed");
+                    self.actions.record(x, "allowed");
                     Ok(Flow::Continue)
                 }
                 Err(refused) => {
                     r.remaining.set(0);
-                    self.actions.inc("rejected");
+                    self.actions.record(x, "rejected");
                     Err(refusal(Reject::QuotaExceeded, &r.what, &refused))
                 }
             }

@@ -57,36 +57,36 @@ pub fn refusal(kind: Reject, what: &str, r: &Refused) -> ProxyError {
 
 /// Takes a limit, waiting in its queue when it has one.
 pub async fn take_or_wait(
-    headers: &http::HeaderMap,
-    deadline: Option<Instant>,
+    x: &mut Exchange,
     limit: &Limit,
     queue: Option<&Queue>,
     actions: &Actions,
     kind: Reject,
     what: &str,
 ) -> Result<(), ProxyError> {
+    let (headers, deadline, diag) = (&x.parts.headers, x.deadline, &mut x.diag);
     let first = match queue {
         Some(q) if !q.is_empty() => None,
         _ => Some(limit.take(headers).await),
     };
     let refused = match (first, queue) {
         (Some(Ok(_)), _) => {
-            actions.inc("allowed");
+            actions.note(diag, "allowed");
             return Ok(());
         }
         (Some(Err(r)), None) => {
-            actions.inc("rejected");
+            actions.note(diag, "rejected");
             return Err(refusal(kind, what, &r));
         }
         (Some(Err(r)), Some(_)) if r.blocked => {
-            actions.inc("rejected");
+            actions.note(diag, "rejected");
             return Err(refusal(kind, what, &r));
         }
         (first, Some(q)) => (first, q),
         (None, None) => unreachable!("no first try only with a queue"),
     };
     let q = refused.1;
-    actions.inc("queued");
+    actions.note(diag, "queued");
     let deadline = wait_deadline(deadline, q);
     let waited = q
         .wait(q.spec.priority(headers), deadline, || {
@@ -99,7 +99,7 @@ pub async fn take_or_wait(
             })
         })
         .await;
-    queue_outcome(waited, actions, q, what)
+    queue_outcome(waited, actions, diag, q, what)
 }
 
 /// The queue's deadline: `max_wait`, or the exchange's own when that is sooner.
@@ -111,16 +111,17 @@ pub fn wait_deadline(deadline: Option<Instant>, q: &Queue) -> Instant {
 pub fn queue_outcome(
     waited: Result<std::time::Duration, Left>,
     actions: &Actions,
+    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
     q: &Queue,
     what: &str,
 ) -> Result<(), ProxyError> {
     match waited {
         Ok(_) => {
-            actions.inc("dequeued");
+            actions.note(diag, "dequeued");
             Ok(())
         }
         Err(Left::Full) => {
-            actions.inc("queue_full");
+            actions.note(diag, "queue_full");
             Err(ProxyError::Rejected(Rejection {
                 kind: Reject::QueueFull,
                 message: format!("{what}: the queue is full ({} waiting)", q.spec.size),
@@ -129,7 +130,7 @@ pub fn queue_outcome(
             }))
         }
         Err(Left::TimedOut) => {
-            actions.inc("timed_out");
+            actions.note(diag, "timed_out");
             Err(ProxyError::Rejected(Rejection {
                 kind: Reject::QueueTimeout,
                 message: format!(
@@ -152,8 +153,7 @@ impl Remedy for RateLimit {
         Box::pin(async move {
             let r = &self.resource;
             take_or_wait(
-                &x.parts.headers,
-                x.deadline,
+                x,
                 &r.limit,
                 r.queue.as_ref(),
                 &self.actions,

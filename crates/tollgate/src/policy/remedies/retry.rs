@@ -145,13 +145,13 @@ impl Retry {
             }
         };
         if !x.replayable || x.retries + 1 >= s.attempts {
-            self.actions.inc("gave_up");
+            self.actions.record(x, "gave_up");
             return None;
         }
         // A provider asking for longer than the cap gets its answer relayed instead.
         let wait = match asked {
             Some(d) if d > s.max_delay => {
-                self.actions.inc("gave_up");
+                self.actions.record(x, "gave_up");
                 return None;
             }
             Some(d) => d,
@@ -166,14 +166,14 @@ impl Retry {
         if let Some(d) = x.retry_deadline
             && tokio::time::Instant::now() + wait >= d
         {
-            self.actions.inc("gave_up");
+            self.actions.record(x, "gave_up");
             return None;
         }
         if !self.take_budget().await {
-            self.actions.inc("budget_exhausted");
+            self.actions.record(x, "budget_exhausted");
             return None;
         }
-        self.actions.inc("retried");
+        self.actions.record(x, "retried");
         Some(wait)
     }
 }

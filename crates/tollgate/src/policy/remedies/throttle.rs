@@ -44,11 +44,11 @@ impl Throttle {
             .deadline
             .is_none_or(|d| tokio::time::Instant::now() + left <= d);
         if may_wait && self.spec.wait && left <= self.spec.max_wait && fits {
-            self.actions.inc("waited");
+            self.actions.record(x, "waited");
             tokio::time::sleep(left).await;
             return Ok(());
         }
-        self.actions.inc("rejected");
+        self.actions.record(x, "rejected");
         let secs = clock::secs_until(until);
         Err(ProxyError::Rejected(Rejection {
             kind: Reject::ProviderThrottled,
@@ -101,12 +101,12 @@ impl Remedy for Throttle {
         Box::pin(self.check(x, false))
     }
 
-    fn after_attempt<'a>(&'a self, _x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+    fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Ok(head) = o
                 && let Some(pause) = self.pause(head)
             {
-                self.actions.inc("throttled");
+                self.actions.record(x, "throttled");
                 let until = clock::now_ms() + pause.as_millis() as u64;
                 let _ = self.store.raise(&self.key, until, until).await;
             }

@@ -227,7 +227,7 @@ impl Remedy for CacheStage {
                 if let Some(e) = &found
                     && e.fresh_until_ms > now
                 {
-                    c.actions.inc("hit");
+                    c.actions.record(x, "hit");
                     x.cache_status = Some("hit");
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
@@ -240,7 +240,7 @@ impl Remedy for CacheStage {
                     Ok(fill) => break (Some(fill), stale),
                     Err(_) if waited => break (None, stale),
                     Err(mut rx) => {
-                        c.actions.inc("coalesced");
+                        c.actions.record(x, "coalesced");
                         waited = true;
                         let _ = rx.wait_for(|done| *done).await;
                     }
@@ -250,7 +250,7 @@ impl Remedy for CacheStage {
             if let Some(e) = &stale {
                 add_validators(x, e);
             }
-            c.actions.inc("miss");
+            c.actions.record(x, "miss");
             x.cache_status = Some("miss");
             x.cache = Some(Pending {
                 key,
@@ -275,7 +275,7 @@ impl Remedy for CacheStage {
         if head.status == StatusCode::NOT_MODIFIED
             && let Some(stale) = &pending.stale
         {
-            c.actions.inc("revalidated");
+            c.actions.record(x, "revalidated");
             let mut headers = stale.headers.clone();
             for (n, v) in &head.headers {
                 if n != header::CONTENT_LENGTH {
@@ -377,7 +377,7 @@ fn vary(
 }
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
-    c.actions.inc("bypass");
+    c.actions.record(x, "bypass");
     x.cache_status = Some("bypass");
     Flow::Continue
 }

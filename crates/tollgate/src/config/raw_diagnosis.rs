@@ -1,0 +1,218 @@
+//! Raw types of the `diagnosis` section: HAR capture, endpoint discovery, traces. The
+//! YAML as written, unknown keys rejected; validated by `validate_diagnosis.rs`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDiagnosis {
+    /// Endpoint discovery: every call aggregated by method, host and path template (`GET /discover`, `tollgate discover`), and optional per-endpoint metrics.
+    pub discovery: RawDiscovery,
+    /// HAR capture: HAR 1.2 entries of the calls selected, redacted, written off the request path to files, an HTTP collector or standard output.
+    pub har: RawHar,
+    /// OpenTelemetry traces exported over OTLP/HTTP (protobuf), with W3C `traceparent` continued and propagated to providers.
+    pub traces: RawTraces,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDiscovery {
+    /// Aggregate every call by method, host and path template.
+    pub enabled: bool,
+    /// Also export per-endpoint Prometheus series (`tollgate_endpoint_*`), bounded by the caps below.
+    pub metrics: bool,
+    /// Most distinct hosts tracked (1 to 10000); calls to further hosts are counted under host `other`.
+    pub max_hosts: usize,
+    /// Most endpoints tracked per host (1 to 10000); further templates of that host fold into endpoint `other`.
+    pub max_endpoints_per_host: usize,
+    /// Most endpoints tracked in all (1 to 100000); each costs about 12 KB at most (two latency histograms).
+    pub max_endpoints: usize,
+    /// Distinct literal values seen at one path position (under the same prefix) before that position becomes a `{param}` (2 to 10000).
+    pub max_children: usize,
+    /// A request header naming the calling application or tenant; its values are counted per endpoint. Absent: no consumer counts.
+    pub consumer_header: Option<String>,
+    /// Most consumer values counted per endpoint (1 to 1000); the rest under `other`.
+    pub max_consumers: usize,
+}
+
+impl Default for RawDiscovery {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            metrics: false,
+            max_hosts: 100,
+            max_endpoints_per_host: 200,
+            max_endpoints: 2000,
+            max_children: 50,
+            consumer_header: None,
+            max_consumers: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHar {
+    /// Capture HAR entries (needs at least one sink: `file`, `collector` or `stdout`).
+    pub enabled: bool,
+    /// Fraction of the selected calls captured, from 0 to 1.
+    pub sample: f64,
+    /// Capture only the calls these policies matched. Empty: every call.
+    pub policies: Vec<String>,
+    /// Bytes of each request and response body kept (0 to 16MiB); past it the entry says the content was truncated and how large it was. The body itself is streamed, never held back.
+    pub max_body_bytes: String,
+    /// Entries waiting for the writer (1 to 1048576); when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
+    pub queue_capacity: usize,
+    /// Header, query-parameter and JSON-key names replaced by `REDACTED`, in addition to `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie` and every name a credentials remedy injects (case-insensitive).
+    pub redact: Vec<String>,
+    /// Replace values by a keyed hash instead of keeping them (equal values stay equal, so calls can still be correlated).
+    pub obfuscate: RawObfuscate,
+    /// HAR files in a directory, rotated by size and age.
+    pub file: Option<RawHarFile>,
+    /// An HTTP collector: batches of entries POSTed as a JSON array.
+    pub collector: Option<RawCollector>,
+    /// One JSON line per entry on standard output.
+    pub stdout: bool,
+}
+
+impl Default for RawHar {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            sample: 1.0,
+            policies: Vec::new(),
+            max_body_bytes: "64KiB".into(),
+            queue_capacity: 4096,
+            redact: Vec::new(),
+            obfuscate: RawObfuscate::default(),
+            file: None,
+            collector: None,
+            stdout: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawObfuscate {
+    /// Replace header values, query values, JSON leaves (strings and numbers) and the path segments that are not literal parts of the matched template by `HMAC-SHA-256(key, value)` (hex, first 16 bytes).
+    pub enabled: bool,
+    /// The per-installation key, at least 16 characters; `${ENV_VAR}` is substituted. Required when `enabled`.
+    pub key: Option<String>,
+    /// Header names kept as they are.
+    pub exclude_headers: Vec<String>,
+    /// Query-parameter names kept as they are.
+    pub exclude_query: Vec<String>,
+    /// Path parameter names (of the matched policy's template, or `id` for learned ones) kept as they are.
+    pub exclude_path_params: Vec<String>,
+    /// JSON paths kept as they are: `$.field.sub`, `$.items[*].name`.
+    pub exclude_json_paths: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHarFile {
+    /// Directory the HAR files are written to (created if missing).
+    pub dir: String,
+    /// A file is closed and a new one started past this size (1KiB to 1GiB).
+    #[serde(default = "default_file_max_bytes")]
+    pub max_bytes: String,
+    /// A file is closed and a new one started after this long (1s to 7d).
+    #[serde(default = "default_file_max_age")]
+    pub max_age: String,
+    /// Closed files kept (1 to 10000); older ones are deleted.
+    #[serde(default = "default_retain")]
+    pub retain: usize,
+}
+
+fn default_file_max_bytes() -> String {
+    "64MiB".into()
+}
+fn default_file_max_age() -> String {
+    "1h".into()
+}
+fn default_retain() -> usize {
+    10
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCollector {
+    /// `http://` or `https://` URL the batches are POSTed to. `${ENV_VAR}` is substituted.
+    pub url: String,
+    /// Headers sent with every batch (an API key for the collector). `${ENV_VAR}` is substituted; values are masked in `/config`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Most entries per POST (1 to 10000).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    /// A batch is sent at least this often when entries are waiting (10ms to 1h).
+    #[serde(default = "default_interval")]
+    pub interval: String,
+    /// Entries held while the collector is slow or down (1 to 1048576); past it the oldest are dropped and counted in `tollgate_har_dropped_total{sink="collector"}`.
+    #[serde(default = "default_buffer")]
+    pub buffer: usize,
+    /// Time allowed for one POST (100ms to 5m).
+    #[serde(default = "default_timeout")]
+    pub timeout: String,
+    /// Longest wait between retries of a failed batch; waits double from 100ms up to it (100ms to 1h).
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff: String,
+}
+
+fn default_batch() -> usize {
+    100
+}
+fn default_interval() -> String {
+    "1s".into()
+}
+fn default_buffer() -> usize {
+    10_000
+}
+fn default_timeout() -> String {
+    "10s".into()
+}
+fn default_max_backoff() -> String {
+    "30s".into()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTraces {
+    /// Export spans.
+    pub enabled: bool,
+    /// OTLP/HTTP traces endpoint (protobuf). `${ENV_VAR}` is substituted.
+    pub endpoint: String,
+    /// Headers sent with every export. `${ENV_VAR}` is substituted; values are masked in `/config`.
+    pub headers: BTreeMap<String, String>,
+    /// Fraction of new traces sampled, from 0 to 1. A client's `traceparent` decides for the traces it continues.
+    pub sample: f64,
+    /// `service.name` of the exported resource.
+    pub service_name: String,
+    /// Spans waiting for export (1 to 1048576); past it spans are dropped and counted in `tollgate_spans_dropped_total`.
+    pub queue_capacity: usize,
+    /// Most spans per export request (1 to 100000).
+    pub batch_size: usize,
+    /// Spans are exported at least this often when waiting (10ms to 1h).
+    pub interval: String,
+    /// Time allowed for one export (100ms to 5m).
+    pub timeout: String,
+}
+
+impl Default for RawTraces {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            headers: BTreeMap::new(),
+            sample: 1.0,
+            service_name: "tollgate".into(),
+            queue_capacity: 4096,
+            batch_size: 512,
+            interval: "1s".into(),
+            timeout: "10s".into(),
+        }
+    }
+}

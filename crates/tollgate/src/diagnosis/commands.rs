@@ -1,0 +1,197 @@
+//! `tollgate discover` and `tollgate har`: diagnosis from the command line.
+
+use super::har::read;
+use clap::Subcommand;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct DiscoverArgs {
+    /// The admin listener's URL.
+    #[arg(long, default_value = "http://127.0.0.1:8081")]
+    pub admin: String,
+    /// The admin token, when `admin.token` is set.
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the JSON of `GET /discover` instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HarCommand {
+    /// List the entries of a HAR file, or of every tollgate HAR file in a directory.
+    List {
+        /// A HAR file or a directory of them (diagnosis.har.file.dir).
+        path: PathBuf,
+    },
+    /// Print one entry as JSON.
+    Show {
+        path: PathBuf,
+        /// The entry's number in `list`, or its request id.
+        entry: String,
+    },
+    /// Print a mock policy (YAML) answering the entry's request with its response.
+    Mock {
+        path: PathBuf,
+        /// The entry's number in `list`, or its request id.
+        entry: String,
+    },
+}
+
+pub fn har(cmd: HarCommand) -> ExitCode {
+    let (path, which) = match &cmd {
+        HarCommand::List { path } => (path, None),
+        HarCommand::Show { path, entry } | HarCommand::Mock { path, entry } => (path, Some(entry)),
+    };
+    let entries = match read::load(path) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(which) = which else {
+        print!("{}", read::list(&entries));
+        return ExitCode::SUCCESS;
+    };
+    let Some(entry) = read::find(&entries, which) else {
+        eprintln!(
+            "error: no entry `{which}` ({} entries; give a number from `tollgate har list` or a request id)",
+            entries.len()
+        );
+        return ExitCode::FAILURE;
+    };
+    match cmd {
+        HarCommand::Mock { .. } => match read::mock(entry) {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(entry).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+pub async fn discover(args: DiscoverArgs) -> ExitCode {
+    match fetch(&args).await {
+        Ok(v) if args.json => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            print!("{}", table(&v));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn fetch(args: &DiscoverArgs) -> Result<Value, String> {
+    let base: http::Uri = args
+        .admin
+        .parse()
+        .map_err(|e| format!("--admin `{}`: {e}", args.admin))?;
+    if base.scheme_str() != Some("http") {
+        return Err(format!(
+            "--admin `{}`: write the admin listener's http:// URL",
+            args.admin
+        ));
+    }
+    let auth = base
+        .authority()
+        .ok_or("--admin needs a host and port")?
+        .clone();
+    let port = auth.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((auth.host(), port))
+        .await
+        .map_err(|e| format!("cannot reach the admin listener at {auth}: {e} (is tollgate running? --admin sets the address)"))?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut req = http::Request::get("/discover").header(http::header::HOST, auth.as_str());
+    if let Some(t) = &args.token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!(
+            "GET /discover answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| format!("GET /discover: {e}"))
+}
+
+/// Endpoints as a table, most called first.
+pub fn table(v: &Value) -> String {
+    if v["enabled"] == false {
+        return format!(
+            "{}\n",
+            v["message"].as_str().unwrap_or("endpoint discovery is off")
+        );
+    }
+    let ms = |x: &Value| x.as_f64().map_or("-".to_owned(), |f| format!("{f:.1}"));
+    let mut out = format!(
+        "{:>8}  {:<7} {:<28} {:<40} {:>6} {:>6} {:>8} {:>8}\n",
+        "COUNT", "METHOD", "HOST", "ENDPOINT", "2xx%", "429", "p50 ms", "p99 ms"
+    );
+    for e in v["endpoints"].as_array().into_iter().flatten() {
+        let count = e["count"].as_u64().unwrap_or(0);
+        let status = e["status"].as_object();
+        let sum = |f: &dyn Fn(u64) -> bool| -> u64 {
+            status
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.parse::<u64>().is_ok_and(f))
+                .map(|(_, n)| n.as_u64().unwrap_or(0))
+                .sum()
+        };
+        let ok = sum(&|s| (200..300).contains(&s));
+        out.push_str(&format!(
+            "{:>8}  {:<7} {:<28} {:<40} {:>6.1} {:>6} {:>8} {:>8}\n",
+            count,
+            e["method"].as_str().unwrap_or("-"),
+            e["host"].as_str().unwrap_or("-"),
+            e["endpoint"].as_str().unwrap_or("-"),
+            100.0 * ok as f64 / count.max(1) as f64,
+            sum(&|s| s == 429),
+            ms(&e["latency_ms"]["p50"]),
+            ms(&e["latency_ms"]["p99"]),
+        ));
+    }
+    if v["folded"].as_u64().unwrap_or(0) > 0 {
+        out.push_str(&format!(
+            "({} calls counted under `other`: a discovery cap was reached)\n",
+            v["folded"]
+        ));
+    }
+    out
+}

@@ -1,0 +1,382 @@
+//! Endpoint discovery: every call aggregated by method, host and path template, on the
+//! observer thread. A matched policy's template names its calls; other paths are learned
+//! ([`template`]): identifier-like segments become `{id}`, and a path position that shows
+//! more than `max_children` distinct values under one prefix becomes `{id}` too (its
+//! endpoints so far merged into one). Memory is bounded by the caps in the settings; past
+//! them calls count under host or endpoint `other`.
+
+pub mod metrics;
+pub mod template;
+
+use crate::diagnosis::settings::Discovery;
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+
+pub const OTHER: &str = "other";
+const ID: &str = "{id}";
+
+/// One finished call, as discovery sees it.
+pub struct Call<'a> {
+    pub host: &'a str,
+    pub method: &'static str,
+    pub path: &'a str,
+    /// The matched policy's template (no trailing `*`).
+    pub template: Option<&'a str>,
+    pub status: u16,
+    pub total_us: u64,
+    pub upstream_us: Option<u64>,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    pub consumer: Option<&'a str>,
+    pub at_ms: u64,
+}
+
+/// The aggregate of one endpoint.
+pub struct Stats {
+    pub count: u64,
+    pub statuses: BTreeMap<u16, u64>,
+    total: Histogram<u32>,
+    upstream: Histogram<u32>,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    pub first_seen_ms: u64,
+    pub last_seen_ms: u64,
+    pub consumers: BTreeMap<String, u64>,
+}
+
+impl Stats {
+    fn new(at: u64) -> Self {
+        let h = || Histogram::new(2).expect("2 significant figures is valid");
+        Self {
+            count: 0,
+            statuses: BTreeMap::new(),
+            total: h(),
+            upstream: h(),
+            request_bytes: 0,
+            response_bytes: 0,
+            first_seen_ms: at,
+            last_seen_ms: at,
+            consumers: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, c: &Call, max_consumers: usize) {
+        self.count += 1;
+        *self.statuses.entry(c.status).or_default() += 1;
+        self.total.saturating_record(c.total_us.max(1));
+        if let Some(u) = c.upstream_us {
+            self.upstream.saturating_record(u.max(1));
+        }
+        self.request_bytes += c.request_bytes;
+        self.response_bytes += c.response_bytes;
+        self.first_seen_ms = self.first_seen_ms.min(c.at_ms);
+        self.last_seen_ms = self.last_seen_ms.max(c.at_ms);
+        if let Some(who) = c.consumer {
+            let key = if self.consumers.contains_key(who) || self.consumers.len() < max_consumers {
+                who
+            } else {
+                OTHER
+            };
+            *self.consumers.entry(key.to_owned()).or_default() += 1;
+        }
+    }
+
+    fn merge(&mut self, o: Stats, max_consumers: usize) {
+        self.count += o.count;
+        for (s, n) in o.statuses {
+            *self.statuses.entry(s).or_default() += n;
+        }
+        let _ = self.total.add(&o.total);
+        let _ = self.upstream.add(&o.upstream);
+        self.request_bytes += o.request_bytes;
+        self.response_bytes += o.response_bytes;
+        self.first_seen_ms = self.first_seen_ms.min(o.first_seen_ms);
+        self.last_seen_ms = self.last_seen_ms.max(o.last_seen_ms);
+        for (k, n) in o.consumers {
+            let key = if self.consumers.contains_key(&k) || self.consumers.len() < max_consumers {
+                k
+            } else {
+                OTHER.to_owned()
+            };
+            *self.consumers.entry(key).or_default() += n;
+        }
+    }
+
+    fn percentiles(h: &Histogram<u32>) -> Value {
+        if h.is_empty() {
+            return Value::Null;
+        }
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        json!({ "p50": ms(0.5), "p95": ms(0.95), "p99": ms(0.99), "max": h.max() as f64 / 1e3 })
+    }
+}
+
+/// A learned-path trie node: literal children until there are too many, then one `{id}`.
+#[derive(Default)]
+struct Node {
+    children: HashMap<String, Node>,
+    collapsed: bool,
+}
+
+impl Node {
+    fn merge(&mut self, other: Node) {
+        self.collapsed |= other.collapsed;
+        for (k, v) in other.children {
+            self.children.entry(k).or_default().merge(v);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Host {
+    endpoints: HashMap<(&'static str, String), Stats>,
+    trie: Node,
+}
+
+/// Every endpoint seen, within the caps.
+pub struct Endpoints {
+    settings: Discovery,
+    hosts: HashMap<String, Host>,
+    count: usize,
+    pub folded: u64,
+}
+
+/// Where a call was counted: host and endpoint labels (either may be `other`).
+pub struct Counted {
+    pub host: String,
+    pub endpoint: String,
+    pub folded: bool,
+}
+
+impl Endpoints {
+    pub fn new(settings: Discovery) -> Self {
+        Self {
+            settings,
+            hosts: HashMap::new(),
+            count: 0,
+            folded: 0,
+        }
+    }
+
+    pub fn record(&mut self, c: &Call) -> Counted {
+        let mut folded = false;
+        let host_key =
+            if self.hosts.contains_key(c.host) || self.hosts.len() < self.settings.max_hosts {
+                c.host
+            } else {
+                folded = true;
+                OTHER
+            };
+        let max_children = self.settings.max_children;
+        let host = self.hosts.entry(host_key.to_owned()).or_default();
+        let endpoint = match c.template {
+            Some(t) => t.to_owned(),
+            None => learn(host, c.path, max_children),
+        };
+        let key = (c.method, endpoint);
+        let key = if host.endpoints.contains_key(&key)
+            || (host.endpoints.len() < self.settings.max_endpoints_per_host
+                && self.count < self.settings.max_endpoints)
+        {
+            key
+        } else {
+            folded = true;
+            (c.method, OTHER.to_owned())
+        };
+        if !host.endpoints.contains_key(&key) {
+            self.count += 1;
+        }
+        let endpoint = key.1.clone();
+        host.endpoints
+            .entry(key)
+            .or_insert_with(|| Stats::new(c.at_ms))
+            .add(c, self.settings.max_consumers);
+        if folded {
+            self.folded += 1;
+        }
+        Counted {
+            host: host_key.to_owned(),
+            endpoint,
+            folded,
+        }
+    }
+
+    /// Every endpoint, most called first.
+    pub fn to_json(&self) -> Value {
+        let mut rows: Vec<(&str, &'static str, &str, &Stats)> = self
+            .hosts
+            .iter()
+            .flat_map(|(h, host)| {
+                host.endpoints
+                    .iter()
+                    .map(move |((m, e), s)| (h.as_str(), *m, e.as_str(), s))
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.3.count
+                .cmp(&a.3.count)
+                .then(a.0.cmp(b.0))
+                .then(a.2.cmp(b.2))
+        });
+        let ts = |ms: u64| {
+            jiff::Timestamp::from_millisecond(ms as i64)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        };
+        json!({
+            "enabled": true,
+            "endpoints": rows.iter().map(|(h, m, e, s)| json!({
+                "host": h, "method": m, "endpoint": e, "count": s.count,
+                "status": s.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                "latency_ms": Stats::percentiles(&s.total),
+                "provider_ms": Stats::percentiles(&s.upstream),
+                "request_bytes": s.request_bytes, "response_bytes": s.response_bytes,
+                "first_seen": ts(s.first_seen_ms), "last_seen": ts(s.last_seen_ms),
+                "consumers": s.consumers,
+            })).collect::<Vec<_>>(),
+            "folded": self.folded,
+            "caps": {
+                "max_hosts": self.settings.max_hosts,
+                "max_endpoints_per_host": self.settings.max_endpoints_per_host,
+                "max_endpoints": self.settings.max_endpoints,
+                "max_children": self.settings.max_children,
+            },
+        })
+    }
+}
+
+/// The learned template of `path` on `host`, collapsing a position (and merging its
+/// endpoints) when it has too many distinct values.
+fn learn(host: &mut Host, path: &str, max_children: usize) -> String {
+    let segs = template::segments(path);
+    let mut out: Vec<String> = Vec::with_capacity(segs.len());
+    let mut node = &mut host.trie;
+    let mut collapse_at = None;
+    for seg in &segs {
+        let key = if node.collapsed {
+            ID.to_owned()
+        } else if node.children.contains_key(seg) || node.children.len() < max_children || seg == ID
+        {
+            seg.clone()
+        } else {
+            collapse_at = Some(out.len());
+            break;
+        };
+        out.push(key.clone());
+        node = node.children.entry(key).or_default();
+    }
+    let Some(at) = collapse_at else {
+        return template::join(&out);
+    };
+    // Collapse the node at `out` (prefix): its literal children merge into `{id}`.
+    let mut node = &mut host.trie;
+    for s in &out {
+        node = node.children.get_mut(s).expect("walked above");
+    }
+    node.collapsed = true;
+    let mut merged = node.children.remove(ID).unwrap_or_default();
+    for (_, child) in node.children.drain() {
+        merged.merge(child);
+    }
+    node.children.insert(ID.to_owned(), merged);
+    let prefix = out.clone();
+    let old: Vec<(&'static str, String)> = host
+        .endpoints
+        .keys()
+        .filter(|(_, t)| {
+            let s: Vec<&str> = t.split('/').filter(|s| !s.is_empty()).collect();
+            s.len() > at
+                && s[..at] == prefix.iter().map(String::as_str).collect::<Vec<_>>()[..]
+                && s[at] != ID
+        })
+        .cloned()
+        .collect();
+    for (m, t) in old {
+        let stats = host
+            .endpoints
+            .remove(&(m, t.clone()))
+            .expect("listed above");
+        let mut s: Vec<String> = t
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        s[at] = ID.to_owned();
+        let key = (m, template::join(&s));
+        match host.endpoints.get_mut(&key) {
+            Some(existing) => existing.merge(stats, usize::MAX),
+            None => {
+                host.endpoints.insert(key, stats);
+            }
+        }
+    }
+    // The call itself, through the collapsed node.
+    learn(host, path, max_children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call<'a>(host: &'a str, path: &'a str) -> Call<'a> {
+        Call {
+            host,
+            method: "GET",
+            path,
+            template: None,
+            status: 200,
+            total_us: 1000,
+            upstream_us: Some(800),
+            request_bytes: 0,
+            response_bytes: 10,
+            consumer: None,
+            at_ms: 1,
+        }
+    }
+
+    fn settings() -> Discovery {
+        Discovery {
+            enabled: true,
+            max_children: 3,
+            max_endpoints_per_host: 10,
+            max_hosts: 2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn collapses_names_past_max_children() {
+        let mut e = Endpoints::new(settings());
+        for u in ["alice", "bob", "carol"] {
+            assert_eq!(
+                e.record(&call("gh", &format!("/users/{u}/repos"))).endpoint,
+                format!("/users/{u}/repos")
+            );
+        }
+        // The fourth distinct name collapses the position; the three merge into it.
+        assert_eq!(
+            e.record(&call("gh", "/users/dave/repos")).endpoint,
+            "/users/{id}/repos"
+        );
+        assert_eq!(
+            e.record(&call("gh", "/users/alice/repos")).endpoint,
+            "/users/{id}/repos"
+        );
+        let j = e.to_json();
+        let eps = j["endpoints"].as_array().unwrap();
+        assert_eq!(eps.len(), 1, "{j}");
+        assert_eq!(eps[0]["count"], 5);
+    }
+
+    #[test]
+    fn caps_fold_into_other() {
+        let mut e = Endpoints::new(settings());
+        e.record(&call("a", "/x"));
+        e.record(&call("b", "/x"));
+        let c = e.record(&call("c", "/x"));
+        assert_eq!(c.host, OTHER);
+        assert!(c.folded);
+        assert_eq!(e.folded, 1);
+    }
+}

@@ -1,0 +1,118 @@
+//! Path templates learned from traffic: segments that look like identifiers (numbers,
+//! UUIDs, hex strings, long tokens) become `{id}`; the rest stay literal until a path
+//! position has too many distinct values (see [`super::Endpoints`]).
+
+/// Whether a path segment looks like an identifier rather than a name.
+pub fn id_like(seg: &str) -> bool {
+    let b = seg.as_bytes();
+    if b.is_empty() {
+        return false;
+    }
+    // A number (`42`, `-1`, `3.14`).
+    if b.iter()
+        .all(|c| c.is_ascii_digit() || *c == b'.' || *c == b'-')
+        && b.iter().any(u8::is_ascii_digit)
+    {
+        return true;
+    }
+    // A UUID (RFC 9562 text form).
+    if b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+    {
+        return true;
+    }
+    // A hex string (commit SHA, object id): 8+ hex digits with at least one digit.
+    if b.len() >= 8 && b.iter().all(u8::is_ascii_hexdigit) && b.iter().any(u8::is_ascii_digit) {
+        return true;
+    }
+    // A long token (`cus_9s6XKzkNRiz8i3`, base64 ids): 16+ characters mixing letters and
+    // digits, or any segment of 32+ characters.
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    (b.len() >= 16 && digits > 0 && letters > 0 && digits + letters + 2 >= b.len()) || b.len() >= 32
+}
+
+/// The path's segments, with identifier-like ones as `{id}`.
+pub fn segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if id_like(s) {
+                "{id}".to_owned()
+            } else {
+                s.to_owned()
+            }
+        })
+        .collect()
+}
+
+pub fn join(segments: &[String]) -> String {
+    if segments.is_empty() {
+        return "/".into();
+    }
+    let mut out = String::new();
+    for s in segments {
+        out.push('/');
+        out.push_str(s);
+    }
+    out
+}
+
+/// Which path positions are parameters in `template` (`{name}` segments), by name.
+pub fn params(template: &str) -> Vec<Option<&str>> {
+    template
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        for id in [
+            "42",
+            "0",
+            "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            "deadbeef12",
+            "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
+            "cus_9s6XKzkNRiz8i3",
+            "ch_3MmlLrLkdIwHu7ix0snN0B15",
+        ] {
+            assert!(id_like(id), "{id}");
+        }
+        for name in [
+            "users",
+            "v1",
+            "repos",
+            "issues",
+            "chat",
+            "completions",
+            "deadbeef",
+            "rust-lang",
+            "api.github.com",
+        ] {
+            assert!(!id_like(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn learned() {
+        assert_eq!(
+            join(&segments("/v1/customers/cus_9s6XKzkNRiz8i3/charges")),
+            "/v1/customers/{id}/charges"
+        );
+        assert_eq!(
+            join(&segments("/repos/rust-lang/rust/issues/123")),
+            "/repos/rust-lang/rust/issues/{id}"
+        );
+        assert_eq!(join(&segments("/")), "/");
+        assert_eq!(params("/users/{user}/x"), [None, Some("user"), None]);
+    }
+}

@@ -1,0 +1,383 @@
+//! One captured call as a HAR 1.2 entry (http://www.softwareishard.com/blog/har-12-spec/),
+//! redacted and obfuscated on the way. tollgate's own fields start with `_tollgate`, as
+//! the spec allows for custom fields.
+
+use super::Record;
+use super::redact::{REDACTED, Redactor};
+use crate::diagnosis::discovery::template;
+use base64::Engine as _;
+use http::{HeaderMap, Version};
+use serde_json::{Value, json};
+use std::io::Read;
+
+/// Most bytes a compressed body is decoded to.
+const MAX_DECODED: u64 = 16 << 20;
+
+/// The entry, and the secret values found under secret JSON keys of the bodies (the
+/// writer scrubs them from the whole entry: a provider may echo them back elsewhere).
+pub fn build(r: &Record) -> (Value, Vec<String>) {
+    let mut found = Vec::new();
+    let c = &r.capture;
+    let red = &r.redactor;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let total = ms(r.total);
+    let blocked = c.sent_after.map_or(0.0, ms);
+    let wait = r.wait.map_or(0.0, ms);
+    let receive = (total - blocked - wait).max(0.0);
+    let started: jiff::Timestamp = c.started.try_into().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+
+    let (url, query) = url_and_query(&c.url, red, r.template.as_deref());
+    let mut request = json!({
+        "method": c.method.as_str(),
+        "url": url,
+        "httpVersion": "HTTP/1.1",
+        "cookies": cookies(&c.request_headers, "cookie", red),
+        "headers": headers(&c.request_headers, red),
+        "queryString": query,
+        "headersSize": -1,
+        "bodySize": r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
+    });
+    if let Some((data, size)) = &r.request_body
+        && *size > 0
+    {
+        let mime = content_type(&c.request_headers);
+        let (text, encoding) = body_text(data, &mime, red, &mut found);
+        let mut post = json!({ "mimeType": mime, "text": text });
+        if let Some(e) = encoding {
+            post["_encoding"] = e.into();
+        }
+        if *size > data.len() as u64 {
+            post["_tollgateTruncated"] = true.into();
+            post["_tollgateSize"] = (*size).into();
+        }
+        request["postData"] = post;
+    }
+
+    let response = match &c.response {
+        Some(h) => {
+            let mime = content_type(&h.headers);
+            let (data, size) = (&c.response_body.data, c.response_body.size);
+            let truncated = c.response_body.truncated();
+            let decoded = decode(&h.headers, data);
+            let (body, compression) = match &decoded {
+                Some(d) => (&d[..], Some(d.len() as i64 - data.len() as i64)),
+                None => (&data[..], None),
+            };
+            let (text, encoding) = body_text(body, &mime, red, &mut found);
+            let mut content =
+                json!({ "size": body.len() as u64 + size - data.len() as u64, "mimeType": mime });
+            if !body.is_empty() {
+                content["text"] = text.into();
+            }
+            if let Some(e) = encoding {
+                content["encoding"] = e.into();
+            }
+            if let Some(saved) = compression {
+                content["compression"] = saved.into();
+            }
+            if truncated {
+                content["_tollgateTruncated"] = true.into();
+                content["_tollgateSize"] = size.into();
+            }
+            json!({
+                "status": h.status.as_u16(),
+                "statusText": h.status.canonical_reason().unwrap_or(""),
+                "httpVersion": version(h.version),
+                "cookies": cookies(&h.headers, "set-cookie", red),
+                "headers": headers(&h.headers, red),
+                "content": content,
+                "redirectURL": h.headers.get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(|v| red.scrub(v).into_owned()).unwrap_or_default(),
+                "headersSize": -1,
+                "bodySize": size,
+            })
+        }
+        None => json!({
+            "status": 0, "statusText": "", "httpVersion": "", "cookies": [], "headers": [],
+            "content": { "size": 0, "mimeType": "x-unknown" }, "redirectURL": "",
+            "headersSize": -1, "bodySize": -1,
+        }),
+    };
+
+    let mut entry = json!({
+        "startedDateTime": started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        "time": total,
+        "request": request,
+        "response": response,
+        "cache": {},
+        "timings": {
+            "blocked": blocked, "dns": -1, "connect": -1, "ssl": -1,
+            "send": 0, "wait": wait, "receive": receive,
+        },
+        "_tollgateRequestId": r.request_id,
+        "_tollgateRemedies": r.acted.iter().map(|a| json!({"remedy": a.remedy, "action": a.action})).collect::<Vec<_>>(),
+        "_tollgateRetries": r.retries,
+        "_tollgateCompleted": r.completed,
+    });
+    if let Some(p) = &r.policy {
+        entry["_tollgatePolicy"] = p.as_ref().into();
+    }
+    if let Some(e) = r.error {
+        entry["_tollgateError"] = e.into();
+    }
+    (entry, found)
+}
+
+fn version(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
+fn headers(h: &HeaderMap, red: &Redactor) -> Vec<Value> {
+    h.iter()
+        .map(|(n, v)| {
+            let value = String::from_utf8_lossy(v.as_bytes());
+            json!({ "name": n.as_str(), "value": red.header(n.as_str(), &value) })
+        })
+        .collect()
+}
+
+/// Cookies of `Cookie` (request) or `Set-Cookie` (response): names kept, values
+/// redacted while the header is a secret name (the default).
+fn cookies(h: &HeaderMap, name: &str, red: &Redactor) -> Vec<Value> {
+    let mut out = Vec::new();
+    for v in h.get_all(name) {
+        let v = String::from_utf8_lossy(v.as_bytes());
+        let pairs: Vec<&str> = if name == "cookie" {
+            v.split(';').collect()
+        } else {
+            v.split(';').take(1).collect()
+        };
+        for pair in pairs {
+            let (n, val) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
+            let value = if red.is_secret(name) {
+                REDACTED.to_owned()
+            } else {
+                red.header(name, val)
+            };
+            out.push(json!({ "name": n, "value": value }));
+        }
+    }
+    out
+}
+
+/// The URL with path parameters obfuscated (when on) and query values redacted or
+/// obfuscated, and the query as HAR's `queryString`.
+fn url_and_query(url: &str, red: &Redactor, template: Option<&str>) -> (String, Vec<Value>) {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = match red.obfuscator() {
+        Some(o) => {
+            // scheme://authority + path
+            let path_start = base
+                .find("://")
+                .map(|i| i + 3)
+                .and_then(|i| base[i..].find('/').map(|j| i + j));
+            match path_start {
+                Some(ps) => {
+                    let (origin, path) = base.split_at(ps);
+                    let policy_params = template.filter(|t| !t.is_empty()).map(template::params);
+                    let mut out = origin.to_owned();
+                    for (i, seg) in path.split('/').filter(|s| !s.is_empty()).enumerate() {
+                        let param = match &policy_params {
+                            Some(p) => p.get(i).copied().flatten(),
+                            None => template::id_like(seg).then_some("id"),
+                        };
+                        out.push('/');
+                        match param {
+                            Some(name)
+                                if !o.settings.exclude_path_params.iter().any(|x| x == name) =>
+                            {
+                                out.push_str(&o.hash(seg))
+                            }
+                            _ => out.push_str(seg),
+                        }
+                    }
+                    if path.ends_with('/') && path.len() > 1 {
+                        out.push('/');
+                    }
+                    if path == "/" {
+                        out.push('/');
+                    }
+                    out
+                }
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    let mut pairs = Vec::new();
+    let mut q = String::new();
+    for p in query.split('&').filter(|p| !p.is_empty()) {
+        let (n, v) = p.split_once('=').unwrap_or((p, ""));
+        let name = super::redact::percent_decode(n).unwrap_or_else(|| n.to_owned());
+        let value = super::redact::percent_decode(v).unwrap_or_else(|| v.to_owned());
+        let shown = red.query(&name, &value);
+        if !q.is_empty() {
+            q.push('&');
+        }
+        q.push_str(n);
+        q.push('=');
+        q.push_str(&if shown == value {
+            red.scrub(v).into_owned()
+        } else {
+            shown.clone()
+        });
+        pairs.push(json!({ "name": name, "value": shown }));
+    }
+    let url = if q.is_empty() {
+        base
+    } else {
+        format!("{base}?{q}")
+    };
+    (red.scrub(&url).into_owned(), pairs)
+}
+
+fn content_type(h: &HeaderMap) -> String {
+    h.get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn is_text(mime: &str) -> bool {
+    let m = mime
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    m.starts_with("text/")
+        || m.ends_with("json")
+        || m.ends_with("+xml")
+        || m == "application/xml"
+        || m == "application/javascript"
+        || m == "application/x-www-form-urlencoded"
+        || m == "application/x-ndjson"
+        || m.is_empty()
+}
+
+/// The body as HAR text: text types redacted (JSON walked: secret keys redacted, leaves
+/// obfuscated when on); anything else (or text that is not UTF-8) as base64.
+fn body_text(
+    data: &[u8],
+    mime: &str,
+    red: &Redactor,
+    found: &mut Vec<String>,
+) -> (String, Option<&'static str>) {
+    if data.is_empty() {
+        return (String::new(), None);
+    }
+    if is_text(mime)
+        && let Ok(text) = std::str::from_utf8(data)
+    {
+        if let Ok(mut v) = serde_json::from_str::<Value>(text) {
+            walk(&mut v, red, &mut Vec::new(), found);
+            return (red.scrub(&v.to_string()).into_owned(), None);
+        }
+        return (red.scrub(text).into_owned(), None);
+    }
+    (
+        base64::engine::general_purpose::STANDARD.encode(data),
+        Some("base64"),
+    )
+}
+
+/// Redacts secret keys and obfuscates leaves of a JSON document in place.
+fn walk(v: &mut Value, red: &Redactor, path: &mut Vec<String>, found: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for k in keys {
+                if red.is_secret(&k) {
+                    if let Some(old) = map.insert(k, Value::String(REDACTED.into())) {
+                        match old {
+                            Value::String(s) if s.len() >= 4 => found.push(s),
+                            Value::Number(n) if n.to_string().len() >= 4 => {
+                                found.push(n.to_string())
+                            }
+                            _ => {}
+                        }
+                    }
+                    continue;
+                }
+                path.push(k.clone());
+                if let Some(child) = map.get_mut(&k) {
+                    walk(child, red, path, found);
+                }
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                path.push("*".into());
+                walk(item, red, path, found);
+                path.pop();
+            }
+        }
+        Value::String(_) | Value::Number(_) => {
+            if let Some(o) = red.obfuscator() {
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                if !o.json_excluded(&p) {
+                    let text = match &*v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    *v = Value::String(o.hash(&text));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The body decoded from its `Content-Encoding` (gzip, deflate, br), as far as the
+/// captured bytes go; `None` when not encoded or not decodable.
+fn decode(h: &HeaderMap, data: &[u8]) -> Option<Vec<u8>> {
+    let enc = h
+        .get(http::header::CONTENT_ENCODING)?
+        .to_str()
+        .ok()?
+        .trim()
+        .to_ascii_lowercase();
+    let mut out = Vec::new();
+    let r = match enc.as_str() {
+        "gzip" | "x-gzip" => flate2::read::MultiGzDecoder::new(data)
+            .take(MAX_DECODED)
+            .read_to_end(&mut out),
+        // RFC 9110 §8.4.1.2: "deflate" is zlib-wrapped; some servers send it raw.
+        "deflate" => match flate2::read::ZlibDecoder::new(data)
+            .take(MAX_DECODED)
+            .read_to_end(&mut out)
+        {
+            Ok(n) => Ok(n),
+            Err(_) => {
+                out.clear();
+                flate2::read::DeflateDecoder::new(data)
+                    .take(MAX_DECODED)
+                    .read_to_end(&mut out)
+            }
+        },
+        "br" => brotli_decompressor::Decompressor::new(data, 4096)
+            .take(MAX_DECODED)
+            .read_to_end(&mut out),
+        _ => return None,
+    };
+    // A truncated capture decodes as far as it goes.
+    match r {
+        Ok(_) => Some(out),
+        Err(_) if !out.is_empty() => Some(out),
+        Err(_) => None,
+    }
+}
+
+/// The HAR document around entries: `{"log": {"version": "1.2", "creator", "entries"}}`.
+pub fn document(entries: Vec<Value>) -> Value {
+    json!({ "log": { "version": "1.2", "creator": creator(), "entries": entries } })
+}
+
+pub fn creator() -> Value {
+    json!({ "name": "tollgate", "version": env!("CARGO_PKG_VERSION") })
+}

@@ -1,0 +1,131 @@
+//! Reading captured HAR files back (`tollgate har`): list entries, show one, and turn
+//! one into a mock policy (capture in staging, replay as a mock in development).
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// The entries of a HAR file, or of every tollgate HAR file in a directory (oldest first).
+pub fn load(path: &Path) -> Result<Vec<Value>, String> {
+    let files = if path.is_dir() {
+        super::file::har_files(path).map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        vec![PathBuf::from(path)]
+    };
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let doc: Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a HAR file: {e}", f.display()))?;
+        let entries = doc["log"]["entries"]
+            .as_array()
+            .ok_or_else(|| format!("{}: no log.entries", f.display()))?;
+        out.extend(entries.iter().cloned());
+    }
+    Ok(out)
+}
+
+/// One line per entry: index, time, method, status, duration, URL.
+pub fn list(entries: &[Value]) -> String {
+    let mut out = format!(
+        "{:>5}  {:<24}  {:<7} {:>6} {:>10}  URL\n",
+        "#", "STARTED", "METHOD", "STATUS", "TIME ms"
+    );
+    for (i, e) in entries.iter().enumerate() {
+        out.push_str(&format!(
+            "{:>5}  {:<24}  {:<7} {:>6} {:>10.3}  {}\n",
+            i + 1,
+            e["startedDateTime"].as_str().unwrap_or("-"),
+            e["request"]["method"].as_str().unwrap_or("-"),
+            e["response"]["status"].as_u64().unwrap_or(0),
+            e["time"].as_f64().unwrap_or(0.0),
+            e["request"]["url"].as_str().unwrap_or("-"),
+        ));
+    }
+    out
+}
+
+/// The entry numbered `n` (1-based, as `list` shows), or the one with this request id.
+pub fn find<'a>(entries: &'a [Value], which: &str) -> Option<&'a Value> {
+    match which.parse::<usize>() {
+        Ok(n) if n >= 1 => entries.get(n - 1),
+        _ => entries.iter().find(|e| e["_tollgateRequestId"] == which),
+    }
+}
+
+/// Response headers a mock does not repeat: framing, encoding (the text is decoded),
+/// hop-by-hop, per-response values, tollgate's own, and anything redacted.
+fn kept(name: &str, value: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    !matches!(
+        n.as_str(),
+        "content-length"
+            | "content-encoding"
+            | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
+            | "date"
+            | "set-cookie"
+            | "via"
+            | "age"
+    ) && !n.starts_with("x-tollgate-")
+        && value != super::redact::REDACTED
+}
+
+/// A policy that answers this entry's request with its response, as YAML.
+pub fn mock(e: &Value) -> Result<String, String> {
+    let url: http::Uri = e["request"]["url"]
+        .as_str()
+        .ok_or("the entry has no request.url")?
+        .parse()
+        .map_err(|e| format!("request.url: {e}"))?;
+    let method = e["request"]["method"].as_str().unwrap_or("GET");
+    let host = url.host().unwrap_or("");
+    let resp = &e["response"];
+    let mut headers = serde_json::Map::new();
+    for h in resp["headers"].as_array().into_iter().flatten() {
+        if let (Some(n), Some(v)) = (h["name"].as_str(), h["value"].as_str())
+            && kept(n, v)
+        {
+            headers.insert(n.to_ascii_lowercase(), v.into());
+        }
+    }
+    let content = &resp["content"];
+    let mut mock = json!({ "status": resp["status"].as_u64().unwrap_or(200), "headers": headers });
+    if let Some(text) = content["text"].as_str() {
+        if content["encoding"] == "base64" {
+            return Err("the response body is binary (base64 in the HAR); a mock body must be text: save it to a file and use `body_file`".into());
+        }
+        if content["_tollgateTruncated"] == true {
+            return Err(
+                "the response body was truncated at capture (raise diagnosis.har.max_body_bytes)"
+                    .into(),
+            );
+        }
+        mock["body"] = match serde_json::from_str::<Value>(text) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+            _ => text.into(),
+        };
+    }
+    let name: String = format!("mock {method} {host}{}", url.path())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let policy = json!({
+        "policies": [{
+            "name": name,
+            "match": { "host": host, "path": url.path(), "methods": [method] },
+            "mock": mock,
+        }]
+    });
+    yaml_serde::to_string(&policy).map_err(|e| e.to_string())
+}

@@ -1,0 +1,169 @@
+//! Diagnosis: what tollgate shows about the calls it carries — HAR capture, endpoint
+//! discovery, per-endpoint metrics, remedy statistics and traces — without slowing them.
+//!
+//! On the request path only cheap things happen, and only for what is switched on: a
+//! request body is counted (and, when captured, teed into a capped buffer), the response
+//! body likewise, and one record leaves through a bounded queue when the request ends.
+//! Everything else (templating, aggregation, redaction, HAR encoding, writing, export)
+//! runs on the observer and diagnosis threads (docs/diagnosis.md).
+
+pub mod commands;
+pub mod discovery;
+pub mod har;
+pub mod remedy_stats;
+pub mod settings;
+pub mod tap;
+pub mod trace;
+pub mod worker;
+
+use crate::config::Config;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::sync::Arc;
+
+/// An action a remedy took on one request (`cache`/`hit`, `rate_limit`/`queued`…), with
+/// when it happened (unix ns), for HAR entries, remedy statistics and span events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acted {
+    pub remedy: &'static str,
+    pub action: &'static str,
+    pub at_unix_ns: u64,
+}
+
+/// Per config: what diagnosis does for each request. Built with the runtime.
+pub struct Plan {
+    pub discovery: bool,
+    pub consumer_header: Option<HeaderName>,
+    pub har: Option<HarPlan>,
+    /// Sampling of new traces, when traces are on.
+    pub traces: Option<f64>,
+    /// Redaction and obfuscation of HAR entries (names and values from this config).
+    pub redactor: Arc<har::redact::Redactor>,
+    /// The path template of each policy, by index (for discovery and obfuscation).
+    pub templates: Vec<Arc<str>>,
+}
+
+pub struct HarPlan {
+    pub sample: f64,
+    /// Per policy index: whether its calls are captured. `None`: every call.
+    pub policies: Option<Vec<bool>>,
+    pub max_body: usize,
+}
+
+impl Plan {
+    pub fn new(config: &Config) -> Self {
+        let d = &config.diagnosis;
+        let har = d.har.enabled.then(|| HarPlan {
+            sample: d.har.sample,
+            policies: (!d.har.policies.is_empty()).then(|| {
+                config
+                    .policies
+                    .policies
+                    .iter()
+                    .map(|p| d.har.policies.contains(&p.name))
+                    .collect()
+            }),
+            max_body: d.har.max_body_bytes,
+        });
+        Self {
+            discovery: d.discovery.enabled,
+            consumer_header: d.discovery.consumer_header.clone(),
+            har,
+            traces: d.traces.enabled.then_some(d.traces.sample),
+            redactor: Arc::new(har::redact::Redactor::new(config)),
+            templates: config
+                .policies
+                .policies
+                .iter()
+                .map(|p| {
+                    // A template ending in `*` covers many endpoints: learn those instead.
+                    let t = p.matcher.path.as_ref().filter(|t| !t.has_rest());
+                    Arc::from(t.map_or("", |t| t.as_str()))
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any per-request diagnosis is on (otherwise requests take today's path).
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.discovery || self.har.is_some() || self.traces.is_some()
+    }
+
+    /// Whether this call is captured: selected (all calls, or its policy's) and sampled.
+    pub fn captures(&self, policy: Option<usize>) -> bool {
+        let Some(h) = &self.har else {
+            return false;
+        };
+        let selected = match (&h.policies, policy) {
+            (None, _) => true,
+            (Some(list), Some(i)) => list.get(i).copied().unwrap_or(false),
+            (Some(_), None) => false,
+        };
+        selected && sampled(h.sample)
+    }
+}
+
+/// A sampling decision at `rate` (0 to 1).
+pub fn sampled(rate: f64) -> bool {
+    rate >= 1.0 || (rate > 0.0 && fastrand::f64() < rate)
+}
+
+/// What diagnosis keeps about one request while it runs (boxed in the request's context
+/// only when a diagnosis feature is on).
+#[derive(Default)]
+pub struct RequestDiag {
+    /// The upstream path (after a route's prefix), for discovery.
+    pub path: Option<String>,
+    /// The path template of the matched policy.
+    pub template: Option<Arc<str>>,
+    /// The consumer header's value.
+    pub consumer: Option<HeaderValue>,
+    /// The request body: bytes counted, and a capped copy when captured.
+    pub tap: Option<Arc<tap::Tap>>,
+    /// The HAR entry being captured.
+    pub har: Option<Box<har::Capture>>,
+    /// The trace this request's spans belong to.
+    pub trace: Option<Box<trace::RequestTrace>>,
+    /// What the remedies did.
+    pub acted: Vec<Acted>,
+    /// Attempts after the first.
+    pub retries: u32,
+    /// The matched policy.
+    pub policy: Option<Arc<str>>,
+    /// When the (last) attempt was sent.
+    pub sent_at: Option<tokio::time::Instant>,
+}
+
+impl RequestDiag {
+    /// Starts diagnosis for a request: the consumer, and the trace context.
+    pub fn start(plan: &Plan, headers: &HeaderMap) -> Box<Self> {
+        Box::new(Self {
+            consumer: plan
+                .consumer_header
+                .as_ref()
+                .and_then(|h| headers.get(h).cloned()),
+            trace: plan
+                .traces
+                .and_then(|rate| trace::RequestTrace::start(headers, rate)),
+            ..Default::default()
+        })
+    }
+
+    pub fn request_bytes(&self) -> Option<u64> {
+        self.tap.as_ref().map(|t| t.bytes())
+    }
+}
+
+/// Now as unix nanoseconds.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// What `tollgate check` builds besides the config: the plan, and the sinks' clients
+/// (TLS settings, URLs), without starting anything.
+pub fn check(config: &Config) -> Result<(), String> {
+    let _ = Plan::new(config);
+    worker::check(config)
+}

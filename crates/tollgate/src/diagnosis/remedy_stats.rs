@@ -1,0 +1,82 @@
+//! Remedy statistics (`GET /remedy-stats`): per policy, remedy and action, how many of
+//! the policy's requests it acted on, overall, per endpoint and per response status.
+//! Aggregated on the observer thread from each matched request's actions.
+
+use super::Acted;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Most endpoints and statuses kept apart; the rest count under `other`.
+const MAX_KEYS: usize = 1000;
+
+#[derive(Default)]
+struct Scope {
+    requests: u64,
+    actions: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+impl Scope {
+    fn add(&mut self, acted: &[Acted]) {
+        self.requests += 1;
+        // An action counted once per request (a retried request may be refused twice).
+        let mut seen: Vec<(&'static str, &'static str)> = Vec::with_capacity(acted.len());
+        for a in acted {
+            let k = (a.remedy, a.action);
+            if !seen.contains(&k) {
+                seen.push(k);
+                *self.actions.entry(k).or_default() += 1;
+            }
+        }
+    }
+
+    fn to_json(&self) -> Vec<Value> {
+        self.actions
+            .iter()
+            .map(|((remedy, action), n)| {
+                json!({
+                    "remedy": remedy, "action": action, "count": n,
+                    "ratio": *n as f64 / self.requests.max(1) as f64,
+                })
+            })
+            .collect()
+    }
+}
+
+#[derive(Default)]
+pub struct RemedyStats {
+    by_policy: BTreeMap<String, Scope>,
+    by_endpoint: BTreeMap<String, Scope>,
+    by_status: BTreeMap<String, Scope>,
+}
+
+fn bounded<'a>(map: &'a mut BTreeMap<String, Scope>, key: &str) -> &'a mut Scope {
+    let key = if map.contains_key(key) || map.len() < MAX_KEYS {
+        key
+    } else {
+        "other"
+    };
+    map.entry(key.to_owned()).or_default()
+}
+
+impl RemedyStats {
+    /// One request a policy matched: its policy, endpoint (`METHOD host template`),
+    /// response status and the remedies' actions.
+    pub fn record(&mut self, policy: &str, endpoint: &str, status: u16, acted: &[Acted]) {
+        bounded(&mut self.by_policy, policy).add(acted);
+        bounded(&mut self.by_endpoint, endpoint).add(acted);
+        bounded(&mut self.by_status, &status.to_string()).add(acted);
+    }
+
+    pub fn to_json(&self) -> Value {
+        let scopes = |m: &BTreeMap<String, Scope>, key: &str| -> Vec<Value> {
+            m.iter()
+                .map(|(k, s)| json!({ key: k, "requests": s.requests, "actions": s.to_json() }))
+                .collect()
+        };
+        json!({
+            "policies": scopes(&self.by_policy, "policy"),
+            "endpoints": scopes(&self.by_endpoint, "endpoint"),
+            "statuses": scopes(&self.by_status, "status"),
+        })
+    }
+}

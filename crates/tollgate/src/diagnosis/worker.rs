@@ -1,0 +1,182 @@
+//! The process-wide side of diagnosis, started once with the gateway: the discovery and
+//! remedy-statistics aggregates (filled by the observer thread), and the diagnosis thread,
+//! which writes HAR entries to their sinks and sends HAR batches and spans out.
+
+use super::discovery::Endpoints;
+use super::har::HarWriter;
+use super::har::collector::{self, Pending, Poster};
+use super::remedy_stats::RemedyStats;
+use super::trace::Finished;
+use crate::config::Config;
+use crate::metrics::{Metrics, SinkLabels};
+use crate::upstream::{Connector, dns, tls};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// How often the diagnosis thread drains the HAR queue (polling, like the observer: no
+/// wake-up per request).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+
+pub struct Diagnostics {
+    pub har: Option<HarWriter>,
+    pub spans: Option<Arc<Pending<Finished>>>,
+    pub endpoints: Option<Arc<Mutex<Endpoints>>>,
+    pub endpoint_metrics: bool,
+    pub remedy_stats: Arc<Mutex<RemedyStats>>,
+    /// Stops the diagnosis thread's senders when the gateway goes.
+    _stop: Option<DropGuard>,
+}
+
+impl Diagnostics {
+    pub fn start(config: &Config, metrics: &Metrics) -> std::io::Result<Self> {
+        let d = &config.diagnosis;
+        let endpoints = d
+            .discovery
+            .enabled
+            .then(|| Arc::new(Mutex::new(Endpoints::new(d.discovery.clone()))));
+        let mut this = Self {
+            har: None,
+            spans: None,
+            endpoints,
+            endpoint_metrics: d.discovery.enabled && d.discovery.metrics,
+            remedy_stats: Arc::default(),
+            _stop: None,
+        };
+        let traces = d.traces.endpoint.clone().filter(|_| d.traces.enabled);
+        if !d.har.enabled && traces.is_none() {
+            return Ok(this);
+        }
+        let connector = connector(config).map_err(std::io::Error::other)?;
+        let (har, mut sinks) = match d.har.enabled {
+            true => {
+                let (w, s) = super::har::writer_channel(&d.har, metrics)?;
+                (Some(w), Some(s))
+            }
+            false => (None, None),
+        };
+        this.har = har;
+        let stop = CancellationToken::new();
+        let mut tasks = Vec::new();
+        if let (Some(c), Some(s)) = (&d.har.collector, &sinks)
+            && let Some(pending) = s.collector.clone()
+        {
+            let poster = Poster::new(c, connector.clone(), "application/json")
+                .map_err(std::io::Error::other)?;
+            let sent = metrics
+                .har_entries
+                .get_or_create(&SinkLabels { sink: "collector" })
+                .clone();
+            let (c, stop) = (c.clone(), stop.clone());
+            tasks.push(Box::pin(async move {
+                collector::run(
+                    pending,
+                    poster,
+                    c,
+                    |b: &[serde_json::Value]| {
+                        bytes::Bytes::from(serde_json::to_vec(b).unwrap_or_default())
+                    },
+                    sent,
+                    stop,
+                    "HAR collector",
+                )
+                .await
+            })
+                as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
+        }
+        if let Some(t) = traces {
+            let pending = Arc::new(Pending::new(
+                d.traces.queue_capacity,
+                metrics.spans_dropped.clone(),
+            ));
+            this.spans = Some(pending.clone());
+            let poster = Poster::new(&t, connector, "application/x-protobuf")
+                .map_err(std::io::Error::other)?;
+            let (sent, stop, service) = (
+                metrics.spans_exported.clone(),
+                stop.clone(),
+                d.traces.service_name.clone(),
+            );
+            tasks.push(Box::pin(async move {
+                collector::run(
+                    pending,
+                    poster,
+                    t,
+                    move |b: &[Finished]| super::trace::otlp::encode(&service, b),
+                    sent,
+                    stop,
+                    "OTLP export",
+                )
+                .await
+            }));
+        }
+        let thread_stop = stop.clone();
+        std::thread::Builder::new()
+            .name("tollgate-diagnosis".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!("diagnosis thread: {e}");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+                    loop {
+                        let open = sinks.as_mut().is_none_or(|s| s.drain());
+                        if !open || thread_stop.is_cancelled() {
+                            if let Some(s) = sinks.as_mut() {
+                                s.drain();
+                            }
+                            thread_stop.cancel();
+                            break;
+                        }
+                        tokio::select! {
+                            _ = tokio::time::sleep(DRAIN_INTERVAL) => {}
+                            _ = thread_stop.cancelled() => {}
+                        }
+                    }
+                    // What is buffered gets one last chance to leave.
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        futures_util::future::join_all(handles),
+                    )
+                    .await;
+                });
+            })?;
+        this._stop = Some(stop.drop_guard());
+        Ok(this)
+    }
+}
+
+/// A connector for the sinks: the upstream TLS settings, no egress rules of the proxied
+/// traffic (the operator named these endpoints).
+fn connector(config: &Config) -> Result<Connector, String> {
+    let u = &config.upstream;
+    let tls = tls::client_configs(u.extra_ca_file.as_deref())?;
+    Ok(Connector::new(
+        dns::Resolver::new(u.dns_ttl),
+        crate::egress::Egress::new(&Config::default(), &[]),
+        u.connect_timeout,
+        tls,
+        u.insecure_skip_verify.clone(),
+        Metrics::default(),
+    ))
+}
+
+/// Builds the sinks' clients without starting them (for `tollgate check`).
+pub fn check(config: &Config) -> Result<(), String> {
+    let d = &config.diagnosis;
+    if !d.har.enabled && !d.traces.enabled {
+        return Ok(());
+    }
+    let c = connector(config)?;
+    for s in d.har.collector.iter().chain(d.traces.endpoint.iter()) {
+        Poster::new(s, c.clone(), "application/json")?;
+    }
+    Ok(())
+}
