@@ -231,8 +231,6 @@ diagnosis:
         m.contains("tollgate_endpoint_remedy_actions_total{")
     })
     .await;
-    let line = format!(
-        "tollgate_endpoint_remedy_actions_total{{host=\"127.0.0.1\",method=\"GET\",endpoint=\"/items/{{id}}\",remedy=\"rate_limit\",action=\"rejected\"}} 3"
-    );
+    let line = "tollgate_endpoint_remedy_actions_total{host=\"127.0.0.1\",method=\"GET\",endpoint=\"/items/{id}\",remedy=\"rate_limit\",action=\"rejected\"} 3";
     assert!(m.contains(&line), "{line} in\n{m}");
 }
