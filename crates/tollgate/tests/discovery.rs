@@ -232,5 +232,5 @@ diagnosis:
     })
     .await;
     let line = "tollgate_endpoint_remedy_actions_total{host=\"127.0.0.1\",method=\"GET\",endpoint=\"/items/{id}\",remedy=\"rate_limit\",action=\"rejected\"} 3";
-    assert!(m.contains(&line), "{line} in\n{m}");
+    assert!(m.contains(line), "{line} in\n{m}");
 }
