@@ -24,6 +24,9 @@ pub struct CapacityArgs {
     /// Also measure tollgate answering from its cache (`cache-hit`: no provider call) and with every request through a policy (`with-remedy`).
     #[arg(long)]
     pub remedies: bool,
+    /// Also measure tollgate with every call captured to HAR files and discovery on (`with-diagnosis`).
+    #[arg(long)]
+    pub diagnosis: bool,
 }
 
 struct Point {
@@ -76,6 +79,10 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             targets.push(h.tollgate("cache-hit", &hit, cores)?);
             let remedy = h.with_remedy_config()?;
             targets.push(h.tollgate("with-remedy", &remedy, cores)?);
+        }
+        if args.diagnosis {
+            let d = h.with_diagnosis_config()?;
+            targets.push(h.tollgate("with-diagnosis", &d, cores)?);
         }
         for p in c.peers()? {
             if let Ok(t) = h.peer(p, cores) {
@@ -146,6 +153,11 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                 points.push(p);
             }
         }
+        placement_lines.extend(
+            crate::latency::har_drop_lines(&targets)
+                .into_iter()
+                .map(|l| format!("{cores} core(s): {l}")),
+        );
     }
     let load_after = machine::loadavg();
 

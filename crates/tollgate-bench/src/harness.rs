@@ -143,10 +143,32 @@ pub struct Target {
     pub config_hash: Option<String>,
     pub placement: String,
     pub idle_rss_kib: Option<u64>,
+    /// tollgate's admin listener (targets the bench started).
+    pub admin: Option<std::net::SocketAddr>,
     _proc: Option<Proc>,
 }
 
 impl Target {
+    /// HAR entries encoded and dropped (writer queue full), from the target's `/metrics`.
+    pub fn har_counts(&self) -> Option<(u64, u64)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.admin?).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let value = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Some((
+            value("tollgate_har_entries_total{sink=\"encoded\"}"),
+            value("tollgate_har_dropped_total{sink=\"queue\"}"),
+        ))
+    }
+
     /// The process behind this target, when the bench started it (not direct, not URLs).
     pub fn pid(&self) -> Option<u32> {
         self._proc.as_ref().map(|p| p.pid())
@@ -198,6 +220,7 @@ impl Harness {
             config_hash: None,
             placement: "-".into(),
             idle_rss_kib: None,
+            admin: None,
             _proc: None,
         }
     }
@@ -233,6 +256,34 @@ policies:
 log:
   level: warn
 ",
+        )?;
+        Ok(path)
+    }
+
+    /// Writes the built-in `with-diagnosis` config: no policy; every call captured as a
+    /// HAR entry to a file sink (under the output directory), discovery and per-endpoint
+    /// metrics on.
+    pub fn with_diagnosis_config(&self) -> Result<PathBuf, String> {
+        let path = self.out.join("with-diagnosis.yaml");
+        let har = self.out.join("har");
+        crate::report::write(
+            &self.out,
+            "with-diagnosis.yaml",
+            &format!(
+                "# Every call captured to HAR files, discovered and measured per endpoint.
+routes:
+  - prefix: /
+    upstream: ${{TOLLGATE_BENCH_PROVIDER}}
+diagnosis:
+  discovery: {{enabled: true, metrics: true}}
+  har:
+    enabled: true
+    file: {{dir: {}, retain: 4}}
+log:
+  level: warn
+",
+                har.display()
+            ),
         )?;
         Ok(path)
     }
@@ -286,6 +337,7 @@ log:
         let (proc, addrs) =
             procs::spawn_tollgate(name, cmd, where_.clone(), "tollgate listening:")?;
         let addr = *addrs.first().ok_or("tollgate printed no address")?;
+        let admin = addrs.get(1).copied();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let rss = proc.rss_kib();
         self.lines.push(format!(
@@ -301,6 +353,7 @@ log:
             config_hash: Some(machine::file_hash(config)),
             placement: where_,
             idle_rss_kib: rss,
+            admin,
             _proc: Some(proc),
         })
     }
@@ -323,6 +376,7 @@ log:
                     config_hash: None,
                     placement: proc.placement.clone(),
                     idle_rss_kib: proc.rss_kib(),
+                    admin: None,
                     _proc: Some(proc),
                 })
             }
@@ -344,6 +398,7 @@ log:
             config_hash: None,
             placement: "external".into(),
             idle_rss_kib: None,
+            admin: None,
             _proc: None,
         }
     }

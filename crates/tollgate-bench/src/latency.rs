@@ -39,6 +39,9 @@ pub struct LatencyArgs {
     /// Also measure the built-in `with-remedy` scenario (every request matched by a policy with a never-rejecting rate limit and an always-missing cache lookup).
     #[arg(long)]
     pub with_remedy: bool,
+    /// Also measure the built-in `with-diagnosis` scenario (every call captured to HAR files, endpoint discovery and per-endpoint metrics on; no policy).
+    #[arg(long)]
+    pub with_diagnosis: bool,
     /// Also measure the built-in `cache-hit` scenario (every request after the first answered from the cache).
     #[arg(long)]
     pub cache_hit: bool,
@@ -98,6 +101,10 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     if args.with_remedy {
         let cfg = h.with_remedy_config()?;
         targets.push(h.tollgate("with-remedy", &cfg, c.threads)?);
+    }
+    if args.with_diagnosis {
+        let cfg = h.with_diagnosis_config()?;
+        targets.push(h.tollgate("with-diagnosis", &cfg, c.threads)?);
     }
     if args.cache_hit {
         let cfg = h.cache_hit_config()?;
@@ -167,6 +174,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     }
     let load_after = machine::loadavg();
     eprintln!("load average after: {load_after}");
+    let har_lines = har_drop_lines(&targets);
 
     let (direct, others) = series.split_first().expect("direct is first");
     let rows = stats::rows(direct, &others.iter().collect::<Vec<_>>());
@@ -240,7 +248,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     );
     summary.push_str(&report::summary_table(&rows, &names));
     summary.push_str(&format!("\nΔ is the scenario minus direct at the same percentile (medians over rounds). `(noise)`: smaller than the noise floor at that percentile ({}), so not a measurable difference.\n\n", args.interleave.noise_text()));
-    for l in h.lines.iter() {
+    for l in h.lines.iter().chain(&har_lines) {
         summary.push_str(&format!("- {l}\n"));
     }
     summary.push_str(&format!(
@@ -271,4 +279,23 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     println!("{summary}");
     println!("written to {}", c.out.display());
     Ok(())
+}
+
+/// For each target that captures HAR entries: how many it encoded and dropped.
+pub fn har_drop_lines(targets: &[crate::harness::Target]) -> Vec<String> {
+    targets
+        .iter()
+        .filter(|t| t.name.contains("diagnosis"))
+        .filter_map(|t| {
+            // The writer drains every 20 ms: let it catch up before reading.
+            std::thread::sleep(Duration::from_millis(200));
+            let (encoded, dropped) = t.har_counts()?;
+            Some(format!(
+                "{}: {encoded} HAR entries written, {dropped} dropped ({:.3}%)",
+                t.name,
+                100.0 * dropped as f64 / (encoded + dropped).max(1) as f64
+            ))
+        })
+        .inspect(|l| eprintln!("{l}"))
+        .collect()
 }

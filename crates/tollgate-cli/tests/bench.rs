@@ -345,3 +345,43 @@ fn rounds_mode_measures_targets_one_after_another() {
     assert_eq!(meta["settings"]["interleave"], "rounds");
     summary_says(dir.path(), &["spread between the direct rounds"]);
 }
+
+#[test]
+fn with_diagnosis_reports_har_entries_written_and_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "latency",
+            "--requests",
+            "200",
+            "--warmup",
+            "20",
+            "--concurrency",
+            "4",
+            "--delay",
+            "1ms",
+            "--rounds",
+            "2",
+            "--no-passthrough",
+            "--with-diagnosis",
+        ],
+        dir.path(),
+    );
+    let summary = read(dir.path(), "summary.md");
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("- with-diagnosis:") && l.contains("HAR entries written"))
+        .unwrap_or_else(|| panic!("no HAR line in\n{summary}"));
+    // 200 measured requests, 20 warm-up ones and the harness's readiness probes: every
+    // one captured, none dropped.
+    let written: usize = line["- with-diagnosis: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(written >= 220, "{line}");
+    assert!(line.contains(", 0 dropped"), "{line}");
+    let har = tollgate::diagnosis::har::read::load(&dir.path().join("har")).unwrap();
+    assert_eq!(har.len(), written);
+}
