@@ -223,3 +223,139 @@ fn thread_counts_out_of_range_are_refused_with_a_message() {
         assert!(err.contains("from 1 to 1024"), "{err}");
     }
 }
+
+#[test]
+fn har_to_stdout_and_files_then_discover_and_har_commands() {
+    const SECRET: &str = "sk-cli-SECRET-0123456789";
+    let (mut provider, p) = spawn(
+        tollgate().args(["provider", "--listen", "127.0.0.1:0"]),
+        "provider listening",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let har = dir.path().join("har");
+    let cfg = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "routes:\n  - prefix: /api\n    upstream: http://{}\npolicies:\n  - name: emulator\n    match: {{ host: 127.0.0.1 }}\n    credentials: {{ accounts: [{{ bearer: {SECRET} }}] }}\ndiagnosis:\n  discovery: {{ enabled: true }}\n  har:\n    enabled: true\n    stdout: true\n    file: {{ dir: {} }}\n",
+            p[0],
+            har.display()
+        ),
+    )
+    .unwrap();
+    let mut child = tollgate()
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--config",
+        ])
+        .arg(&cfg)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = loop {
+        let l = err.next().expect("listening line").unwrap();
+        if l.contains("tollgate listening:") {
+            break l;
+        }
+    };
+    std::thread::spawn(move || for _ in err {});
+    let a: Vec<String> = line
+        .split("http://")
+        .skip(1)
+        .map(|s| s.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    let (proxy, admin) = (&a[0], &a[1]);
+    let (status, body) = get(proxy, "/api/anything/users/42", &[]);
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        body.contains(SECRET),
+        "the provider got the injected credential"
+    );
+
+    // The stdout sink: one JSON line per entry, redacted.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            let _ = tx.send(l.unwrap());
+        }
+    });
+    let entry = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("an entry on stdout");
+    assert!(!entry.contains(SECRET), "{entry}");
+    let v: serde_json::Value = serde_json::from_str(&entry).unwrap();
+    assert!(
+        v["request"]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/anything/users/42")
+    );
+    assert!(entry.contains("REDACTED"));
+
+    // `tollgate discover` against the running gateway.
+    let mut table = String::new();
+    for _ in 0..100 {
+        let o = tollgate()
+            .args(["discover", "--admin", &format!("http://{admin}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        table = String::from_utf8(o.stdout).unwrap();
+        if table.contains("/anything/users/{id}") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(table.contains("/anything/users/{id}"), "{table}");
+
+    // `tollgate har` on the file sink's directory.
+    let list = tollgate().args(["har", "list"]).arg(&har).output().unwrap();
+    let list = String::from_utf8(list.stdout).unwrap();
+    assert!(
+        list.contains("/anything/users/42") && list.contains("200"),
+        "{list}"
+    );
+    let mock = tollgate()
+        .args(["har", "mock"])
+        .arg(&har)
+        .arg("1")
+        .output()
+        .unwrap();
+    assert!(mock.status.success());
+    let yaml = String::from_utf8(mock.stdout).unwrap();
+    assert!(
+        yaml.contains("mock:") && yaml.contains("/anything/users/42"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains(SECRET));
+    let missing = tollgate()
+        .args(["har", "show"])
+        .arg(&har)
+        .arg("99")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no entry `99`"));
+    // Every byte of every sink: no secret.
+    for f in std::fs::read_dir(&har).unwrap() {
+        assert!(
+            !std::fs::read_to_string(f.unwrap().path())
+                .unwrap()
+                .contains(SECRET)
+        );
+    }
+
+    signal(&child, "-TERM");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    signal(&provider, "-TERM");
+    let _ = provider.wait();
+}

@@ -366,7 +366,7 @@ fn prepare(
     let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
     let mut body = from_incoming(body);
     if let Some(d) = &mut ctx.diag {
-        body = diagnose_request(rt, d, &mut parts, &target, policy, body);
+        body = diagnose_request(shared, rt, d, &mut parts, &target, policy, body);
     }
     let mut req = Request::from_parts(parts, body);
     let gate = continues
@@ -381,6 +381,7 @@ fn prepare(
 /// `traceparent` (a matched request's attempts set their own), the HAR capture of the
 /// request head, and the body's tap (counted; copied up to the cap when captured).
 fn diagnose_request(
+    shared: &Shared,
     rt: &Runtime,
     d: &mut RequestDiag,
     parts: &mut http::request::Parts,
@@ -394,7 +395,13 @@ fn diagnose_request(
         parts.headers.insert(trace::TRACEPARENT, t.attempt());
     }
     let max_body = rt.diag.har.as_ref().map_or(0, |h| h.max_body);
-    if rt.diag.captures(policy) {
+    if rt.diag.captures(policy)
+        && shared
+            .diagnostics
+            .har
+            .as_ref()
+            .is_some_and(|w| w.has_room())
+    {
         d.har = Some(har::Capture::new(
             parts.method.clone(),
             url(target, &parts.uri),

@@ -114,6 +114,7 @@ impl Diagnostics {
         std::thread::Builder::new()
             .name("tollgate-diagnosis".into())
             .spawn(move || {
+                background_priority();
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -179,4 +180,23 @@ pub fn check(config: &Config) -> Result<(), String> {
         Poster::new(s, c.clone(), "application/json")?;
     }
     Ok(())
+}
+
+/// Puts the calling thread in Linux's `SCHED_IDLE` class: it runs only when the request
+/// threads leave the core free, so encoding and writing HAR entries in bursts never
+/// delays a request on a shared core. Under saturation the HAR queue then fills and
+/// drops (counted), which is the designed overflow. Elsewhere a no-op.
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::unix::*;
+        use thread_priority::{ThreadPriority, ThreadSchedulePolicy};
+        if let Err(e) = set_thread_priority_and_policy(
+            thread_native_id(),
+            ThreadPriority::Min,
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+        ) {
+            tracing::debug!("diagnosis thread stays at normal priority: {e:?}");
+        }
+    }
 }

@@ -20,6 +20,18 @@ pub struct HarWriter {
 }
 
 impl HarWriter {
+    /// Whether the writer's queue has room. When it has none the call is not captured
+    /// at all (counted as dropped): copying heads and bodies for an entry that could
+    /// only be dropped would take CPU from the calls exactly when it is scarcest.
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        if self.tx.capacity() > 0 {
+            return true;
+        }
+        self.dropped.inc();
+        false
+    }
+
     #[inline]
     pub fn send(&self, r: Box<Record>) {
         if self.tx.try_send(r).is_err() {
