@@ -105,7 +105,6 @@ impl Ctx {
         let Some(writer) = &shared.diagnostics.har else {
             return;
         };
-        let rt = shared.runtime.load();
         capture.sent_after = d
             .sent_at
             .map(|s| s.into_std().saturating_duration_since(self.start));
@@ -121,7 +120,6 @@ impl Ctx {
             total: self.start.elapsed(),
             wait: self.upstream,
             completed,
-            redactor: rt.diag.redactor.clone(),
         }));
     }
 }
@@ -407,6 +405,7 @@ fn diagnose_request(
             url(target, &parts.uri),
             parts.headers.clone(),
             max_body,
+            rt.diag.redactor.clone(),
         ));
     }
     if !rt.diag.discovery && d.har.is_none() {

@@ -4,7 +4,7 @@ use crate::secret::Secret;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Diagnosis {
     pub discovery: Discovery,
     pub har: Har,
@@ -21,21 +21,6 @@ pub struct Discovery {
     pub max_children: usize,
     pub consumer_header: Option<http::HeaderName>,
     pub max_consumers: usize,
-}
-
-impl Default for Discovery {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            metrics: false,
-            max_hosts: 100,
-            max_endpoints_per_host: 200,
-            max_endpoints: 2000,
-            max_children: 50,
-            consumer_header: None,
-            max_consumers: 20,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 /// A capped copy of a body: the first `cap` bytes, and the full size seen.
@@ -35,10 +35,6 @@ impl Copy {
     pub fn truncated(&self) -> bool {
         self.size > self.data.len() as u64
     }
-
-    pub fn take(&mut self) -> (Bytes, u64) {
-        (std::mem::take(&mut self.data).freeze(), self.size)
-    }
 }
 
 /// What the request body's tap saw. Shared between the body (which the upstream client
@@ -46,7 +42,6 @@ impl Copy {
 #[derive(Debug, Default)]
 pub struct Tap {
     bytes: AtomicU64,
-    ended: AtomicBool,
     copy: Option<Mutex<Copy>>,
 }
 
@@ -61,11 +56,6 @@ impl Tap {
 
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
-    }
-
-    /// Whether the body was read to its end.
-    pub fn ended(&self) -> bool {
-        self.ended.load(Ordering::Relaxed)
     }
 
     /// The copy so far (the body may still be sending when a response comes early).
@@ -101,27 +91,19 @@ impl HttpBody for Tapped {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
         let r = this.inner.poll_frame(cx);
-        match &r {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(d) = frame.data_ref() {
-                    this.tap.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
-                    if let Some(c) = &this.tap.copy {
-                        c.lock().unwrap_or_else(|p| p.into_inner()).push(d);
-                    }
-                }
+        if let Poll::Ready(Some(Ok(frame))) = &r
+            && let Some(d) = frame.data_ref()
+        {
+            this.tap.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
+            if let Some(c) = &this.tap.copy {
+                c.lock().unwrap_or_else(|p| p.into_inner()).push(d);
             }
-            Poll::Ready(None) => this.tap.ended.store(true, Ordering::Relaxed),
-            _ => {}
         }
         r
     }
 
     fn is_end_stream(&self) -> bool {
-        let end = self.inner.is_end_stream();
-        if end {
-            self.tap.ended.store(true, Ordering::Relaxed);
-        }
-        end
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

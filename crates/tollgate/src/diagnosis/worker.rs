@@ -73,9 +73,7 @@ impl Diagnostics {
                     pending,
                     poster,
                     c,
-                    |b: &[serde_json::Value]| {
-                        bytes::Bytes::from(serde_json::to_vec(b).unwrap_or_default())
-                    },
+                    |b: &[Arc<str>]| json_array(b),
                     sent,
                     stop,
                     "HAR collector",
@@ -199,4 +197,17 @@ fn background_priority() {
             tracing::debug!("diagnosis thread stays at normal priority: {e:?}");
         }
     }
+}
+
+/// Encoded entries as one JSON array.
+fn json_array(entries: &[Arc<str>]) -> bytes::Bytes {
+    let mut out = String::from("[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(e);
+    }
+    out.push(']');
+    bytes::Bytes::from(out)
 }

@@ -341,7 +341,7 @@ mod tests {
             max_children: 3,
             max_endpoints_per_host: 10,
             max_hosts: 2,
-            ..Default::default()
+            ..crate::Config::default().diagnosis.discovery
         }
     }
 

@@ -18,7 +18,7 @@ const MAX_DECODED: u64 = 16 << 20;
 pub fn build(r: &Record) -> (Value, Vec<String>) {
     let mut found = Vec::new();
     let c = &r.capture;
-    let red = &r.redactor;
+    let red = &c.redactor;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let total = ms(r.total);
     let blocked = c.sent_after.map_or(0.0, ms);

@@ -30,6 +30,8 @@ pub struct Capture {
     pub sent_after: Option<Duration>,
     pub response: Option<ResponseHead>,
     pub response_body: Copy,
+    /// Redaction of the config the request started on (a reload may change credentials).
+    pub redactor: Arc<redact::Redactor>,
 }
 
 pub struct ResponseHead {
@@ -44,6 +46,7 @@ impl Capture {
         url: String,
         request_headers: HeaderMap,
         max_body: usize,
+        redactor: Arc<redact::Redactor>,
     ) -> Box<Self> {
         Box::new(Self {
             started: SystemTime::now(),
@@ -53,6 +56,7 @@ impl Capture {
             sent_after: None,
             response: None,
             response_body: Copy::new(max_body),
+            redactor,
         })
     }
 
@@ -82,5 +86,4 @@ pub struct Record {
     pub wait: Option<Duration>,
     /// Whether the response body was delivered whole.
     pub completed: bool,
-    pub redactor: Arc<redact::Redactor>,
 }

@@ -7,7 +7,6 @@ use super::file::FileSink;
 use crate::diagnosis::settings::Har;
 use crate::metrics::{Metrics, SinkLabels};
 use prometheus_client::metrics::counter::Counter;
-use serde_json::Value;
 use std::io::Write;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -45,7 +44,8 @@ pub struct Sinks {
     pub rx: mpsc::Receiver<Box<Record>>,
     file: Option<FileSink>,
     stdout: bool,
-    pub collector: Option<Arc<Pending<Value>>>,
+    /// Entries for the collector, already encoded.
+    pub collector: Option<Arc<Pending<Arc<str>>>>,
     written: Counter,
     errors: Counter,
 }
@@ -83,24 +83,18 @@ pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)
 impl Sinks {
     /// Encodes and writes what is queued. Returns false once every sender is gone.
     pub fn drain(&mut self) -> bool {
-        let mut lines = Vec::new();
-        let mut values = Vec::new();
+        let mut lines: Vec<String> = Vec::new();
         let open = loop {
             match self.rx.try_recv() {
                 Ok(r) => {
                     let (entry, found) = super::entry::build(&r);
                     // The whole entry once more through the value scrubber: no secret
                     // value leaves in any form the walk above did not see.
-                    let mut own = r
-                        .redactor
-                        .request_secrets(&r.capture.request_headers, &r.capture.url);
+                    let red = &r.capture.redactor;
+                    let mut own = red.request_secrets(&r.capture.request_headers, &r.capture.url);
                     own.extend(found);
                     own.sort_by_key(|v| std::cmp::Reverse(v.len()));
-                    let line = r.redactor.scrub_with(&entry.to_string(), &own).into_owned();
-                    if self.collector.is_some() {
-                        values.push(serde_json::from_str(&line).unwrap_or(entry));
-                    }
-                    lines.push(line);
+                    lines.push(red.scrub_with(&entry.to_string(), &own).into_owned());
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break true,
                 Err(mpsc::error::TryRecvError::Disconnected) => break false,
@@ -122,7 +116,7 @@ impl Sinks {
             let _ = out.flush();
         }
         if let Some(c) = &self.collector {
-            c.push(values);
+            c.push(lines.iter().map(|l| Arc::from(l.as_str())));
         }
         open
     }

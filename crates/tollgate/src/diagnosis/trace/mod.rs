@@ -128,10 +128,6 @@ impl RequestTrace {
             }
         }
     }
-
-    pub fn trace_hex(&self) -> String {
-        hex(&self.trace_id)
-    }
 }
 
 /// A finished request's spans, on their way to the exporter.
