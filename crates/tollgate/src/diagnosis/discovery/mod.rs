@@ -219,9 +219,10 @@ impl Endpoints {
                 .then(a.0.cmp(b.0))
                 .then(a.2.cmp(b.2))
         });
+        // Fixed millisecond precision, so the strings also sort as the times do.
         let ts = |ms: u64| {
             jiff::Timestamp::from_millisecond(ms as i64)
-                .map(|t| t.to_string())
+                .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
                 .unwrap_or_default()
         };
         json!({
