@@ -1,5 +1,5 @@
-//! Charts as SVG and PNG. Text needs a TrueType font from the system (DejaVu Sans or
-//! Liberation Sans); without one, charts are skipped with a warning and the CSV stays.
+//! Charts as SVG and PNG, their text set in the font shipped with this crate (no system
+//! font needed).
 //! The percentile axis is logarithmic in 1/(1-p), the usual latency-percentile scale.
 
 use plotters::coord::types::RangedCoordf64;
@@ -35,39 +35,19 @@ fn x_label(x: &f64) -> String {
     }
 }
 
-const FONT_PATHS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
+/// The chart font, shipped with the crate (DejaVu Sans, cut down to the characters the
+/// charts use; licence in `fonts/LICENSE`): a fresh machine without fonts still gets charts.
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans-subset.ttf");
 
-/// Text is laid out with a TrueType font for both SVG and PNG.
+/// Registers the shipped font once, for both SVG and PNG text.
 fn need_font() -> Result<(), String> {
-    if font_ready() {
-        Ok(())
-    } else {
-        Err(format!(
-            "no TrueType font found for chart text (looked in {}); install fonts-dejavu-core",
-            FONT_PATHS.join(", ")
-        ))
-    }
-}
-
-/// Registers a system font once; false when none is found.
-fn font_ready() -> bool {
-    static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *READY.get_or_init(|| {
-        for p in FONT_PATHS {
-            if let Ok(bytes) = std::fs::read(p) {
-                let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, leaked).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
+    static READY: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+                .map_err(|_| "the shipped chart font could not be loaded".to_string())
+        })
+        .clone()
 }
 
 const COLORS: &[RGBColor] = &[
@@ -251,4 +231,12 @@ where
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_shipped_font_loads_without_any_system_font() {
+        assert_eq!(super::need_font(), Ok(()));
+    }
 }
