@@ -1,8 +1,11 @@
 //! `tollgate bench capacity`: requests per second on the provider's 110-byte `/static`
-//! body, closed loop, at several concurrencies and tollgate thread counts, with direct and
-//! peers measured in the same run (interleaved rounds, medians).
+//! body, closed loop, at several concurrencies and tollgate core counts, with direct and
+//! peers measured in the same run (interleaved rounds, medians). With `--placement
+//! dedicated` the proxy, the provider and the load generator each run on cores of their
+//! own, for multi-core figures; the report then compares tollgate with each peer at the
+//! same core count and shows how each scales.
 
-use crate::harness::{Harness, Layout, Target};
+use crate::harness::{Harness, Layout, Placement, Target};
 use crate::loadgen::Mode;
 use crate::stats::{self, median};
 use crate::{CommonArgs, charts, machine, procs, report};
@@ -15,7 +18,9 @@ pub struct CapacityArgs {
     /// Concurrencies (connections), comma separated.
     #[arg(long, default_value = "32,64,128,256", value_delimiter = ',')]
     pub concurrency: Vec<usize>,
-    /// tollgate worker-thread counts, comma separated (default: 1 up to the core count).
+    /// Proxy core counts (tollgate's `--threads`, the peers' workers), comma separated.
+    /// Default: 1 up to the core count; with `--placement dedicated`, the powers of two up
+    /// to half the cores (1,2,4,8 on 16 cores).
     #[arg(long, value_delimiter = ',')]
     pub cores: Vec<usize>,
     /// Requests per measurement (default 50000; --quick 10000).
@@ -61,17 +66,27 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let requests = args
         .requests
         .unwrap_or(if c.quick { 10_000 } else { 50_000 });
-    let core_list = if args.cores.is_empty() {
-        (1..=machine::cores()).collect()
+    let n = machine::cores();
+    let dedicated = c.layout(Layout::Shared) == Layout::Dedicated;
+    let core_list: Vec<usize> = match (args.cores.is_empty(), dedicated) {
+        (false, _) => args.cores.iter().map(|&k| k.max(1)).collect(),
+        (true, false) => (1..=n).collect(),
+        (true, true) => std::iter::successors(Some(1usize), |k| Some(k * 2))
+            .take_while(|&k| k == 1 || k <= n / 2)
+            .collect(),
+    };
+    // Planned before anything starts: a machine too small is refused, not measured.
+    let placement = if dedicated {
+        Placement::dedicated(core_list.iter().copied().max().unwrap_or(1), n)?
     } else {
-        args.cores.clone()
+        c.placement(Layout::Shared)?
     };
     let load_before = machine::loadavg();
     let mut points: Vec<Point> = Vec::new();
     let mut placement_lines = Vec::new();
     let rounds = c.rounds.max(1);
     for &cores in &core_list {
-        let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
+        let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, placement.clone())?;
         let cfg = h.passthrough_config()?;
         let mut targets: Vec<Target> = vec![h.direct(), h.tollgate("tollgate", &cfg, cores)?];
         if args.remedies {
@@ -234,8 +249,19 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             }
         }
     }
+    let peers_md = peer_table(&points, &core_list, &args.concurrency);
+    let scaling = scaling_lines(&points, &core_list, &args.concurrency);
     report::write(&c.out, "capacity.csv", &csv)?;
     let mut files = Vec::new();
+    if core_list.len() > 1 {
+        files.extend(charts::soft(charts::capacity_chart(
+            &c.out,
+            "capacity-scaling",
+            "Requests/s on /static by proxy cores",
+            "proxy cores",
+            &scaling_series(&points, &args.concurrency),
+        )));
+    }
     for &cores in &core_list {
         let mut series = Vec::new();
         for name in [
@@ -259,13 +285,15 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             &c.out,
             &format!("capacity-{cores}core"),
             &format!("Requests/s on /static, tollgate on {cores} thread(s)"),
+            "concurrency",
             &series,
         )));
     }
     let summary = format!(
-        "# tollgate bench capacity\n\n{} · {} · closed loop on the 110-byte `/static`, {requests} requests per point, median of {rounds} interleaved round(s)\n\n{md}\n{vs}\n{}\n- load average before {load_before}, after {load_after}\n",
+        "# tollgate bench capacity\n\n{} · {} ({n} cores) · placement {} · closed loop on the 110-byte `/static`, {requests} requests per point, median of {rounds} interleaved round(s)\n\n{md}\n{peers_md}{vs}\n{scaling}\n{}\n- load average before {load_before}, after {load_after}\n",
         machine::now(),
         machine::cpu_model(),
+        placement.layout.name(),
         placement_lines
             .iter()
             .map(|l| format!("- {l}\n"))
@@ -283,4 +311,122 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     )?;
     println!("{summary}");
     Ok(())
+}
+
+/// Targets other than direct, in report order: tollgate's scenarios, then the peers.
+fn proxies(points: &[Point]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for p in points {
+        if p.target != "direct" && !names.contains(&p.target) {
+            names.push(p.target.clone());
+        }
+    }
+    names
+}
+
+fn rps_of(points: &[Point], target: &str, cores: usize, conc: usize) -> Option<f64> {
+    points
+        .iter()
+        .find(|p| p.target == target && p.cores == cores && p.concurrency == conc)
+        .map(|p| p.rps)
+}
+
+/// tollgate against each peer at the same core count and concurrency: requests/s of
+/// every proxy, and tollgate's ratio to each peer. Empty when no peer was measured.
+fn peer_table(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
+    let names = proxies(points);
+    let peers: Vec<&String> = names
+        .iter()
+        .filter(|n| crate::peers::Peer::parse(n).is_ok())
+        .collect();
+    if peers.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("| Cores | Concurrency |");
+    for n in &names {
+        let _ = write!(md, " {n} |");
+    }
+    for p in &peers {
+        let _ = write!(md, " tollgate ÷ {p} |");
+    }
+    md.push_str("\n|---:|---:|");
+    md.push_str(&"---:|".repeat(names.len() + peers.len()));
+    md.push('\n');
+    for &cores in core_list {
+        for &conc in concurrency {
+            let _ = write!(md, "| {cores} | {conc} |");
+            for n in &names {
+                match rps_of(points, n, cores, conc) {
+                    Some(v) => {
+                        let _ = write!(md, " {v:.0} |");
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            let t = rps_of(points, "tollgate", cores, conc);
+            for p in &peers {
+                match (t, rps_of(points, p, cores, conc)) {
+                    (Some(t), Some(v)) if v > 0.0 => {
+                        let _ = write!(md, " {:.2} |", t / v);
+                    }
+                    _ => md.push_str(" – |"),
+                }
+            }
+            md.push('\n');
+        }
+    }
+    md.push('\n');
+    md
+}
+
+/// How each proxy scales: its requests/s at each core count over its own at the fewest.
+fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
+    let mut out = String::new();
+    let Some(&base) = core_list.iter().min() else {
+        return out;
+    };
+    if core_list.len() < 2 {
+        return out;
+    }
+    for n in proxies(points) {
+        for &conc in concurrency {
+            let Some(b) = rps_of(points, &n, base, conc) else {
+                continue;
+            };
+            let steps: Vec<String> = core_list
+                .iter()
+                .filter(|&&k| k != base)
+                .filter_map(|&k| {
+                    rps_of(points, &n, k, conc).map(|v| format!("{k} cores {:.2}×", v / b))
+                })
+                .collect();
+            if !steps.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "- scaling, {n} at concurrency {conc}: {} (of its {base}-core requests/s)",
+                    steps.join(", ")
+                );
+            }
+        }
+    }
+    out
+}
+
+/// One line per proxy and concurrency: requests/s by core count.
+fn scaling_series(points: &[Point], concurrency: &[usize]) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut series = Vec::new();
+    for n in proxies(points) {
+        for &conc in concurrency {
+            let mut pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.target == n && p.concurrency == conc)
+                .map(|p| (p.cores as f64, p.rps))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !pts.is_empty() {
+                series.push((format!("{n} c={conc}"), pts));
+            }
+        }
+    }
+    series
 }

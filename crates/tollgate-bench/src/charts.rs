@@ -149,18 +149,21 @@ pub fn percentile_chart(
 }
 
 /// Requests/s by concurrency, one line per target.
+/// Requests/s (y) against `x_desc` (concurrency, or proxy cores).
 pub fn capacity_chart(
     dir: &Path,
     stem: &str,
     title: &str,
+    x_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<Vec<String>, String> {
-    svg_and_png!(dir, stem, |root| draw_xy(root, title, series))
+    svg_and_png!(dir, stem, |root| draw_xy(root, title, x_desc, series))
 }
 
 fn draw_xy<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
+    x_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<(), String>
 where
@@ -185,7 +188,7 @@ where
     chart
         .configure_mesh()
         .light_line_style(RGBColor(238, 238, 238))
-        .x_desc("concurrency")
+        .x_desc(x_desc)
         .y_desc("requests/s")
         .draw()
         .map_err(|e| e.to_string())?;

@@ -48,7 +48,7 @@ pub fn run(args: CorrelationArgs) -> Result<(), String> {
         .map(|d| parse_delay(d))
         .collect::<Result<Vec<_>, _>>()?;
     let load_before = machine::loadavg();
-    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared)?)?;
     let cfg = match &args.config {
         Some(p) => p.clone(),
         None => h.passthrough_config()?,

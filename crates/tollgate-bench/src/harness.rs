@@ -20,6 +20,11 @@ pub enum Layout {
     /// next to the application, in front of a provider that is elsewhere (the deployment
     /// tollgate is made for).
     Sidecar,
+    /// Disjoint core sets (capacity): the proxy under test on cores 0..N-1, the provider
+    /// (multi-threaded) on the next cores and the load generator (multi-threaded) on the
+    /// last ones, so neither of them is what limits the proxy. Refused on a machine too
+    /// small for the layout asked for.
+    Dedicated,
     /// No pinning: the scheduler decides.
     None,
 }
@@ -29,6 +34,7 @@ impl Layout {
         match self {
             Layout::Shared => "shared",
             Layout::Sidecar => "sidecar",
+            Layout::Dedicated => "dedicated",
             Layout::None => "none",
         }
     }
@@ -86,43 +92,100 @@ impl Measured {
     }
 }
 
-/// Cores per role for a [`Layout`] on this machine (all `None` when not pinning).
+/// Cores per role for a [`Layout`] on this machine (none when not pinning).
 #[derive(Debug, Clone)]
 pub struct Placement {
     pub layout: Layout,
+    /// The provider's cores (a `taskset` list) and its threads.
     pub provider: Option<String>,
-    pub loadgen: Option<usize>,
+    pub provider_threads: usize,
+    /// The load generator's cores, one thread on each (empty: one unpinned thread).
+    pub loadgen: Vec<usize>,
 }
 
 impl Placement {
+    /// A placement with one provider thread and one load-generator thread
+    /// (`shared`, `sidecar`, `none`); see [`Placement::dedicated`] for the other.
     pub fn new(layout: Layout) -> Self {
         let n = machine::cores();
-        if layout == Layout::None || n < 2 {
+        if matches!(layout, Layout::None | Layout::Dedicated) || n < 2 {
             return Placement {
                 layout: Layout::None,
                 provider: None,
-                loadgen: None,
+                provider_threads: 1,
+                loadgen: Vec::new(),
             };
         }
         Placement {
             layout,
             provider: Some("0".into()),
-            loadgen: Some(n - 1),
+            provider_threads: 1,
+            loadgen: vec![n - 1],
+        }
+    }
+
+    /// The `dedicated` layout on a machine of `n` cores for a proxy of up to `max_proxy`
+    /// cores: the proxy on 0..max_proxy-1, then half of the cores left for the provider
+    /// (rounded up) and the rest for the load generator. Refused, saying why, when fewer
+    /// than one core each would be left.
+    pub fn dedicated(max_proxy: usize, n: usize) -> Result<Self, String> {
+        let max_proxy = max_proxy.max(1);
+        if max_proxy + 2 > n {
+            return Err(format!(
+                "--placement dedicated needs {max_proxy} core(s) for the proxy plus at least one for the provider and one for the load generator ({} in all); this machine has {n}. Lower --cores or measure on a larger machine: nothing was measured",
+                max_proxy + 2
+            ));
+        }
+        let spare = n - max_proxy;
+        let provider = spare.div_ceil(2);
+        let first_loadgen = max_proxy + provider;
+        Ok(Placement {
+            layout: Layout::Dedicated,
+            provider: Some(range(max_proxy, first_loadgen - 1)),
+            provider_threads: provider,
+            loadgen: (first_loadgen..n).collect(),
+        })
+    }
+
+    /// How many load-generator threads run (one per core given, at least one).
+    pub fn loadgen_threads(&self) -> usize {
+        self.loadgen.len().max(1)
+    }
+
+    /// The load generator's cores in words, for reports.
+    pub fn loadgen_text(&self) -> String {
+        match self.loadgen.as_slice() {
+            [] => "unpinned".into(),
+            [c] => format!("core {c}"),
+            [a, .., b] => format!("cores {a}-{b}"),
         }
     }
 
     /// Cores for a proxy using `threads` threads, when pinning: from core 0 up (shared),
     /// or from the last core down (sidecar, so one thread shares the load generator's core).
     pub fn server_cores(&self, threads: usize) -> Option<String> {
+        if self.layout == Layout::Dedicated {
+            // Planned for these counts already (`Placement::dedicated`).
+            return Some(range(0, threads.max(1) - 1));
+        }
         let n = machine::cores();
         let threads = threads.clamp(1, n.max(1));
         match self.layout {
-            Layout::None => None,
+            Layout::None | Layout::Dedicated => None,
             Layout::Shared if threads == 1 => Some("0".into()),
             Layout::Shared => Some(format!("0-{}", threads - 1)),
             Layout::Sidecar if threads == 1 => Some((n - 1).to_string()),
             Layout::Sidecar => Some(format!("{}-{}", n - threads, n - 1)),
         }
+    }
+}
+
+/// A `taskset` core list from `a` to `b`.
+fn range(a: usize, b: usize) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
     }
 }
 
@@ -190,17 +253,27 @@ impl Harness {
         // Absolute: peers (nginx) resolve relative paths against their own prefix.
         let out = &std::fs::canonicalize(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let (mut cmd, where_) = procs::command(&bin, placement.provider.as_deref());
-        cmd.args(["provider", "--listen", "127.0.0.1:0", "--threads", "1"]);
+        let pt = placement.provider_threads.max(1);
+        cmd.args([
+            "provider",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            &pt.to_string(),
+        ]);
         let (proc, addrs) =
             procs::spawn_tollgate("provider", cmd, where_.clone(), "provider listening")?;
         let provider = *addrs.first().ok_or("provider printed no address")?;
-        let mut lines = vec![format!("provider: {provider} ({where_}, 1 thread)")];
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let mut lines = vec![format!(
+            "provider: {provider} ({where_}, {pt} thread{})",
+            plural(pt)
+        )];
+        let lt = placement.loadgen_threads();
         lines.push(format!(
-            "load generator: 1 thread, {}",
-            placement
-                .loadgen
-                .map(|c| format!("core {c}"))
-                .unwrap_or_else(|| "unpinned".into())
+            "load generator: {lt} thread{}, {}",
+            plural(lt),
+            placement.loadgen_text()
         ));
         Ok(Harness {
             bin,
@@ -486,7 +559,8 @@ log:
                 warmup,
                 concurrency,
                 mode,
-                core: self.placement.loadgen,
+                cores: self.placement.loadgen.clone(),
+                threads: self.placement.loadgen_threads(),
             });
         }
         let results = loadgen::run_many(specs)?;
@@ -495,7 +569,7 @@ log:
         {
             let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
             eprintln!(
-                "warning: the load generator used {:.0}% of its core while measuring {}: it may be the bottleneck",
+                "warning: the load generator used {:.0}% of its core(s) while measuring {}: it may be the bottleneck",
                 r.cpu_share() * 100.0,
                 names.join(", ")
             );
@@ -509,5 +583,33 @@ log:
             }
         }
         Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedicated_gives_each_role_cores_of_its_own() {
+        let p = Placement::dedicated(8, 16).unwrap();
+        assert_eq!(p.server_cores(8).as_deref(), Some("0-7"));
+        assert_eq!(p.server_cores(1).as_deref(), Some("0"));
+        assert_eq!(p.provider.as_deref(), Some("8-11"));
+        assert_eq!(p.provider_threads, 4);
+        assert_eq!(p.loadgen, vec![12, 13, 14, 15]);
+        assert_eq!(p.loadgen_text(), "cores 12-15");
+        let small = Placement::dedicated(1, 3).unwrap();
+        assert_eq!(
+            (small.provider.as_deref(), small.loadgen.as_slice()),
+            (Some("1"), &[2][..])
+        );
+    }
+
+    #[test]
+    fn dedicated_refuses_a_machine_too_small() {
+        let e = Placement::dedicated(8, 9).unwrap_err();
+        assert!(e.contains("this machine has 9"), "{e}");
+        assert!(e.contains("nothing was measured"), "{e}");
     }
 }

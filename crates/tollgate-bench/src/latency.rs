@@ -92,7 +92,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         args.concurrency
     };
     let load_before = machine::loadavg();
-    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared))?;
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared)?)?;
     let mut targets: Vec<Target> = vec![h.direct()];
     if !args.no_passthrough {
         let cfg = h.passthrough_config()?;

@@ -62,7 +62,9 @@ pub struct CommonArgs {
     pub threads: usize,
     /// Where processes run: `shared` (provider and proxy on core 0, load generator on
     /// the last core), `sidecar` (provider alone on core 0, proxy on the load generator's
-    /// core) or `none` (unpinned). Default: `shared`.
+    /// core), `dedicated` (capacity only: proxy, provider and load generator each on
+    /// cores of their own, the last two multi-threaded) or `none` (unpinned). Default:
+    /// `shared`.
     #[arg(long, value_enum)]
     pub placement: Option<Layout>,
     /// Do not pin processes to cores (same as `--placement none`).
@@ -74,14 +76,24 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The placement asked for, or `default`.
-    pub fn placement(&self, default: Layout) -> Placement {
-        let layout = if self.no_pin {
+    /// The layout asked for, or `default`.
+    pub fn layout(&self, default: Layout) -> Layout {
+        if self.no_pin {
             Layout::None
         } else {
             self.placement.unwrap_or(default)
-        };
-        Placement::new(layout)
+        }
+    }
+
+    /// The placement asked for, or `default`; `dedicated` is refused (only `bench
+    /// capacity` plans it, for its core counts).
+    pub fn placement(&self, default: Layout) -> Result<Placement, String> {
+        match self.layout(default) {
+            Layout::Dedicated => Err(
+                "--placement dedicated is for `tollgate bench capacity` (it needs the proxy's core counts); use shared, sidecar or none here".into(),
+            ),
+            layout => Ok(Placement::new(layout)),
+        }
     }
 
     pub fn peers(&self) -> Result<Vec<Peer>, String> {

@@ -1,5 +1,6 @@
-//! The load generator: keep-alive HTTP/1.1 connections on one pinned thread, closed loop
-//! (like `ab`/`hey`) or open loop at a fixed arrival rate with coordinated-omission
+//! The load generator: keep-alive HTTP/1.1 connections on one pinned thread (or several,
+//! each with its share of the connections and requests, for multi-core targets), closed
+//! loop (like `ab`/`hey`) or open loop at a fixed arrival rate with coordinated-omission
 //! correction. Every latency goes into an HdrHistogram; errors and non-2xx are counted.
 
 use bytes::Bytes;
@@ -38,8 +39,12 @@ pub struct LoadSpec {
     pub warmup: u64,
     pub concurrency: usize,
     pub mode: Mode,
-    /// Core to pin the load-generator thread to, when the OS allows.
-    pub core: Option<usize>,
+    /// Cores to pin the load-generator threads to (thread `t` on `cores[t]`), when the OS
+    /// allows; empty: unpinned.
+    pub cores: Vec<usize>,
+    /// Load-generator threads (at least 1): each runs its share of the connections and
+    /// requests, all starting together; their results are merged.
+    pub threads: usize,
 }
 
 #[derive(Debug)]
@@ -49,8 +54,10 @@ pub struct RunResult {
     pub non_2xx: u64,
     pub errors: u64,
     pub elapsed: Duration,
-    /// CPU time the load-generator thread used during the measured part.
+    /// CPU time the load-generator threads used during the measured part.
     pub cpu: Duration,
+    /// How many threads generated the load.
+    pub threads: usize,
 }
 
 impl RunResult {
@@ -58,9 +65,22 @@ impl RunResult {
         (self.ok + self.non_2xx) as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Fraction of one core the load generator used; near 1.0 means it may be the bottleneck.
+    /// Fraction of its cores the load generator used; near 1.0 means it may be the
+    /// bottleneck.
     pub fn cpu_share(&self) -> f64 {
-        self.cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
+        self.cpu.as_secs_f64() / (self.elapsed.as_secs_f64() * self.threads.max(1) as f64).max(1e-9)
+    }
+
+    /// Merges the results of threads that ran at the same time.
+    fn merge(mut self, other: RunResult) -> RunResult {
+        let _ = self.hist.add(&other.hist);
+        self.ok += other.ok;
+        self.non_2xx += other.non_2xx;
+        self.errors += other.errors;
+        self.elapsed = self.elapsed.max(other.elapsed);
+        self.cpu += other.cpu;
+        self.threads += other.threads;
+        self
     }
 }
 
@@ -86,23 +106,86 @@ pub fn run(spec: LoadSpec) -> Result<RunResult, String> {
 /// interval after target 0. Whatever the machine does during the run (a stall, another
 /// tenant) then falls on every target alike, which rounds seconds apart cannot promise.
 /// The CPU share and elapsed time are the whole run's.
+///
+/// With `threads` > 1 each thread takes an equal share of every spec's connections,
+/// requests, warm-up and rate, and all threads start measuring together (after their
+/// warm-up); the results are merged per target.
 pub fn run_many(specs: Vec<LoadSpec>) -> Result<Vec<RunResult>, String> {
-    let core = specs.first().and_then(|s| s.core);
-    std::thread::Builder::new()
-        .name("tollgate-loadgen".into())
-        .spawn(move || {
-            if let Some(core) = core {
-                core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    let threads = specs.first().map_or(1, |s| s.threads.max(1));
+    let cores = specs.first().map(|s| s.cores.clone()).unwrap_or_default();
+    let start = Arc::new(std::sync::Barrier::new(threads));
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let share: Vec<LoadSpec> = specs.iter().map(|s| s.share(t, threads)).collect();
+        let core = cores.get(t).copied();
+        let start = start.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("tollgate-loadgen-{t}"))
+            .spawn(move || {
+                if let Some(core) = core {
+                    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                }
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string());
+                match rt {
+                    Ok(rt) => rt.block_on(run_async(share, &start)),
+                    Err(e) => {
+                        // The others must not wait for this thread forever.
+                        start.wait();
+                        Err(e)
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        handles.push(h);
+    }
+    let mut merged: Option<Vec<RunResult>> = None;
+    let mut first_error = None;
+    for h in handles {
+        match h
+            .join()
+            .map_err(|_| "load generator panicked".to_string())?
+        {
+            Ok(results) => {
+                merged = Some(match merged {
+                    None => results,
+                    Some(m) => m
+                        .into_iter()
+                        .zip(results)
+                        .map(|(a, b)| a.merge(b))
+                        .collect(),
+                });
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(run_async(specs))
-        })
-        .map_err(|e| e.to_string())?
-        .join()
-        .map_err(|_| "load generator panicked".to_string())?
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => merged.ok_or_else(|| "no result".into()),
+    }
+}
+
+impl LoadSpec {
+    /// Thread `t`'s share of this load when `n` threads run it: connections, requests and
+    /// warm-up split as evenly as whole numbers allow, the rate divided.
+    fn share(&self, t: usize, n: usize) -> LoadSpec {
+        let part = |total: u64| total / n as u64 + u64::from((t as u64) < total % n as u64);
+        LoadSpec {
+            requests: part(self.requests),
+            warmup: part(self.warmup),
+            concurrency: (self.concurrency / n + usize::from(t < self.concurrency % n)).max(1),
+            mode: match self.mode {
+                Mode::Closed => Mode::Closed,
+                Mode::Open { rate } => Mode::Open {
+                    rate: rate / n as f64,
+                },
+            },
+            threads: 1,
+            ..self.clone()
+        }
+    }
 }
 
 struct Shared {
@@ -114,13 +197,22 @@ struct Shared {
     hist: Mutex<Histogram<u64>>,
 }
 
-async fn run_async(specs: Vec<LoadSpec>) -> Result<Vec<RunResult>, String> {
+async fn run_async(
+    specs: Vec<LoadSpec>,
+    start: &std::sync::Barrier,
+) -> Result<Vec<RunResult>, String> {
     let mut warm = Vec::new();
     for spec in &specs {
         // Probe once so a dead target is an error, not 100 000 counted failures.
-        let mut probe = connect(&spec.url)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", spec.url))?;
+        let probe = connect(&spec.url).await;
+        let Ok(mut probe) = probe else {
+            start.wait();
+            return Err(format!(
+                "cannot connect to {}: {}",
+                spec.url,
+                probe.err().unwrap_or_default()
+            ));
+        };
         let _ = send(&mut probe, spec).await;
         if spec.warmup > 0 {
             warm.push(LoadSpec {
@@ -132,12 +224,14 @@ async fn run_async(specs: Vec<LoadSpec>) -> Result<Vec<RunResult>, String> {
         }
     }
     if !warm.is_empty() {
-        measure(warm).await;
+        measure(warm, None).await;
     }
-    Ok(measure(specs).await)
+    Ok(measure(specs, Some(start)).await)
 }
 
-async fn measure(specs: Vec<LoadSpec>) -> Vec<RunResult> {
+/// Runs `specs` to the end; with `start`, waits there (for the other threads) once the
+/// connections are open, just before the clock starts.
+async fn measure(specs: Vec<LoadSpec>, start: Option<&std::sync::Barrier>) -> Vec<RunResult> {
     let k = specs.len().max(1);
     // Everything a worker needs is made before the clock starts: connection set-up is not
     // latency, and neither is zeroing the histograms (2 MB each; done after the start on
@@ -157,6 +251,10 @@ async fn measure(specs: Vec<LoadSpec>) -> Vec<RunResult> {
             hist: Mutex::new(new_histogram()),
         });
         prepared.push((shared, conns));
+    }
+    if let Some(b) = start {
+        // Blocks this thread, which has nothing else to run until the clock starts.
+        b.wait();
     }
     // CPU and wall time cover the same window: from the start to the last response, with
     // neither the set-up above nor the merge below.
@@ -189,6 +287,7 @@ async fn measure(specs: Vec<LoadSpec>) -> Vec<RunResult> {
                 errors: shared.errors.load(Ordering::Relaxed),
                 elapsed,
                 cpu,
+                threads: 1,
             }
         })
         .collect()
@@ -361,9 +460,48 @@ mod tests {
             warmup: 0,
             concurrency: 3,
             mode: Mode::Closed,
-            core: None,
+            cores: vec![],
+            threads: 1,
         })
         .unwrap();
         assert_eq!((r.ok, r.errors, r.non_2xx), (60, 0, 0));
+    }
+
+    #[test]
+    fn several_threads_split_the_load_and_merge_their_results() {
+        let addr = closing_server();
+        let r = run(LoadSpec {
+            url: format!("http://{addr}/").parse().unwrap(),
+            headers: vec![],
+            requests: 61,
+            warmup: 5,
+            concurrency: 5,
+            mode: Mode::Closed,
+            cores: vec![],
+            threads: 3,
+        })
+        .unwrap();
+        assert_eq!((r.ok, r.errors, r.non_2xx, r.threads), (61, 0, 0, 3));
+        assert_eq!(r.hist.len(), 61);
+        assert!(r.cpu_share() <= 1.0, "a share of 3 threads' time");
+    }
+
+    #[test]
+    fn shares_add_up_to_the_whole() {
+        let spec = LoadSpec {
+            url: "http://127.0.0.1:1/".parse().unwrap(),
+            headers: vec![],
+            requests: 10,
+            warmup: 4,
+            concurrency: 7,
+            mode: Mode::Open { rate: 300.0 },
+            cores: vec![],
+            threads: 3,
+        };
+        let parts: Vec<LoadSpec> = (0..3).map(|t| spec.share(t, 3)).collect();
+        assert_eq!(parts.iter().map(|p| p.requests).sum::<u64>(), 10);
+        assert_eq!(parts.iter().map(|p| p.warmup).sum::<u64>(), 4);
+        assert_eq!(parts.iter().map(|p| p.concurrency).sum::<usize>(), 7);
+        assert_eq!(parts[0].mode, Mode::Open { rate: 100.0 });
     }
 }

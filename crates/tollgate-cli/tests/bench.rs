@@ -5,14 +5,19 @@
 use std::path::Path;
 use std::process::Command;
 
-fn bench(args: &[&str], out: &Path) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+/// `tollgate bench <args> --out <out>`, whatever its exit status.
+fn try_bench(args: &[&str], out: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .arg("bench")
         .args(args)
         .arg("--out")
         .arg(out)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn bench(args: &[&str], out: &Path) -> std::process::Output {
+    let out = try_bench(args, out);
     assert!(
         out.status.success(),
         "bench failed:\n{}\n{}",
@@ -384,4 +389,60 @@ fn with_diagnosis_reports_har_entries_written_and_dropped() {
     assert!(line.contains(", 0 dropped"), "{line}");
     let har = tollgate::diagnosis::har::read::load(&dir.path().join("har")).unwrap();
     assert_eq!(har.len(), written);
+}
+
+#[test]
+fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "capacity",
+            "--concurrency",
+            "4",
+            "--cores",
+            "1,2",
+            "--requests",
+            "300",
+            "--warmup",
+            "20",
+            "--rounds",
+            "1",
+            "--placement",
+            "none",
+            "--peer",
+            "hyper",
+        ],
+        dir.path(),
+    );
+    summary_says(
+        dir.path(),
+        &[
+            "| Cores | Concurrency | tollgate | hyper | tollgate ÷ hyper |",
+            "- scaling, tollgate at concurrency 4: 2 cores ",
+            "- scaling, hyper at concurrency 4: 2 cores ",
+            "placement none",
+        ],
+    );
+    non_empty(&dir.path().join("capacity-scaling.svg"));
+    non_empty(&dir.path().join("capacity-scaling.png"));
+}
+
+#[test]
+fn dedicated_placement_refuses_a_machine_too_small_and_measures_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = try_bench(
+        &["capacity", "--placement", "dedicated", "--cores", "1,4096"],
+        dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("4096 core(s) for the proxy"), "{err}");
+    assert!(err.contains("nothing was measured"), "{err}");
+    assert!(
+        !dir.path().join("capacity.csv").exists(),
+        "refused before measuring"
+    );
+    let out = try_bench(&["latency", "--placement", "dedicated"], dir.path());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is for `tollgate bench capacity`"));
 }

@@ -57,7 +57,8 @@ pub struct RunArgs {
     /// Admin listener address, overriding `admin.address`.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
-    /// Worker threads, 1 to 1024 (default: available cores).
+    /// Data-plane workers, 1 to 1024 (default: available cores): each a thread with its
+    /// own listener socket, connections, upstream pool and timers.
     #[arg(long, value_parser = threads)]
     pub threads: Option<usize>,
 }
@@ -152,9 +153,14 @@ fn block_on<F: std::future::Future<Output = ExitCode>>(threads: Option<usize>, f
     }
 }
 
-/// `tollgate run`: start, reload on SIGHUP, drain on SIGTERM/SIGINT, exit 0.
+/// `tollgate run`: start, reload on SIGHUP, drain on SIGTERM/SIGINT, exit 0. The data
+/// plane runs on its workers' threads; this thread's runtime keeps the admin API,
+/// signals and reloads.
 pub fn run(args: RunArgs) -> ExitCode {
-    block_on(args.threads, async move {
+    let workers = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    block_on(Some(1), async move {
         let log_config = match &args.config {
             Some(p) => Config::load(p)
                 .map(|c| c.log)
@@ -170,6 +176,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 admin: args.admin,
             },
             watch: true,
+            workers: Some(workers),
         };
         let gateway = match Gateway::start(opts).await {
             Ok(g) => g,

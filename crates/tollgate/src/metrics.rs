@@ -17,6 +17,12 @@ pub struct RequestLabels {
     pub status_class: &'static str,
 }
 
+/// A data-plane worker's index: bounded by `--threads`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabels {
     pub host: String,
@@ -89,6 +95,7 @@ pub struct Metrics {
     pub request_duration: Family<HostLabels, Histogram>,
     pub upstream_duration: Family<HostLabels, Histogram>,
     pub client_connections: Gauge,
+    pub worker_connections: Family<WorkerLabels, Counter>,
     pub upstream_connections: Gauge,
     pub tunnels: Gauge,
     pub reloads: Family<ResultLabels, Counter>,
@@ -125,6 +132,7 @@ impl Default for Metrics {
             request_duration: Family::new_with_constructor(hist),
             upstream_duration: Family::new_with_constructor(hist),
             client_connections: Gauge::default(),
+            worker_connections: Family::default(),
             upstream_connections: Gauge::default(),
             tunnels: Gauge::default(),
             reloads: Family::default(),
@@ -173,6 +181,11 @@ impl Default for Metrics {
             "client_connections",
             "Open client connections on the proxy listener",
             m.client_connections.clone(),
+        );
+        r.register(
+            "worker_connections_accepted",
+            "Client connections accepted, by data-plane worker (how evenly the listener spreads them)",
+            m.worker_connections.clone(),
         );
         r.register(
             "upstream_connections",

@@ -1,6 +1,8 @@
-//! Request events: one per finished request, sent through a bounded queue to an observer
-//! thread that updates metrics and writes the access log every 20 ms. A full queue drops the event
-//! and counts it (`tollgate_events_dropped_total`); the request never waits.
+//! Request events: one per finished request, sent through its worker's bounded queue to
+//! the observer thread, which drains every worker's queue every 20 ms, updates metrics and
+//! writes the access log. A full queue drops the event and counts it
+//! (`tollgate_events_dropped_total`); the request never waits. A queue per worker keeps
+//! workers from contending on one queue's counters.
 
 use crate::diagnosis::RequestDiag;
 use crate::diagnosis::discovery::metrics::{EndpointMetrics, Sample};
@@ -50,14 +52,18 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Starts the observer thread. It ends when every sender is gone.
+    /// Starts the observer thread and returns one sender per worker (each its own queue
+    /// of `log.queue_capacity`). The thread ends when every sender is gone.
     pub fn start(
         metrics: Metrics,
         log: &crate::config::Log,
         max_hosts: usize,
         diagnostics: Arc<Diagnostics>,
-    ) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel(log.queue_capacity.max(1));
+        workers: usize,
+    ) -> std::io::Result<Vec<Self>> {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..workers.max(1))
+            .map(|_| mpsc::channel(log.queue_capacity.max(1)))
+            .unzip();
         let out: Box<dyn Write + Send> = match &log.access_log_file {
             Some(path) => Box::new(
                 std::fs::OpenOptions::new()
@@ -71,8 +77,14 @@ impl Observer {
         let json = log.json;
         std::thread::Builder::new()
             .name("tollgate-observer".into())
-            .spawn(move || consume(rx, m, json, out, max_hosts, diagnostics))?;
-        Ok(Self { tx, metrics })
+            .spawn(move || consume(rxs, m, json, out, max_hosts, diagnostics))?;
+        Ok(txs
+            .into_iter()
+            .map(|tx| Self {
+                tx,
+                metrics: metrics.clone(),
+            })
+            .collect())
     }
 
     #[inline]
@@ -88,7 +100,7 @@ impl Observer {
 const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn consume(
-    mut rx: mpsc::Receiver<Event>,
+    mut rxs: Vec<mpsc::Receiver<Event>>,
     metrics: Metrics,
     json: bool,
     out: Box<dyn Write + Send>,
@@ -104,25 +116,31 @@ fn consume(
         max_hosts,
     };
     loop {
-        loop {
-            match rx.try_recv() {
-                Ok(ev) => {
-                    record(&metrics, &mut cache, &ev);
-                    if let Some(a) = &ev.access {
-                        let _ = write_access(&mut out, &ev, a, json);
+        let mut open = 0;
+        for rx in &mut rxs {
+            loop {
+                match rx.try_recv() {
+                    Ok(ev) => {
+                        record(&metrics, &mut cache, &ev);
+                        if let Some(a) = &ev.access {
+                            let _ = write_access(&mut out, &ev, a, json);
+                        }
+                        if let Some(d) = &ev.diag {
+                            diagnose(&diagnostics, &metrics, &mut endpoint_metrics, &ev, d);
+                        }
                     }
-                    if let Some(d) = &ev.diag {
-                        diagnose(&diagnostics, &metrics, &mut endpoint_metrics, &ev, d);
+                    Err(TryRecvError::Empty) => {
+                        open += 1;
+                        break;
                     }
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    let _ = out.flush();
-                    return;
+                    Err(TryRecvError::Disconnected) => break,
                 }
             }
         }
         let _ = out.flush();
+        if open == 0 {
+            return;
+        }
         std::thread::sleep(DRAIN_INTERVAL);
     }
 }

@@ -23,7 +23,7 @@ use crate::observe::{Access, Event};
 use crate::paths;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
-use crate::state::{Runtime, Shared};
+use crate::state::{Runtime, Shared, Worker};
 use crate::target::{Scheme, Target};
 use crate::tunnel;
 use crate::upgrade;
@@ -133,14 +133,15 @@ impl Ctx {
 /// borrowed until its scope ends (#59123), so a request passed down through a chain of
 /// `async fn`s is stored once per layer.
 pub fn handle(
-    shared: Arc<Shared>,
+    worker: Arc<Worker>,
     req: Request<Incoming>,
     in_flight: InFlight,
 ) -> impl Future<Output = Response<Body>> + Send + 'static {
-    let rt = shared.runtime.load_full();
+    let local = worker.local();
+    let rt = local.runtime.load_full();
     let mut ctx = Ctx {
         start: Instant::now(),
-        id: shared.ids.for_request(req.headers()),
+        id: local.ids.for_request(req.headers()),
         method: req.method().clone(),
         host: None,
         upstream: None,
@@ -153,7 +154,7 @@ pub fn handle(
         in_flight,
         diag: None,
     };
-    let step = prepare(&shared, &rt, req, &mut ctx);
+    let step = prepare(&worker, &rt, req, &mut ctx);
     async move {
         let forwarded = match step {
             Ok(Step::Upstream(req, target, gate)) => {
@@ -198,11 +199,11 @@ pub fn handle(
                     Forwarded::Policy(d.response)
                 })
             }
-            Ok(Step::Connect(req)) => tunnel::open_boxed(&shared, &rt, req, &mut ctx)
+            Ok(Step::Connect(req)) => tunnel::open_boxed(&worker, &rt, req, &mut ctx)
                 .await
                 .map(Forwarded::Ready),
             Ok(Step::Upgrade(req, target, client)) => {
-                upgrade::relay_boxed(&shared, &rt, req, target, client, &mut ctx)
+                upgrade::relay_boxed(&worker, &rt, req, target, client, &mut ctx)
                     .await
                     .map(Forwarded::Ready)
             }
@@ -210,8 +211,8 @@ pub fn handle(
         };
         match forwarded {
             Ok(Forwarded::Ready(resp)) => resp,
-            Ok(Forwarded::Upstream(resp)) => respond(shared, ctx, resp),
-            Ok(Forwarded::Policy(resp)) => respond(shared, ctx, resp),
+            Ok(Forwarded::Upstream(resp)) => respond(worker, ctx, resp),
+            Ok(Forwarded::Policy(resp)) => respond(worker, ctx, resp),
             Err(err) => {
                 tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
                 let resp = err.to_response(&ctx.id);
@@ -219,11 +220,16 @@ pub fn handle(
                     h.respond(resp.status(), Version::HTTP_11, resp.headers());
                     h.response_body.push(err.body_json().as_bytes());
                 }
-                let mut event =
-                    ctx.event(&shared, err.status().as_u16(), Some(err.code()), 0, true);
+                let mut event = ctx.event(
+                    &worker.shared,
+                    err.status().as_u16(),
+                    Some(err.code()),
+                    0,
+                    true,
+                );
                 // A refused target's host is client input: never a metric label.
                 event.host_is_label = !err.target_rejected();
-                shared.observer.emit(event);
+                worker.local().observer.emit(event);
                 resp
             }
         }
@@ -257,11 +263,12 @@ enum Forwarded {
 
 /// Phases 3–8: admission, target, domain lists, policy, and the upstream request.
 fn prepare(
-    shared: &Shared,
+    worker: &Worker,
     rt: &Runtime,
     mut req: Request<Incoming>,
     ctx: &mut Ctx,
 ) -> Result<Step, ProxyError> {
+    let shared = &*worker.shared;
     let config = &rt.config;
     if shared.is_draining() {
         return Err(ProxyError::ShuttingDown);
@@ -334,7 +341,9 @@ fn prepare(
     headers::strip_control(&mut parts.headers);
     // RFC 9110 §7.6.3: each proxy appends itself to Via; seeing its own entry come back
     // is how a loop through any address or name is caught.
-    parts.headers.append(header::VIA, shared.via.value.clone());
+    parts
+        .headers
+        .append(header::VIA, worker.local().via.clone());
     // tollgate writes the request itself on its HTTP/1.1 pool (`http`) and on an
     // upgrade's own connection: origin-form (RFC 9112 §3.2.1; absolute-form is for a
     // next-hop proxy), and Host the upstream's authority (RFC 9110 §7.2), precomputed
@@ -434,7 +443,7 @@ pub fn url(target: &Target, uri: &Uri) -> String {
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body
 /// streamed through [`Observed`], which owns the request's context until the body ends.
-fn respond<B>(shared: Arc<Shared>, mut ctx: Ctx, resp: Response<B>) -> Response<Body>
+fn respond<B>(worker: Arc<Worker>, mut ctx: Ctx, resp: Response<B>) -> Response<Body>
 where
     B: HttpBody<Data = Bytes, Error = BoxError> + Send + 'static,
 {
@@ -456,7 +465,7 @@ where
         bytes: 0,
         done: false,
         report: Some(Report {
-            shared,
+            worker,
             ctx,
             status,
         }),
@@ -520,7 +529,7 @@ fn resolve_target<B>(
 }
 
 struct Report {
-    shared: Arc<Shared>,
+    worker: Arc<Worker>,
     ctx: Ctx,
     status: u16,
 }
@@ -548,8 +557,8 @@ pin_project_lite::pin_project! {
             if let Some(mut r) = this.report.take() {
                 // hyper stops polling once `is_end_stream` says so, so the end is seen here.
                 let done = *this.done || this.inner.is_end_stream();
-                let event = r.ctx.event(&r.shared, r.status, None, *this.bytes, done);
-                r.shared.observer.emit(event);
+                let event = r.ctx.event(&r.worker.shared, r.status, None, *this.bytes, done);
+                r.worker.local().observer.emit(event);
             }
         }
     }
@@ -610,7 +619,7 @@ impl<B: HttpBody<Data = Bytes, Error = BoxError>> HttpBody for Observed<B> {
 pub fn handle_future_size() -> usize {
     fn size<F, Fut>(_: &F) -> usize
     where
-        F: Fn(Arc<Shared>, Request<Incoming>, InFlight) -> Fut,
+        F: Fn(Arc<Worker>, Request<Incoming>, InFlight) -> Fut,
     {
         std::mem::size_of::<Fut>()
     }

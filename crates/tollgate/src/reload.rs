@@ -62,19 +62,22 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
     let current = shared.runtime.load_full();
     let d = diff(&current.config, &config);
     let egress = shared.egress(&config);
-    let client = if current.client.settings == config.upstream && current.client.egress == egress {
-        current.client.clone()
+    let clients = if current.client.settings == config.upstream && current.client.egress == egress {
+        shared.clients()
     } else {
-        let c = UpstreamClient::new(&config.upstream, egress, shared.metrics.clone()).map_err(
-            |message| {
-                vec![ConfigError {
-                    path: "upstream.tls".into(),
-                    message,
-                    location: None,
-                }]
-            },
-        )?;
-        Arc::new(c)
+        UpstreamClient::for_workers(
+            &config.upstream,
+            &egress,
+            &shared.metrics,
+            shared.locals.len(),
+        )
+        .map_err(|message| {
+            vec![ConfigError {
+                path: "upstream.tls".into(),
+                message,
+                location: None,
+            }]
+        })?
     };
     for w in config.policies.shadowed() {
         tracing::warn!("{w}");
@@ -87,12 +90,13 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
         &shared.store,
         &shared.metrics,
     );
-    shared.runtime.store(Arc::new(Runtime {
+    let runtime = Runtime {
         diag: Arc::new(crate::diagnosis::Plan::new(&config)),
         config: Arc::new(config),
-        client,
+        client: clients[0].clone(),
         engine: Arc::new(engine),
-    }));
+    };
+    shared.install(runtime, &clients);
     Ok(d)
 }
 

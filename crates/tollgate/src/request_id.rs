@@ -5,10 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::headers::X_TOLLGATE_REQUEST_ID;
 
-/// Generates ids `<process prefix>-<counter>`: unique within a process, and across
-/// processes by the random prefix; no lock, one atomic add.
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Generates ids `<prefix>-<counter>`, one generator per worker: the prefix is the
+/// process's random number plus the worker's index, so ids are unique within a process
+/// and, by the random part, across processes; no lock, one atomic add on memory of the
+/// worker's own.
 pub struct RequestIds {
     prefix: String,
     next: AtomicU64,
@@ -16,14 +18,24 @@ pub struct RequestIds {
 
 impl Default for RequestIds {
     fn default() -> Self {
-        Self {
-            prefix: format!("{:08x}", fastrand::u32(..)),
-            next: AtomicU64::new(1),
-        }
+        Self::new(Self::prefix(), 0)
     }
 }
 
 impl RequestIds {
+    /// A process's random prefix.
+    pub fn prefix() -> u32 {
+        fastrand::u32(..)
+    }
+
+    /// The generator of worker `worker` in a process whose prefix is `base`.
+    pub fn new(base: u32, worker: usize) -> Self {
+        Self {
+            prefix: format!("{:08x}", base.wrapping_add(worker as u32)),
+            next: AtomicU64::new(1),
+        }
+    }
+
     /// The client's id if it sent a usable one (visible ASCII, at most 200 bytes), else a new one.
     pub fn for_request(&self, headers: &HeaderMap) -> HeaderValue {
         if let Some(v) = headers.get(X_TOLLGATE_REQUEST_ID)
@@ -72,5 +84,15 @@ mod tests {
         assert_eq!(ids.for_request(&h), "abc-123");
         h.insert(X_TOLLGATE_REQUEST_ID, HeaderValue::from_static("has space"));
         assert_ne!(ids.for_request(&h), "has space");
+    }
+
+    #[test]
+    fn workers_of_one_process_never_share_a_prefix() {
+        let h = HeaderMap::new();
+        let base = u32::MAX;
+        let a = RequestIds::new(base, 0).for_request(&h);
+        let b = RequestIds::new(base, 1).for_request(&h);
+        assert_eq!(a, "ffffffff-1");
+        assert_eq!(b, "00000000-1");
     }
 }

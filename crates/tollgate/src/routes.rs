@@ -83,6 +83,20 @@ impl RouteTable {
         Self { routes }
     }
 
+    /// The same table with detached targets (see [`Target::detached`]), for one worker.
+    pub fn detached(&self) -> Self {
+        Self {
+            routes: self
+                .routes
+                .iter()
+                .map(|r| Route {
+                    target: r.target.detached(),
+                    ..r.clone()
+                })
+                .collect(),
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Route> {
         self.routes.iter()
     }

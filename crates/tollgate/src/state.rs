@@ -17,13 +17,62 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// What a request runs on, start to end: taken once per request, replaced whole on reload.
+/// Each worker holds its own (see [`Local`]); aligned so that its reference count, bumped
+/// per request, shares a cache line with nothing another worker writes.
+#[repr(align(128))]
 pub struct Runtime {
     pub config: Arc<Config>,
+    /// This worker's upstream client (the canonical runtime holds worker 0's).
     pub client: Arc<UpstreamClient>,
     /// The config's policies compiled into chains.
     pub engine: Arc<crate::policy::Engine>,
     /// What diagnosis does for each request under this config.
     pub diag: Arc<crate::diagnosis::Plan>,
+}
+
+impl Runtime {
+    /// This runtime as worker `client`'s: its own upstream client and its own copy of the
+    /// route targets; config sections, policies and diagnosis plan shared (read-only).
+    pub fn for_worker(&self, client: Arc<UpstreamClient>) -> Runtime {
+        let mut config = Config::clone(&self.config);
+        config.routes = config.routes.detached();
+        Runtime {
+            config: Arc::new(config),
+            client,
+            engine: self.engine.clone(),
+            diag: self.diag.clone(),
+        }
+    }
+}
+
+/// What one data-plane worker keeps to itself: its requests write nothing that another
+/// worker's requests touch. Aligned to its own cache lines for the same reason.
+#[repr(align(128))]
+pub struct Local {
+    /// This worker's runtime snapshot (own upstream client, own route targets).
+    pub runtime: ArcSwap<Runtime>,
+    /// Its open client connections: drain signal and read-deadline sweep.
+    pub conns: Conns,
+    /// Its queue of request events to the observer thread.
+    pub observer: Observer,
+    pub ids: RequestIds,
+    /// Its copy of the `Via` value (a shared one would be a shared reference count).
+    pub via: http::HeaderValue,
+}
+
+/// A worker's handle, cloned per request: its reference count is touched by that worker's
+/// thread alone (aligned, so no other worker's handle shares its line).
+#[repr(align(128))]
+pub struct Worker {
+    pub shared: Arc<Shared>,
+    pub index: usize,
+}
+
+impl Worker {
+    #[inline]
+    pub fn local(&self) -> &Local {
+        &self.shared.locals[self.index]
+    }
 }
 
 /// Values from the command line that override the file on every (re)load.
@@ -45,12 +94,14 @@ impl Overrides {
 }
 
 pub struct Shared {
+    /// The canonical runtime: what `/config` shows and a reload compares against. Requests
+    /// run on their worker's copy ([`Local::runtime`]).
     pub runtime: ArcSwap<Runtime>,
+    /// One per data-plane worker.
+    pub locals: Box<[Local]>,
     pub config_path: Option<PathBuf>,
     pub overrides: Overrides,
     pub metrics: Metrics,
-    pub observer: Observer,
-    pub ids: RequestIds,
     draining: AtomicBool,
     /// Cancelled when shutdown starts: stop accepting, drain connections.
     pub stop: CancellationToken,
@@ -58,8 +109,6 @@ pub struct Shared {
     pub cut: CancellationToken,
     /// Client connections and CONNECT tunnels, waited for on shutdown.
     pub tasks: TaskTracker,
-    /// Open client connections: drain signal and read-deadline sweep.
-    pub conns: Conns,
     /// Serialises reloads (never taken by requests).
     pub reload_lock: tokio::sync::Mutex<()>,
     /// The addresses tollgate listens on (fixed until restart).
@@ -103,8 +152,11 @@ impl Via {
 }
 
 impl Shared {
+    /// `clients`: one upstream client per worker (at least one); `runtime` is the
+    /// canonical runtime, made with the first.
     pub fn new(
         runtime: Runtime,
+        clients: Vec<Arc<UpstreamClient>>,
         config_path: Option<PathBuf>,
         overrides: Overrides,
         metrics: Metrics,
@@ -115,27 +167,41 @@ impl Shared {
             &runtime.config,
             &metrics,
         )?);
-        let observer = Observer::start(
+        let observers = Observer::start(
             metrics.clone(),
             &runtime.config.log,
             runtime.config.metrics.max_hosts,
             diagnostics.clone(),
+            clients.len(),
         )?;
+        let via = Via::default();
+        let ids = RequestIds::prefix();
+        let locals = clients
+            .into_iter()
+            .zip(observers)
+            .enumerate()
+            .map(|(i, (client, observer))| Local {
+                runtime: ArcSwap::from_pointee(runtime.for_worker(client)),
+                conns: Conns::default(),
+                observer,
+                ids: RequestIds::new(ids, i),
+                via: http::HeaderValue::from_bytes(via.value.as_bytes())
+                    .unwrap_or_else(|_| via.value.clone()),
+            })
+            .collect();
         Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
+            locals,
             config_path,
             overrides,
             metrics,
-            observer,
-            ids: RequestIds::default(),
             draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
             cut: CancellationToken::new(),
             tasks: TaskTracker::new(),
-            conns: Conns::default(),
             reload_lock: tokio::sync::Mutex::new(()),
             own_listeners,
-            via: Via::default(),
+            via,
             store,
             diagnostics,
         })
@@ -154,6 +220,27 @@ impl Shared {
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
         self.stop.cancel();
-        self.conns.drain_all();
+        for l in &self.locals {
+            l.conns.drain_all();
+        }
+    }
+
+    /// Installs a new canonical runtime and each worker's copy of it, with that worker's
+    /// client (`clients[i]`, one per worker).
+    pub fn install(&self, runtime: Runtime, clients: &[Arc<UpstreamClient>]) {
+        for (local, client) in self.locals.iter().zip(clients) {
+            local
+                .runtime
+                .store(Arc::new(runtime.for_worker(client.clone())));
+        }
+        self.runtime.store(Arc::new(runtime));
+    }
+
+    /// Each worker's current upstream client.
+    pub fn clients(&self) -> Vec<Arc<UpstreamClient>> {
+        self.locals
+            .iter()
+            .map(|l| l.runtime.load().client.clone())
+            .collect()
     }
 }

@@ -68,6 +68,22 @@ impl Target {
         Self::from_authority(scheme, &auth)
     }
 
+    /// A copy that shares no allocation with `self`: cloning it then counts references in
+    /// memory of its own. Each data-plane worker keeps detached copies of the route
+    /// targets, which every routed request clones, so that workers do not contend on one
+    /// reference count.
+    pub fn detached(&self) -> Self {
+        Self {
+            scheme: self.scheme,
+            host: std::sync::Arc::from(&*self.host),
+            port: self.port,
+            authority: Authority::from_str(self.authority.as_str())
+                .unwrap_or_else(|_| self.authority.clone()),
+            host_header: HeaderValue::from_bytes(self.host_header.as_bytes())
+                .unwrap_or_else(|_| self.host_header.clone()),
+        }
+    }
+
     pub fn from_authority(scheme: Scheme, auth: &Authority) -> Result<Self, String> {
         let raw_host = auth.host();
         if auth.as_str().contains('@') {

@@ -5,24 +5,23 @@
 use crate::body::{Body, empty};
 use crate::error::ProxyError;
 use crate::proxy::Ctx;
-use crate::state::{Runtime, Shared};
+use crate::state::{Runtime, Shared, Worker};
 use crate::target::{Scheme, Target};
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::pin::Pin;
-use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// `open`, boxed. CONNECT is the rare path, and its state would otherwise make every
 /// request's future (moved by hyper once per request) kilobytes larger.
 pub fn open_boxed<'a>(
-    shared: &'a Arc<Shared>,
+    worker: &'a Worker,
     rt: &'a Runtime,
     req: Request<Incoming>,
     ctx: &'a mut Ctx,
 ) -> Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>> {
-    Box::pin(open(shared, rt, req, ctx))
+    Box::pin(open(worker, rt, req, ctx))
 }
 
 /// Relays bytes both ways between the two ends `ends` yields (the client's upgraded
@@ -56,7 +55,7 @@ pub fn spawn_relay<A, B>(
 }
 
 async fn open(
-    shared: &Arc<Shared>,
+    worker: &Worker,
     rt: &Runtime,
     req: Request<Incoming>,
     ctx: &mut Ctx,
@@ -89,10 +88,13 @@ async fn open(
         .map_err(|e| ProxyError::from(&e))?;
 
     let upgrade = hyper::upgrade::on(req);
-    spawn_relay(shared, ctx.id.clone(), async move {
+    spawn_relay(&worker.shared, ctx.id.clone(), async move {
         Ok((TokioIo::new(upgrade.await?), upstream))
     });
-    shared.observer.emit(ctx.event(shared, 200, None, 0, true));
+    worker
+        .local()
+        .observer
+        .emit(ctx.event(&worker.shared, 200, None, 0, true));
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut()

@@ -9,7 +9,7 @@ use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_REQUEST_ID};
 use crate::proxy::Ctx;
-use crate::state::{Runtime, Shared};
+use crate::state::{Runtime, Worker};
 use crate::target::Target;
 use crate::tunnel;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
@@ -17,7 +17,6 @@ use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use std::pin::Pin;
-use std::sync::Arc;
 
 /// The protocol the client asks to switch to: an HTTP/1.1 request whose `Connection`
 /// names `upgrade` and which carries `Upgrade`.
@@ -36,18 +35,18 @@ pub fn ask_upstream(h: &mut HeaderMap, protocol: HeaderValue) {
 
 /// `relay`, boxed: the rare path, kept out of every request's future.
 pub fn relay_boxed<'a>(
-    shared: &'a Arc<Shared>,
+    worker: &'a Worker,
     rt: &'a Runtime,
     req: Request<Body>,
     target: Target,
     client: OnUpgrade,
     ctx: &'a mut Ctx,
 ) -> Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>> {
-    Box::pin(relay(shared, rt, req, target, client, ctx))
+    Box::pin(relay(worker, rt, req, target, client, ctx))
 }
 
 async fn relay(
-    shared: &Arc<Shared>,
+    worker: &Worker,
     rt: &Runtime,
     req: Request<Body>,
     target: Target,
@@ -60,7 +59,7 @@ async fn relay(
     let protocol = resp.headers().get(header::UPGRADE).cloned();
     if switched {
         let upstream = hyper::upgrade::on(&mut resp);
-        tunnel::spawn_relay(shared, ctx.id.clone(), async move {
+        tunnel::spawn_relay(&worker.shared, ctx.id.clone(), async move {
             let (c, u) = tokio::try_join!(client, upstream)?;
             Ok((TokioIo::new(c), TokioIo::new(u)))
         });
@@ -71,9 +70,10 @@ async fn relay(
         ask_upstream(&mut parts.headers, p);
     }
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
-    shared
+    worker
+        .local()
         .observer
-        .emit(ctx.event(shared, status.as_u16(), None, 0, true));
+        .emit(ctx.event(&worker.shared, status.as_u16(), None, 0, true));
     let body = if switched {
         crate::body::empty()
     } else {

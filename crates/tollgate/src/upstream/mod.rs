@@ -48,8 +48,34 @@ pub struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    pub fn new(settings: &Upstream, egress: Egress, metrics: Metrics) -> Result<Self, String> {
+    /// One client per data-plane worker, each with its own pools and DNS cache (the TLS
+    /// configs, read-only, are shared): a worker's requests take no lock another worker
+    /// takes.
+    pub fn for_workers(
+        settings: &Upstream,
+        egress: &Egress,
+        metrics: &Metrics,
+        workers: usize,
+    ) -> Result<Vec<Arc<Self>>, String> {
         let tls = tls::client_configs(settings.extra_ca_file.as_deref())?;
+        Ok((0..workers.max(1))
+            .map(|_| {
+                Arc::new(Self::with_tls(
+                    settings,
+                    egress.clone(),
+                    metrics.clone(),
+                    tls.clone(),
+                ))
+            })
+            .collect())
+    }
+
+    fn with_tls(
+        settings: &Upstream,
+        egress: Egress,
+        metrics: Metrics,
+        tls: (Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>),
+    ) -> Self {
         let connector = Connector::new(
             dns::Resolver::new(settings.dns_ttl),
             egress.clone(),
@@ -73,13 +99,13 @@ impl UpstreamClient {
             settings.pool_max_idle_per_host,
             settings.pool_idle_timeout,
         );
-        Ok(Self {
+        Self {
             client,
             h1,
             connector,
             settings: settings.clone(),
             egress,
-        })
+        }
     }
 
     /// Sends a request and waits for the response head within `response_timeout` from

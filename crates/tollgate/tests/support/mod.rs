@@ -28,8 +28,17 @@ pub fn local0() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
+/// Data-plane workers of the gateways tests start: several, so that every test runs
+/// across workers (connections spread over them by the kernel).
+pub const WORKERS: usize = 2;
+
 /// Starts a gateway from YAML on ephemeral ports.
 pub async fn gateway(yaml: &str) -> Gateway {
+    gateway_with_workers(yaml, WORKERS).await
+}
+
+/// Starts a gateway from YAML on ephemeral ports with `workers` data-plane workers.
+pub async fn gateway_with_workers(yaml: &str, workers: usize) -> Gateway {
     let config = Config::from_yaml(yaml).unwrap_or_else(|e| panic!("test config invalid: {e:?}"));
     Gateway::start(StartOptions {
         config: Some(config),
@@ -37,6 +46,7 @@ pub async fn gateway(yaml: &str) -> Gateway {
             listen: Some(local0()),
             admin: Some(local0()),
         },
+        workers: Some(workers),
         ..Default::default()
     })
     .await
@@ -52,6 +62,7 @@ pub async fn gateway_from_file(path: &std::path::Path, watch: bool) -> Gateway {
             admin: Some(local0()),
         },
         watch,
+        workers: Some(WORKERS),
         ..Default::default()
     })
     .await
