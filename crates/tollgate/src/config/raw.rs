@@ -133,7 +133,7 @@ impl Default for RawUpstream {
 pub struct RawPool {
     /// Idle upstream connections are closed after this long.
     pub idle_timeout: String,
-    /// Most idle keep-alive connections kept per upstream host (0 to 100000; 0 disables reuse).
+    /// Most idle keep-alive connections kept per upstream host, per data-plane worker (0 to 100000; 0 disables reuse).
     pub max_idle_per_host: usize,
 }
 
@@ -232,7 +232,7 @@ pub struct RawLog {
     pub access_log: bool,
     /// Where access-log lines go: a file path (appended to), or absent for standard output. Read at start-up.
     pub access_log_file: Option<String>,
-    /// Capacity of the access-log and metrics queue (1 to 16777216); events beyond it are dropped and counted.
+    /// Capacity of the access-log and metrics queue, one per data-plane worker (1 to 16777216); events beyond it are dropped and counted.
     pub queue_capacity: usize,
 }
 
