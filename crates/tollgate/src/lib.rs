@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod aggregate;
 pub mod body;
 pub mod cli;
 pub mod config;

@@ -199,6 +199,17 @@ pub fn handle(
                     Forwarded::Policy(d.response)
                 })
             }
+            Ok(Step::Aggregate(call)) => {
+                // An aggregated endpoint: its backends, on a boxed future of its own.
+                Box::pin(crate::aggregate::run(
+                    *call,
+                    &worker,
+                    &rt,
+                    ctx.in_flight.response_timer(),
+                ))
+                .await
+                .map(Forwarded::Policy)
+            }
             Ok(Step::Connect(req)) => tunnel::open_boxed(&worker, &rt, req, &mut ctx)
                 .await
                 .map(Forwarded::Ready),
@@ -248,6 +259,8 @@ enum Step {
         usize,
     ),
     Connect(Request<Incoming>),
+    /// A call of an aggregated endpoint (`endpoints:`): its backends answer it.
+    Aggregate(Box<crate::aggregate::Call>),
     /// An HTTP/1.1 `Upgrade` (WebSocket): its own upstream connection, then a byte relay.
     Upgrade(Request<Body>, Target, hyper::upgrade::OnUpgrade),
 }
@@ -306,6 +319,17 @@ fn prepare(
             Uri::from_parts(parts).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
     }
 
+    // Aggregated endpoints come before routes; a request naming its own target
+    // (absolute-form, `x-tollgate-host`) is never one.
+    if !config.endpoints.is_empty()
+        && !(req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
+        && !req.headers().contains_key(X_TOLLGATE_HOST)
+        && let Some((i, params)) = config.endpoints.find(req.method(), req.uri().path())
+        && let Some(e) = config.endpoints.get(i)
+    {
+        let call = crate::aggregate::Call::new(e, i, params, req.headers(), req.uri());
+        return Ok(Step::Aggregate(Box::new(call)));
+    }
     let (target, path_and_query) = resolve_target(config, &req)?;
     ctx.host = Some(target.host.clone());
     if !config.domains.permits(&target.host) {

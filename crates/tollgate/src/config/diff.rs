@@ -28,6 +28,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         "domains",
         "egress",
         "routes",
+        "endpoints",
         "policies",
         "log",
         "metrics",

@@ -6,11 +6,13 @@ mod diff;
 mod env;
 pub mod raw;
 pub mod raw_diagnosis;
+pub mod raw_endpoints;
 pub mod raw_policy;
 mod shorthand;
 pub mod units;
 mod validate;
 mod validate_diagnosis;
+mod validate_endpoints;
 mod validate_policy;
 
 pub use diff::{ConfigDiff, diff};
@@ -34,6 +36,7 @@ pub struct Config {
     pub domains: DomainRules,
     pub egress: EgressRules,
     pub routes: RouteTable,
+    pub endpoints: crate::aggregate::Endpoints,
     pub policies: PolicySet,
     pub log: Log,
     pub metrics: Metrics,

@@ -6,6 +6,7 @@
 //! here so that errors can name the field and the offending text.
 
 pub use super::raw_diagnosis::*;
+pub use super::raw_endpoints::*;
 pub use super::raw_policy::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,8 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
     pub routes: Vec<RawRoute>,
+    /// Aggregated endpoints: a path on the listener answered by calling several backends in parallel and merging their JSON answers (docs/aggregation.md). Tried before routes.
+    pub endpoints: Vec<RawEndpoint>,
     /// Policies: which traffic remedies apply to (matched by host, path template and method on the upstream request; the first match applies), and the remedies.
     pub policies: Vec<RawPolicy>,
     /// Rate limits shared by name: `rate_limit: NAME` in any number of policies counts against one limit.

@@ -323,6 +323,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         }
     }
 
+    let endpoints = super::validate_endpoints::endpoints(&mut e, &raw.endpoints);
     let policies = super::validate_policy::policies(&mut e, raw);
 
     let json = match raw.log.format.as_str() {
@@ -371,6 +372,7 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         domains,
         egress,
         routes: RouteTable::new(routes),
+        endpoints,
         policies,
         log,
         metrics,
@@ -418,6 +420,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "connect_ports": c.egress.connect_ports.to_string(),
         },
         "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
+        "endpoints": c.endpoints.effective(),
         "policies": super::validate_policy::effective(c),
         "log": {
             "level": c.log.level,

@@ -1,0 +1,108 @@
+//! Aggregated endpoints (`endpoints:`): a path and method on the proxy listener answered
+//! by calling several backends, in parallel (or after the backends whose answers their
+//! URLs use), and merging their JSON answers; or, with `encoding: no-op`, relaying one
+//! backend's response untouched. docs/aggregation.md is the user's guide.
+
+pub mod merge;
+mod run;
+pub mod template;
+
+pub use run::{Call, run};
+
+use crate::target::Target;
+use http::{HeaderName, Method};
+use merge::Shape;
+use std::time::Duration;
+use template::{PathTemplate, UrlTemplate};
+
+/// One backend of an endpoint (validated).
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub name: String,
+    pub target: Target,
+    pub url: UrlTemplate,
+    pub method: Method,
+    pub timeout: Duration,
+    pub shape: Shape,
+    /// Which round of the fan-out it runs in: 0 for backends that need no other's
+    /// answer, else one more than the latest round of the backends it uses.
+    pub round: usize,
+}
+
+/// One aggregated endpoint (validated).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub path: PathTemplate,
+    pub method: Method,
+    pub timeout: Duration,
+    pub cache_ttl: Option<Duration>,
+    pub headers: Vec<HeaderName>,
+    pub query: Vec<String>,
+    pub noop: bool,
+    pub errors_key: Option<String>,
+    pub max_body_bytes: usize,
+    pub backends: Vec<Backend>,
+}
+
+/// The endpoints of a config, tried in declaration order.
+#[derive(Debug, Clone, Default)]
+pub struct Endpoints {
+    list: Vec<Endpoint>,
+}
+
+impl Endpoints {
+    pub fn new(list: Vec<Endpoint>) -> Self {
+        Self { list }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Endpoint> {
+        self.list.iter()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&Endpoint> {
+        self.list.get(i)
+    }
+
+    /// The endpoint answering `method` on `path`, and its parameters' values.
+    pub fn find<'a>(&self, method: &Method, path: &'a str) -> Option<(usize, Vec<&'a str>)> {
+        self.list.iter().enumerate().find_map(|(i, e)| {
+            if e.method != method {
+                return None;
+            }
+            e.path.matches(path).map(|params| (i, params))
+        })
+    }
+
+    /// The effective form, for `/config`.
+    pub fn effective(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.list
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "path": e.path.text,
+                        "method": e.method.as_str(),
+                        "timeout": crate::config::units::format_duration(e.timeout),
+                        "cache_ttl": e.cache_ttl.map(crate::config::units::format_duration),
+                        "headers": e.headers.iter().map(|h| h.as_str()).collect::<Vec<_>>(),
+                        "query": e.query,
+                        "encoding": if e.noop { "no-op" } else { "json" },
+                        "errors_key": e.errors_key,
+                        "max_body_bytes": e.max_body_bytes,
+                        "backends": e.backends.iter().map(|b| serde_json::json!({
+                            "name": b.name,
+                            "host": b.target.authority.as_str(),
+                            "method": b.method.as_str(),
+                            "timeout": crate::config::units::format_duration(b.timeout),
+                            "group": b.shape.group,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect(),
+        )
+    }
+}

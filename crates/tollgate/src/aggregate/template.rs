@@ -1,0 +1,245 @@
+//! Templates of aggregated endpoints: the endpoint's path (`/users/{user}`, matched
+//! segment by segment) and each backend's URL (`/users/{user}/repos?sort={sort}`, with
+//! `{respN.a.b}` naming a field of an earlier backend's answer).
+
+use serde_json::Value;
+
+/// One piece of an endpoint path.
+#[derive(Debug, Clone, PartialEq)]
+enum Segment {
+    Literal(String),
+    Param(String),
+}
+
+/// An endpoint path: literal segments and `{name}` segments (each one whole segment).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathTemplate {
+    segments: Vec<Segment>,
+    pub text: String,
+}
+
+impl PathTemplate {
+    /// Parses `/a/{b}/c`: every segment either literal or exactly `{name}`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if !text.starts_with('/') {
+            return Err(format!("`{text}` must start with `/`"));
+        }
+        let mut segments = Vec::new();
+        for s in text[1..].split('/') {
+            if let Some(name) = s.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+                if !is_name(name) {
+                    return Err(format!(
+                        "`{{{name}}}` in `{text}`: a parameter name is letters, digits and `_`"
+                    ));
+                }
+                if segments.contains(&Segment::Param(name.to_owned())) {
+                    return Err(format!("`{{{name}}}` appears twice in `{text}`"));
+                }
+                segments.push(Segment::Param(name.to_owned()));
+            } else if s.contains('{') || s.contains('}') {
+                return Err(format!(
+                    "segment `{s}` of `{text}`: a parameter is a whole segment, `{{name}}`"
+                ));
+            } else {
+                segments.push(Segment::Literal(s.to_owned()));
+            }
+        }
+        Ok(Self {
+            segments,
+            text: text.to_owned(),
+        })
+    }
+
+    /// The parameter names, in order.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Param(p) => Some(p.as_str()),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    /// The parameters' values when `path` matches (values as sent: still percent-encoded).
+    pub fn matches<'a>(&self, path: &'a str) -> Option<Vec<&'a str>> {
+        let mut parts = path.strip_prefix('/')?.split('/');
+        let mut values = Vec::new();
+        for s in &self.segments {
+            let p = parts.next()?;
+            match s {
+                Segment::Literal(l) if l == p => {}
+                Segment::Literal(_) => return None,
+                Segment::Param(_) if p.is_empty() => return None,
+                Segment::Param(_) => values.push(p),
+            }
+        }
+        parts.next().is_none().then_some(values)
+    }
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A piece of a backend URL's path and query.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Literal(String),
+    /// The endpoint path's parameter at this index.
+    Param(usize),
+    /// A field of backend `n`'s answer (dotted path), percent-encoded when inserted.
+    Answer(usize, Vec<String>),
+}
+
+/// The path and query of a backend URL, with its pieces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UrlTemplate {
+    pub pieces: Vec<Piece>,
+}
+
+impl UrlTemplate {
+    /// Parses the path-and-query part of a backend URL; `params` are the endpoint path's
+    /// parameter names, `index` this backend's place (an answer it names must be earlier).
+    pub fn parse(text: &str, params: &[&str], index: usize) -> Result<Self, String> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                pieces.push(Piece::Literal(rest[..open].to_owned()));
+            }
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| format!("`{text}`: a `{{` without its `}}`"))?
+                + open;
+            let name = &rest[open + 1..close];
+            pieces.push(Self::piece(name, params, index)?);
+            rest = &rest[close + 1..];
+        }
+        if rest.contains('}') {
+            return Err(format!("`{text}`: a `}}` without its `{{`"));
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Literal(rest.to_owned()));
+        }
+        Ok(Self { pieces })
+    }
+
+    fn piece(name: &str, params: &[&str], index: usize) -> Result<Piece, String> {
+        if let Some(field) = name.strip_prefix("resp") {
+            let (n, path) = field.split_once('.').unwrap_or((field, ""));
+            if let Ok(n) = n.parse::<usize>() {
+                if n >= index {
+                    return Err(format!(
+                        "`{{{name}}}`: a backend can use the answer of an earlier backend only (this is backend {index})"
+                    ));
+                }
+                if path.is_empty() {
+                    return Err(format!(
+                        "`{{{name}}}`: name a field of the answer, e.g. `{{resp{n}.id}}`"
+                    ));
+                }
+                return Ok(Piece::Answer(
+                    n,
+                    path.split('.').map(str::to_owned).collect(),
+                ));
+            }
+        }
+        match params.iter().position(|p| *p == name) {
+            Some(i) => Ok(Piece::Param(i)),
+            None => Err(format!(
+                "`{{{name}}}` is not a parameter of the endpoint path (it has {}) nor `{{respN.field}}`",
+                if params.is_empty() {
+                    "none".to_owned()
+                } else {
+                    params
+                        .iter()
+                        .map(|p| format!("`{{{p}}}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )),
+        }
+    }
+
+    /// The earlier backends whose answers this URL uses.
+    pub fn needs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pieces.iter().filter_map(|p| match p {
+            Piece::Answer(n, _) => Some(*n),
+            _ => None,
+        })
+    }
+
+    /// The path and query for one call; `None` when a named answer field is missing or
+    /// not a string, number or boolean.
+    pub fn render<S: AsRef<str>>(&self, params: &[S], answers: &[Option<Value>]) -> Option<String> {
+        let mut out = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Literal(l) => out.push_str(l),
+                Piece::Param(i) => out.push_str(params.get(*i)?.as_ref()),
+                Piece::Answer(n, path) => {
+                    let v = field(answers.get(*n)?.as_ref()?, path)?;
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        _ => return None,
+                    };
+                    encode_into(&mut out, &text);
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The value at a dotted path of a JSON object.
+pub fn field<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(k.as_str()))
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (§2.3), so a value from
+/// an answer stays one path segment or query value.
+fn encode_into(out: &mut String, s: &str) {
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_match_segment_by_segment() {
+        let t = PathTemplate::parse("/users/{user}/repos/{repo}").unwrap();
+        assert_eq!(t.params().collect::<Vec<_>>(), ["user", "repo"]);
+        assert_eq!(t.matches("/users/ada/repos/x%20y"), Some(vec!["ada", "x%20y"]));
+        assert_eq!(t.matches("/users/ada/repos"), None);
+        assert_eq!(t.matches("/users/ada/repos/x/more"), None);
+        assert_eq!(t.matches("/users//repos/x"), None, "an empty segment is no value");
+        assert!(PathTemplate::parse("/a/x{b}").is_err());
+        assert!(PathTemplate::parse("/a/{b}/{b}").is_err());
+        assert!(PathTemplate::parse("a").is_err());
+    }
+
+    #[test]
+    fn urls_take_params_and_earlier_answers() {
+        let t = UrlTemplate::parse("/orders/{id}/customer/{resp0.customer.id}?q={resp0.name}", &["id"], 1)
+            .unwrap();
+        assert_eq!(t.needs().collect::<Vec<_>>(), [0, 0]);
+        let answers = [Some(json!({"customer": {"id": 7}, "name": "a b/c"}))];
+        assert_eq!(
+            t.render(&["42"], &answers).unwrap(),
+            "/orders/42/customer/7?q=a%20b%2Fc"
+        );
+        assert_eq!(t.render(&["42"], &[Some(json!({}))]), None, "missing field");
+        let e = UrlTemplate::parse("/x/{nope}", &["id"], 0).unwrap_err();
+        assert!(e.contains("`{nope}` is not a parameter") && e.contains("`{id}`"), "{e}");
+        let e = UrlTemplate::parse("/x/{resp1.id}", &[], 1).unwrap_err();
+        assert!(e.contains("earlier backend"), "{e}");
+    }
+}
