@@ -322,12 +322,8 @@ fn prepare(
     // Aggregated endpoints come before routes; a request naming its own target
     // (absolute-form, `x-tollgate-host`) is never one.
     if !config.endpoints.is_empty()
-        && !(req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
-        && !req.headers().contains_key(X_TOLLGATE_HOST)
-        && let Some((i, params)) = config.endpoints.find(req.method(), req.uri().path())
-        && let Some(e) = config.endpoints.get(i)
+        && let Some(call) = endpoint_call(config, &req)
     {
-        let call = crate::aggregate::Call::new(e, i, params, req.headers(), req.uri());
         return Ok(Step::Aggregate(Box::new(call)));
     }
     let (target, path_and_query) = resolve_target(config, &req)?;
@@ -406,6 +402,28 @@ fn prepare(
         Some(i) => Step::Policy(req, target, gate, i),
         None => Step::Upstream(req, target, gate),
     })
+}
+
+/// The aggregated endpoint this request calls, if any. A request naming its own target
+/// (absolute-form, `x-tollgate-host`) never calls one.
+fn endpoint_call<B>(
+    config: &crate::config::Config,
+    req: &Request<B>,
+) -> Option<crate::aggregate::Call> {
+    let names_target = (req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
+        || req.headers().contains_key(X_TOLLGATE_HOST);
+    if names_target {
+        return None;
+    }
+    let (i, params) = config.endpoints.find(req.method(), req.uri().path())?;
+    let e = config.endpoints.get(i)?;
+    Some(crate::aggregate::Call::new(
+        e,
+        i,
+        params,
+        req.headers(),
+        req.uri(),
+    ))
 }
 
 /// The request side of diagnosis, once the upstream request is built: the trace's

@@ -47,7 +47,12 @@ impl Call {
         let headers = e
             .headers
             .iter()
-            .flat_map(|n| headers.get_all(n).iter().map(move |v| (n.clone(), v.clone())))
+            .flat_map(|n| {
+                headers
+                    .get_all(n)
+                    .iter()
+                    .map(move |v| (n.clone(), v.clone()))
+            })
             .collect();
         let query = uri
             .query()
@@ -111,8 +116,19 @@ pub async fn run(
             .url
             .render(&call.params, &[])
             .ok_or_else(|| ProxyError::BadTarget("the backend URL cannot be built".into()))?;
-        let limit = b.timeout.min(deadline.saturating_duration_since(Instant::now()));
-        return send(b, &call, with_query(pq, &call.query), worker, rt, timer, limit).await;
+        let limit = b
+            .timeout
+            .min(deadline.saturating_duration_since(Instant::now()));
+        return send(
+            b,
+            &call,
+            with_query(pq, &call.query),
+            worker,
+            rt,
+            timer,
+            limit,
+        )
+        .await;
     }
     let rounds = e.backends.iter().map(|b| b.round).max().unwrap_or(0);
     let mut answers: Vec<Option<Value>> = vec![None; e.backends.len()];
@@ -151,7 +167,9 @@ async fn one(
     timer: &ResponseTimer,
     deadline: Instant,
 ) -> (usize, Result<Value, Failure>) {
-    let limit = b.timeout.min(deadline.saturating_duration_since(Instant::now()));
+    let limit = b
+        .timeout
+        .min(deadline.saturating_duration_since(Instant::now()));
     let Some(pq) = b.url.render(&call.params, answers) else {
         let why = if b.url.needs().any(|n| answers[n].is_none()) {
             "a backend its URL uses did not answer"

@@ -217,10 +217,17 @@ mod tests {
     fn paths_match_segment_by_segment() {
         let t = PathTemplate::parse("/users/{user}/repos/{repo}").unwrap();
         assert_eq!(t.params().collect::<Vec<_>>(), ["user", "repo"]);
-        assert_eq!(t.matches("/users/ada/repos/x%20y"), Some(vec!["ada", "x%20y"]));
+        assert_eq!(
+            t.matches("/users/ada/repos/x%20y"),
+            Some(vec!["ada", "x%20y"])
+        );
         assert_eq!(t.matches("/users/ada/repos"), None);
         assert_eq!(t.matches("/users/ada/repos/x/more"), None);
-        assert_eq!(t.matches("/users//repos/x"), None, "an empty segment is no value");
+        assert_eq!(
+            t.matches("/users//repos/x"),
+            None,
+            "an empty segment is no value"
+        );
         assert!(PathTemplate::parse("/a/x{b}").is_err());
         assert!(PathTemplate::parse("/a/{b}/{b}").is_err());
         assert!(PathTemplate::parse("a").is_err());
@@ -228,8 +235,12 @@ mod tests {
 
     #[test]
     fn urls_take_params_and_earlier_answers() {
-        let t = UrlTemplate::parse("/orders/{id}/customer/{resp0.customer.id}?q={resp0.name}", &["id"], 1)
-            .unwrap();
+        let t = UrlTemplate::parse(
+            "/orders/{id}/customer/{resp0.customer.id}?q={resp0.name}",
+            &["id"],
+            1,
+        )
+        .unwrap();
         assert_eq!(t.needs().collect::<Vec<_>>(), [0, 0]);
         let answers = [Some(json!({"customer": {"id": 7}, "name": "a b/c"}))];
         assert_eq!(
@@ -238,7 +249,10 @@ mod tests {
         );
         assert_eq!(t.render(&["42"], &[Some(json!({}))]), None, "missing field");
         let e = UrlTemplate::parse("/x/{nope}", &["id"], 0).unwrap_err();
-        assert!(e.contains("`{nope}` is not a parameter") && e.contains("`{id}`"), "{e}");
+        assert!(
+            e.contains("`{nope}` is not a parameter") && e.contains("`{id}`"),
+            "{e}"
+        );
         let e = UrlTemplate::parse("/x/{resp1.id}", &[], 1).unwrap_err();
         assert!(e.contains("earlier backend"), "{e}");
     }

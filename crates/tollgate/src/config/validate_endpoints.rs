@@ -56,16 +56,22 @@ pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
         }
         let params: Vec<&str> = path.params().collect();
         let mut backends: Vec<Backend> = Vec::new();
+        // Each kept backend's place in the file (one that failed validation is skipped).
+        let mut places: Vec<usize> = Vec::new();
         for (j, b) in r.backends.iter().enumerate() {
             let bp = |f: &str| format!("endpoints[{i}].backends[{j}].{f}");
             if let Some(backend) = backend(e, b, j, &params, timeout, &bp) {
                 if noop && backend.url.needs().next().is_some() {
-                    e.fail(&bp("url"), "a `no-op` endpoint has no earlier answer to use".into());
+                    e.fail(
+                        &bp("url"),
+                        "a `no-op` endpoint has no earlier answer to use".into(),
+                    );
                 }
                 backends.push(backend);
+                places.push(j);
             }
         }
-        groups_collide(e, i, &backends);
+        groups_collide(e, i, &backends, &places);
         // A backend runs one round after the latest of the backends its URL uses.
         for j in 0..backends.len() {
             backends[j].round = backends[j]
@@ -212,22 +218,22 @@ fn split_url(url: &str) -> Result<(Target, String), String> {
 
 /// Two backends grouped under one key, or a group named like a field another backend
 /// maps to, would overwrite each other in the merge.
-fn groups_collide(e: &mut Errors, i: usize, backends: &[Backend]) {
+fn groups_collide(e: &mut Errors, i: usize, backends: &[Backend], places: &[usize]) {
     for (j, b) in backends.iter().enumerate() {
         let Some(g) = &b.shape.group else { continue };
-        for (k, o) in backends.iter().enumerate().take(j) {
-            if o.shape.group.as_deref() == Some(g) {
+        let at = format!("endpoints[{i}].backends[{}].group", places[j]);
+        for (k, o) in backends.iter().enumerate() {
+            let other = places[k];
+            if k < j && o.shape.group.as_deref() == Some(g) {
                 e.fail(
-                    &format!("endpoints[{i}].backends[{j}].group"),
-                    format!("group `{g}` is also backends[{k}]'s: one would overwrite the other; choose another name"),
+                    &at,
+                    format!("group `{g}` is also backends[{other}]'s: one would overwrite the other; choose another name"),
                 );
             }
-        }
-        for (k, o) in backends.iter().enumerate() {
             if k != j && o.shape.mapping.iter().any(|(_, to)| to == g) {
                 e.fail(
-                    &format!("endpoints[{i}].backends[{j}].group"),
-                    format!("group `{g}` is a field backends[{k}] maps to: one would overwrite the other; choose another name"),
+                    &at,
+                    format!("group `{g}` is a field backends[{other}] maps to: one would overwrite the other; choose another name"),
                 );
             }
         }

@@ -1,0 +1,359 @@
+//! Aggregated endpoints against real in-process backends: the merge rules, parallel
+//! fan-out (checked by the order of events, not by wall time), partial answers, the error
+//! contract when every backend fails, what passes from the client to the backends,
+//! sequential backends, and the no-op relay.
+
+mod support;
+
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+
+async fn get(gw: &tollgate::Gateway, path_and_query: &str, headers: &[(&str, &str)]) -> Got {
+    let mut b = Request::get(format!("http://{}{path_and_query}", gw.proxy_addr));
+    for (n, v) in headers {
+        b = b.header(*n, *v);
+    }
+    send(&client(), b.body(empty()).unwrap()).await
+}
+
+fn json_answer(v: Value) -> http::Response<tollgate::body::Body> {
+    answer(200, &[("content-type", "application/json")], &v.to_string())
+}
+
+#[tokio::test]
+async fn backends_are_shaped_and_merged_in_declaration_order() {
+    let a = upstream(|_| async { json_answer(json!({"a": 1, "shared": "from a"})) }).await;
+    let b = upstream(|_| async {
+        json_answer(
+            json!({"data": {"user": {"name": "ada", "secret": "s"}, "plan": "pro"}, "meta": 1}),
+        )
+    })
+    .await;
+    let c = upstream(|_| async { json_answer(json!([{"id": 1}, {"id": 2}])) }).await;
+    let d = upstream(|_| async { json_answer(json!({"shared": "from d", "old": true})) }).await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /social/{{user}}
+    backends:
+      - url: http://{a}/a/{{user}}
+      - url: http://{b}/b
+        target: data
+        deny: [user.secret]
+        group: account
+      - url: http://{c}/c
+        collection: items
+      - url: http://{d}/d
+        mapping: {{old: renamed}}
+"#,
+        a = a.addr,
+        b = b.addr,
+        c = c.addr,
+        d = d.addr
+    ))
+    .await;
+    let got = get(&gw, "/social/ada", &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.header("x-tollgate-completed"), Some("true"));
+    assert_eq!(got.header("content-type"), Some("application/json"));
+    assert!(got.header("x-tollgate-request-id").is_some());
+    assert_eq!(
+        got.json(),
+        json!({
+            "a": 1,
+            "shared": "from d",
+            "account": {"user": {"name": "ada"}, "plan": "pro"},
+            "items": [{"id": 1}, {"id": 2}],
+            "renamed": true
+        })
+    );
+    // Not an endpoint: the usual error for a request with no target.
+    assert_eq!(
+        get(&gw, "/social", &[]).await.error_code().as_deref(),
+        Some("missing_target")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_of_a_round_run_in_parallel() {
+    let events = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut servers = Vec::new();
+    for name in ["x", "y", "z"] {
+        let events = events.clone();
+        servers.push(
+            upstream(move |_| {
+                let events = events.clone();
+                async move {
+                    events.lock().unwrap().push(format!("start {name}"));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    events.lock().unwrap().push(format!("end {name}"));
+                    json_answer(json!({ name: true }))
+                }
+            })
+            .await,
+        );
+    }
+    let yaml = format!(
+        "endpoints:\n  - path: /all\n    backends:\n{}",
+        servers
+            .iter()
+            .map(|s| format!("      - url: http://{}/\n", s.addr))
+            .collect::<String>()
+    );
+    let gw = gateway(&yaml).await;
+    let got = get(&gw, "/all", &[]).await;
+    assert_eq!(got.json(), json!({"x": true, "y": true, "z": true}));
+    let events = events.lock().unwrap().clone();
+    let first_end = events.iter().position(|e| e.starts_with("end")).unwrap();
+    assert_eq!(
+        events[..first_end].len(),
+        3,
+        "every backend started before any finished: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_partial_answer_says_so_and_names_the_failed_backends() {
+    let ok = upstream(|_| async { json_answer(json!({"ok": 1})) }).await;
+    let broken = upstream(|_| async { answer(500, &[], "boom") }).await;
+    let slow = stall_upstream().await;
+    let text =
+        upstream(|_| async { answer(200, &[("content-type", "text/plain")], "hello") }).await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /partial
+    timeout: 2s
+    errors_key: _errors
+    cache_ttl: 60s
+    backends:
+      - url: http://{ok}/
+      - url: http://{broken}/
+        name: broken
+      - url: http://{slow}/
+        name: slow
+        timeout: 150ms
+      - url: http://{text}/
+        group: text
+"#,
+        ok = ok.addr,
+        broken = broken.addr,
+        slow = slow.addr,
+        text = text.addr
+    ))
+    .await;
+    let got = get(&gw, "/partial", &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.header("x-tollgate-completed"), Some("false"));
+    assert_eq!(
+        got.header("x-tollgate-failed-backends"),
+        Some("broken,slow,text")
+    );
+    assert_eq!(
+        got.header("cache-control"),
+        None,
+        "a partial answer is not cacheable"
+    );
+    let body = got.json();
+    assert_eq!(body["ok"], 1);
+    assert_eq!(body["_errors"]["broken"]["error"], "upstream_error");
+    assert!(
+        body["_errors"]["broken"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("500")
+    );
+    assert_eq!(body["_errors"]["slow"]["error"], "upstream_timeout");
+    assert!(
+        body["_errors"]["text"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON")
+    );
+}
+
+#[tokio::test]
+async fn complete_answers_carry_the_cache_ttl() {
+    let ok = upstream(|_| async { json_answer(json!({"ok": 1})) }).await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /c\n    cache_ttl: 5m\n    backends:\n      - url: http://{}/\n",
+        ok.addr
+    ))
+    .await;
+    let got = get(&gw, "/c", &[]).await;
+    assert_eq!(got.header("x-tollgate-completed"), Some("true"));
+    assert_eq!(got.header("cache-control"), Some("public, max-age=300"));
+}
+
+#[tokio::test]
+async fn every_backend_failing_is_the_error_contract() {
+    let broken = upstream(|_| async { answer(503, &[], "down") }).await;
+    let slow = stall_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /failed
+    backends:
+      - url: http://{broken}/
+      - url: http://{broken}/again
+  - path: /late
+    timeout: 150ms
+    backends:
+      - url: http://{slow}/
+"#,
+        broken = broken.addr,
+        slow = slow.addr
+    ))
+    .await;
+    let got = get(&gw, "/failed", &[]).await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(got.error_code().as_deref(), Some("upstream_error"));
+    assert!(
+        got.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("backend0: answered 503")
+    );
+    let got = get(&gw, "/late", &[]).await;
+    assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(got.error_code().as_deref(), Some("upstream_timeout"));
+}
+
+#[tokio::test]
+async fn only_declared_headers_and_query_parameters_reach_the_backends() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /me/{{id}}
+    headers: [Authorization]
+    query: [page]
+    backends:
+      - url: http://{echo}/users/{{id}}?fixed=1
+"#,
+        echo = echo.addr
+    ))
+    .await;
+    let got = get(
+        &gw,
+        "/me/42?page=2&secret=x",
+        &[
+            ("authorization", "Bearer t"),
+            ("cookie", "session=1"),
+            ("x-other", "y"),
+        ],
+    )
+    .await;
+    let seen = got.json();
+    assert_eq!(seen["path"], "/users/42?fixed=1&page=2");
+    let headers: Vec<String> = seen["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h[0].as_str().unwrap().to_owned())
+        .collect();
+    assert!(headers.contains(&"authorization".to_owned()), "{headers:?}");
+    assert!(!headers.contains(&"cookie".to_owned()), "{headers:?}");
+    assert!(!headers.contains(&"x-other".to_owned()), "{headers:?}");
+}
+
+#[tokio::test]
+async fn a_later_backend_uses_an_earlier_answer() {
+    let orders =
+        upstream(|_| async { json_answer(json!({"order": 9, "customer": {"id": "c 7"}})) }).await;
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /orders/{{id}}
+    backends:
+      - url: http://{orders}/orders/{{id}}
+      - url: http://{echo}/customers/{{resp0.customer.id}}
+        group: customer
+        allow: [path]
+"#,
+        orders = orders.addr,
+        echo = echo.addr
+    ))
+    .await;
+    let got = get(&gw, "/orders/9", &[]).await;
+    assert_eq!(got.header("x-tollgate-completed"), Some("true"));
+    let body = got.json();
+    assert_eq!(body["order"], 9);
+    assert_eq!(body["customer"], json!({"path": "/customers/c%207"}));
+}
+
+#[tokio::test]
+async fn no_op_relays_one_backend_untouched_and_streams_large_bodies() {
+    const SIZE: usize = 8 << 20;
+    let big = upstream(|_| async {
+        answer(
+            201,
+            &[
+                ("content-type", "application/octet-stream"),
+                ("x-from", "backend"),
+            ],
+            &"x".repeat(SIZE),
+        )
+    })
+    .await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /blob\n    encoding: no-op\n    backends:\n      - url: http://{}/blob\n",
+        big.addr
+    ))
+    .await;
+    let got = get(&gw, "/blob", &[]).await;
+    assert_eq!(got.status, StatusCode::CREATED);
+    assert_eq!(got.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(got.header("x-from"), Some("backend"));
+    assert!(got.header("x-tollgate-request-id").is_some());
+    assert_eq!(got.body.len(), SIZE);
+}
+
+#[test]
+fn bad_endpoints_are_refused_at_their_field_paths() {
+    let errors = tollgate::Config::from_yaml(
+        r#"
+endpoints:
+  - path: /a/{id}
+    backends:
+      - url: http://127.0.0.1:1/x/{nope}
+      - url: http://127.0.0.1:1/y
+        group: g
+      - url: http://127.0.0.1:1/z
+        group: g
+      - url: http://127.0.0.1:1/w/{resp3.id}
+  - path: /a/{other}
+    backends:
+      - url: http://127.0.0.1:1/
+  - path: /b
+    encoding: no-op
+    backends:
+      - url: http://127.0.0.1:1/
+      - url: http://127.0.0.1:1/
+"#,
+    )
+    .unwrap_err();
+    let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let has = |path: &str, words: &str| {
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with(path) && t.contains(words)),
+            "no `{path}` error saying `{words}` in {text:#?}"
+        )
+    };
+    has(
+        "endpoints[0].backends[0].url",
+        "`{nope}` is not a parameter",
+    );
+    has(
+        "endpoints[0].backends[2].group",
+        "group `g` is also backends[1]'s",
+    );
+    has("endpoints[0].backends[3].url", "earlier backend");
+    has("endpoints[1].path", "declared twice");
+    has("endpoints[2].encoding", "`no-op` relays one backend");
+}
