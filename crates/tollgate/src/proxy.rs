@@ -370,19 +370,12 @@ fn prepare(
     // with the target. hyper-util's client (`https`) needs the absolute URI to pick a
     // connection; it writes origin-form and sets Host on HTTP/1.1 and sends
     // `:authority` alone on HTTP/2.
-    parts.uri = if target.scheme == Scheme::Http || upgrade.is_some() {
-        parts
-            .headers
-            .insert(header::HOST, target.host_header.clone());
-        Uri::from(path_and_query)
-    } else {
-        parts.headers.remove(header::HOST);
-        let mut uri = http::uri::Parts::default();
-        uri.scheme = Some(target.scheme.uri_scheme());
-        uri.authority = Some(target.authority.clone());
-        uri.path_and_query = Some(path_and_query);
-        Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))?
-    };
+    parts.uri = upstream_uri(
+        &target,
+        path_and_query,
+        &mut parts.headers,
+        upgrade.is_some(),
+    )?;
     // The upstream protocol is chosen by ALPN, not by the client's version.
     parts.version = Version::HTTP_11;
     if let Some((protocol, client)) = upgrade {
@@ -402,6 +395,28 @@ fn prepare(
         Some(i) => Step::Policy(req, target, gate, i),
         None => Step::Upstream(req, target, gate),
     })
+}
+
+/// The URI (and `Host`) of an upstream request: origin-form with `Host` the target's
+/// authority when tollgate writes the request itself (the HTTP/1.1 pool for `http`, an
+/// upgrade's own connection: `own_connection`); absolute-form without `Host` for
+/// hyper-util's client (`https`), which writes `Host` or `:authority` itself.
+pub fn upstream_uri(
+    target: &Target,
+    path_and_query: PathAndQuery,
+    headers: &mut http::HeaderMap,
+    own_connection: bool,
+) -> Result<Uri, ProxyError> {
+    if target.scheme == Scheme::Http || own_connection {
+        headers.insert(header::HOST, target.host_header.clone());
+        return Ok(Uri::from(path_and_query));
+    }
+    headers.remove(header::HOST);
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(target.scheme.uri_scheme());
+    uri.authority = Some(target.authority.clone());
+    uri.path_and_query = Some(path_and_query);
+    Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))
 }
 
 /// The aggregated endpoint this request calls, if any. A request naming its own target

@@ -11,7 +11,6 @@ use crate::error::ProxyError;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::{Runtime, Worker};
-use crate::target::Scheme;
 use crate::upstream::deadline::ResponseTimer;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, Response, Uri, header};
@@ -332,30 +331,18 @@ async fn send(
     if !rt.config.domains.permits(&target.host) {
         return Err(ProxyError::DomainDenied(target.host.to_string()));
     }
-    let path = pq.split('?').next().unwrap_or("/").to_owned();
-    let bad = |e: http::Error| ProxyError::BadTarget(format!("backend `{}`: {e}", b.name));
-    // The same request form as a proxied call (proxy::prepare): origin-form and Host on
-    // the HTTP/1.1 pool (`http`), absolute-form for hyper-util's client (`https`).
-    let mut req = match target.scheme {
-        Scheme::Http => Request::builder()
-            .uri(Uri::try_from(pq).map_err(|e| bad(e.into()))?)
-            .header(header::HOST, target.host_header.clone()),
-        Scheme::Https => Request::builder().uri(
-            Uri::builder()
-                .scheme(target.scheme.uri_scheme())
-                .authority(target.authority.clone())
-                .path_and_query(pq)
-                .build()
-                .map_err(bad)?,
-        ),
-    }
-    .method(b.method.clone())
-    .body(crate::body::empty())
-    .map_err(bad)?;
+    let pq = http::uri::PathAndQuery::try_from(pq)
+        .map_err(|e| ProxyError::BadTarget(format!("backend `{}`: {e}", b.name)))?;
+    let path = pq.path().to_owned();
+    let mut req = Request::new(crate::body::empty());
+    *req.method_mut() = b.method.clone();
     let h = req.headers_mut();
     for (n, v) in &call.headers {
         h.append(n.clone(), v.clone());
     }
+    // The same request form as a proxied call.
+    *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
+    let h = req.headers_mut();
     h.append(header::VIA, worker.local().via.clone());
     if b.method != Method::GET && b.method != Method::HEAD {
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
