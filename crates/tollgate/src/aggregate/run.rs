@@ -108,26 +108,21 @@ pub async fn run(
         .endpoints
         .get(call.index)
         .ok_or_else(|| ProxyError::Upstream("the endpoint left with a reload".into()))?;
-    let deadline = Instant::now() + e.timeout;
+    let f = Fanout {
+        e,
+        call: &call,
+        worker,
+        rt,
+        timer,
+        deadline: Instant::now() + e.timeout,
+    };
     if e.noop {
         let b = &e.backends[0];
         let pq = b
             .url
             .render(&call.params, &[])
             .ok_or_else(|| ProxyError::BadTarget("the backend URL cannot be built".into()))?;
-        let limit = b
-            .timeout
-            .min(deadline.saturating_duration_since(Instant::now()));
-        return send(
-            b,
-            &call,
-            with_query(pq, &call.query),
-            worker,
-            rt,
-            timer,
-            limit,
-        )
-        .await;
+        return f.send(b, with_query(pq, &call.query), f.limit(b)).await;
     }
     let rounds = e.backends.iter().map(|b| b.round).max().unwrap_or(0);
     let mut answers: Vec<Option<Value>> = vec![None; e.backends.len()];
@@ -138,50 +133,27 @@ pub async fn run(
             .iter()
             .enumerate()
             .filter(|(_, b)| b.round == round)
-            .map(|(i, b)| one(e, b, i, &call, &answers, worker, rt, timer, deadline))
+            .map(|(i, b)| f.one(b, i, &answers))
             .collect();
         for (i, r) in futures_util::future::join_all(calls).await {
             match r {
                 Ok(v) => answers[i] = Some(v),
-                Err(f) => failures[i] = Some(f),
+                Err(fail) => failures[i] = Some(fail),
             }
         }
     }
     respond(e, answers, failures)
 }
 
-/// One backend's call in its round: its URL built (from the parameters and the earlier
-/// answers it uses), sent, and its JSON answer read, within its timeout and the
-/// endpoint's deadline. A named function, not a closure: the closure's future made the
-/// request's future fail the `Send` check (rust-lang/rust#64552).
-#[allow(clippy::too_many_arguments)]
-async fn one(
-    e: &Endpoint,
-    b: &Backend,
-    i: usize,
-    call: &Call,
-    answers: &[Option<Value>],
-    worker: &Worker,
-    rt: &Runtime,
-    timer: &ResponseTimer,
+/// What every backend call of one endpoint call shares.
+struct Fanout<'a> {
+    e: &'a Endpoint,
+    call: &'a Call,
+    worker: &'a Worker,
+    rt: &'a Runtime,
+    timer: &'a ResponseTimer,
+    /// The endpoint's deadline, which bounds every backend's own timeout.
     deadline: Instant,
-) -> (usize, Result<Value, Failure>) {
-    let limit = b
-        .timeout
-        .min(deadline.saturating_duration_since(Instant::now()));
-    let Some(pq) = b.url.render(&call.params, answers) else {
-        let why = if b.url.needs().any(|n| answers[n].is_none()) {
-            "a backend its URL uses did not answer"
-        } else {
-            "a field its URL uses is missing from an earlier answer"
-        };
-        return (i, Err(Failure::Failed(why.into())));
-    };
-    let pq = with_query(pq, &call.query);
-    let r = tokio::time::timeout(limit, json_answer(e, b, call, pq, worker, rt, timer, limit))
-        .await
-        .unwrap_or(Err(Failure::Timeout));
-    (i, r)
 }
 
 /// The merged answer, partial or complete, or the error when every backend failed.
@@ -275,92 +247,119 @@ fn with_query(pq: String, query: &str) -> String {
     }
 }
 
-/// One backend's JSON answer (any 2xx), read up to the endpoint's body limit.
-#[allow(clippy::too_many_arguments)]
-async fn json_answer(
-    e: &Endpoint,
-    b: &Backend,
-    call: &Call,
-    pq: String,
-    worker: &Worker,
-    rt: &Runtime,
-    timer: &ResponseTimer,
-    limit: std::time::Duration,
-) -> Result<Value, Failure> {
-    let resp = send(b, call, pq, worker, rt, timer, limit)
-        .await
-        .map_err(|err| match err {
+impl Fanout<'_> {
+    /// A backend's time limit: its own timeout, cut to what is left of the endpoint's.
+    fn limit(&self, b: &Backend) -> std::time::Duration {
+        b.timeout
+            .min(self.deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// One backend's call in its round: its URL built (from the parameters and the
+    /// earlier answers it uses), sent, and its JSON answer read, within its limit. A
+    /// method, not a closure: the closure's future made the request's future fail the
+    /// `Send` check (rust-lang/rust#64552).
+    async fn one(
+        &self,
+        b: &Backend,
+        i: usize,
+        answers: &[Option<Value>],
+    ) -> (usize, Result<Value, Failure>) {
+        let limit = self.limit(b);
+        let Some(pq) = b.url.render(&self.call.params, answers) else {
+            let why = if b.url.needs().any(|n| answers[n].is_none()) {
+                "a backend its URL uses did not answer"
+            } else {
+                "a field its URL uses is missing from an earlier answer"
+            };
+            return (i, Err(Failure::Failed(why.into())));
+        };
+        let pq = with_query(pq, &self.call.query);
+        let r = tokio::time::timeout(limit, self.json_answer(b, pq, limit))
+            .await
+            .unwrap_or(Err(Failure::Timeout));
+        (i, r)
+    }
+
+    /// One backend's JSON answer (any 2xx), read up to the endpoint's body limit.
+    async fn json_answer(
+        &self,
+        b: &Backend,
+        pq: String,
+        limit: std::time::Duration,
+    ) -> Result<Value, Failure> {
+        let e = self.e;
+        let resp = self.send(b, pq, limit).await.map_err(|err| match err {
             ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
             other => Failure::Failed(format!("{} ({})", other, other.code())),
         })?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(Failure::Failed(format!("answered {}", status.as_u16())));
-    }
-    // Read frame by frame rather than through `Limited`, whose boxed error type made the
-    // request's future fail the `Send` check.
-    let mut body = resp.into_body();
-    let mut buf = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| Failure::Failed(format!("reading the answer: {err}")))?;
-        if let Some(d) = frame.data_ref() {
-            if buf.len() + d.len() > e.max_body_bytes {
-                return Err(Failure::Failed(format!(
-                    "the answer is larger than max_body_bytes ({} bytes)",
-                    e.max_body_bytes
-                )));
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(Failure::Failed(format!("answered {}", status.as_u16())));
+        }
+        // Read frame by frame rather than through `Limited`, whose boxed error type made the
+        // request's future fail the `Send` check.
+        let mut body = resp.into_body();
+        let mut buf = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|err| Failure::Failed(format!("reading the answer: {err}")))?;
+            if let Some(d) = frame.data_ref() {
+                if buf.len() + d.len() > e.max_body_bytes {
+                    return Err(Failure::Failed(format!(
+                        "the answer is larger than max_body_bytes ({} bytes)",
+                        e.max_body_bytes
+                    )));
+                }
+                buf.extend_from_slice(d);
             }
-            buf.extend_from_slice(d);
         }
+        serde_json::from_slice(&buf)
+            .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
     }
-    serde_json::from_slice(&buf)
-        .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
-}
 
-/// Sends one backend request through the policy it matches, else the plain client.
-async fn send(
-    b: &Backend,
-    call: &Call,
-    pq: String,
-    worker: &Worker,
-    rt: &Runtime,
-    timer: &ResponseTimer,
-    limit: std::time::Duration,
-) -> Result<Response<Body>, ProxyError> {
-    let target = &b.target;
-    if !rt.config.domains.permits(&target.host) {
-        return Err(ProxyError::DomainDenied(target.host.to_string()));
-    }
-    let pq = http::uri::PathAndQuery::try_from(pq)
-        .map_err(|e| ProxyError::BadTarget(format!("backend `{}`: {e}", b.name)))?;
-    let path = pq.path().to_owned();
-    let mut req = Request::new(crate::body::empty());
-    *req.method_mut() = b.method.clone();
-    let h = req.headers_mut();
-    for (n, v) in &call.headers {
-        h.append(n.clone(), v.clone());
-    }
-    // The same request form as a proxied call.
-    *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
-    let h = req.headers_mut();
-    h.append(header::VIA, worker.local().via.clone());
-    if b.method != Method::GET && b.method != Method::HEAD {
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    }
-    match rt.config.policies.find(&target.host, &b.method, &path) {
-        Some(i) => {
-            let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
-            let mut diag = None;
-            engine::run(x, rt, timer, &mut diag)
-                .await
-                .map(|d| d.response)
+    /// Sends one backend request through the policy it matches, else the plain client.
+    async fn send(
+        &self,
+        b: &Backend,
+        pq: String,
+        limit: std::time::Duration,
+    ) -> Result<Response<Body>, ProxyError> {
+        let (call, worker, rt, timer) = (self.call, self.worker, self.rt, self.timer);
+        let target = &b.target;
+        if !rt.config.domains.permits(&target.host) {
+            return Err(ProxyError::DomainDenied(target.host.to_string()));
         }
-        None => {
-            let sent = Instant::now();
-            rt.client
-                .send_within(req, target, timer, sent, limit, true)
-                .await
-                .map(|r| r.map(|b| b.boxed_unsync()))
+        let pq = http::uri::PathAndQuery::try_from(pq)
+            .map_err(|e| ProxyError::BadTarget(format!("backend `{}`: {e}", b.name)))?;
+        let path = pq.path().to_owned();
+        let mut req = Request::new(crate::body::empty());
+        *req.method_mut() = b.method.clone();
+        let h = req.headers_mut();
+        for (n, v) in &call.headers {
+            h.append(n.clone(), v.clone());
+        }
+        // The same request form as a proxied call.
+        *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
+        let h = req.headers_mut();
+        h.append(header::VIA, worker.local().via.clone());
+        if b.method != Method::GET && b.method != Method::HEAD {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        }
+        match rt.config.policies.find(&target.host, &b.method, &path) {
+            Some(i) => {
+                let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
+                let mut diag = None;
+                engine::run(x, rt, timer, &mut diag)
+                    .await
+                    .map(|d| d.response)
+            }
+            None => {
+                let sent = Instant::now();
+                rt.client
+                    .send_within(req, target, timer, sent, limit, true)
+                    .await
+                    .map(|r| r.map(|b| b.boxed_unsync()))
+            }
         }
     }
 }
