@@ -104,17 +104,25 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 crate::policy::state::describe(&rt.config, &rt.engine).await,
             )
         }
-        (&Method::GET, "/discover") => json(
-            StatusCode::OK,
-            match &shared.diagnostics.endpoints {
+        (&Method::GET, "/discover") => {
+            let mut out = match &shared.diagnostics.endpoints {
                 Some(e) => e.lock().unwrap_or_else(|p| p.into_inner()).to_json(),
                 None => serde_json::json!({
                     "enabled": false,
                     "endpoints": [],
                     "message": "endpoint discovery is off; set `diagnosis: { discovery: { enabled: true } }` and restart",
                 }),
-            },
-        ),
+            };
+            // The declared aggregated endpoints are listed whether discovery is on or not:
+            // they are known from the config, so their statistics are bounded by it.
+            out["aggregated"] = shared
+                .diagnostics
+                .aggregated
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .to_json(&shared.runtime.load().config.endpoints);
+            json(StatusCode::OK, out)
+        }
         (&Method::GET, "/remedy-stats") => json(
             StatusCode::OK,
             shared

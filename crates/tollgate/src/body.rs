@@ -43,3 +43,33 @@ pub fn is_client_body_error(err: &(dyn std::error::Error + 'static)) -> bool {
     }
     false
 }
+
+/// Why [`read_capped`] returned no body.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Larger than the cap (reading stopped there).
+    TooLarge,
+    Failed(BoxError),
+}
+
+/// Reads a body whole, up to `cap` bytes: for the features that must see all of it (an
+/// aggregated endpoint's JSON answers, the request body it sends to several backends).
+/// Frame by frame rather than through `Limited`, whose boxed error type made the request's
+/// future fail the `Send` check.
+pub async fn read_capped(mut body: Body, cap: usize) -> Result<Bytes, ReadError> {
+    use http_body::Body as _;
+    if body.size_hint().lower() > cap as u64 {
+        return Err(ReadError::TooLarge);
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ReadError::Failed)?;
+        if let Some(d) = frame.data_ref() {
+            if buf.len() + d.len() > cap {
+                return Err(ReadError::TooLarge);
+            }
+            buf.extend_from_slice(d);
+        }
+    }
+    Ok(buf.freeze())
+}

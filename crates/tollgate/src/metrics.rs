@@ -71,6 +71,36 @@ pub struct EndpointActionLabels {
     pub action: &'static str,
 }
 
+/// An aggregated endpoint (`endpoints:`): method and path template, bounded by the config.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AggregateLabels {
+    pub method: &'static str,
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AggregateResultLabels {
+    pub method: &'static str,
+    pub endpoint: String,
+    pub result: &'static str,
+}
+
+/// A backend of an aggregated endpoint, by its configured name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AggregateBackendLabels {
+    pub method: &'static str,
+    pub endpoint: String,
+    pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AggregateBackendResultLabels {
+    pub method: &'static str,
+    pub endpoint: String,
+    pub backend: String,
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
@@ -119,6 +149,10 @@ pub struct Metrics {
     pub endpoint_response_bytes: Family<EndpointLabels, Counter>,
     pub endpoint_remedy_actions: Family<EndpointActionLabels, Counter>,
     pub endpoints_folded: Counter,
+    pub aggregate_requests: Family<AggregateResultLabels, Counter>,
+    pub aggregate_duration: Family<AggregateLabels, Histogram>,
+    pub aggregate_backend_requests: Family<AggregateBackendResultLabels, Counter>,
+    pub aggregate_backend_duration: Family<AggregateBackendLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -156,6 +190,10 @@ impl Default for Metrics {
             endpoint_response_bytes: Family::default(),
             endpoint_remedy_actions: Family::default(),
             endpoints_folded: Counter::default(),
+            aggregate_requests: Family::default(),
+            aggregate_duration: Family::new_with_constructor(hist),
+            aggregate_backend_requests: Family::default(),
+            aggregate_backend_duration: Family::new_with_constructor(hist),
         };
         r.register(
             "requests",
@@ -297,6 +335,26 @@ impl Default for Metrics {
             "endpoints_folded",
             "Requests counted under endpoint or host `other` because a discovery cap was reached",
             m.endpoints_folded.clone(),
+        );
+        r.register(
+            "aggregate_requests",
+            "Calls of aggregated endpoints by method, endpoint (path template) and result (complete, partial, failed)",
+            m.aggregate_requests.clone(),
+        );
+        r.register(
+            "aggregate_duration_seconds",
+            "Total time of aggregated endpoint calls, by method and endpoint",
+            m.aggregate_duration.clone(),
+        );
+        r.register(
+            "aggregate_backend_requests",
+            "Backend calls of aggregated endpoints by method, endpoint, backend name and result (ok, failed, timeout, skipped)",
+            m.aggregate_backend_requests.clone(),
+        );
+        r.register(
+            "aggregate_backend_duration_seconds",
+            "Time of each backend call of an aggregated endpoint, from sending to its answer read",
+            m.aggregate_backend_duration.clone(),
         );
         Metrics {
             registry: Arc::new(r),

@@ -33,6 +33,8 @@ pub struct Event {
     pub diag: Option<Box<crate::diagnosis::RequestDiag>>,
     /// The request id, kept when diagnosis needs it.
     pub request_id: Option<HeaderValue>,
+    /// What an aggregated endpoint's call did.
+    pub aggregate: Option<Box<crate::aggregate::outcome::Outcome>>,
 }
 
 pub struct Access {
@@ -127,6 +129,14 @@ fn consume(
                         }
                         if let Some(d) = &ev.diag {
                             diagnose(&diagnostics, &metrics, &mut endpoint_metrics, &ev, d);
+                        }
+                        if let Some(o) = &ev.aggregate {
+                            o.record_metrics(&metrics, ev.total);
+                            diagnostics
+                                .aggregated
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .record(o, ev.total);
                         }
                     }
                     Err(TryRecvError::Empty) => {

@@ -53,6 +53,8 @@ pub struct Ctx {
     pub in_flight: InFlight,
     /// Diagnosis of this request: present for matched requests and when diagnosis is on.
     pub diag: Option<Box<RequestDiag>>,
+    /// What an aggregated endpoint's call did (its backends), for metrics.
+    pub aggregate: Option<Box<crate::aggregate::outcome::Outcome>>,
 }
 
 impl Ctx {
@@ -72,6 +74,7 @@ impl Ctx {
             self.send_capture(shared, d, capture, error, completed);
         }
         Event {
+            aggregate: self.aggregate.take(),
             response_bytes: body_bytes,
             request_id: diag.as_ref().map(|_| self.id.clone()),
             diag,
@@ -153,6 +156,7 @@ pub fn handle(
             .then(|| req.uri().path().to_owned()),
         in_flight,
         diag: None,
+        aggregate: None,
     };
     let step = prepare(&worker, &rt, req, &mut ctx);
     async move {
@@ -199,13 +203,15 @@ pub fn handle(
                     Forwarded::Policy(d.response)
                 })
             }
-            Ok(Step::Aggregate(call)) => {
+            Ok(Step::Aggregate(call, body)) => {
                 // An aggregated endpoint: its backends, on a boxed future of its own.
                 Box::pin(crate::aggregate::run(
                     *call,
+                    body,
                     &worker,
                     &rt,
                     ctx.in_flight.response_timer(),
+                    &mut ctx.aggregate,
                 ))
                 .await
                 .map(Forwarded::Policy)
@@ -259,8 +265,9 @@ enum Step {
         usize,
     ),
     Connect(Request<Incoming>),
-    /// A call of an aggregated endpoint (`endpoints:`): its backends answer it.
-    Aggregate(Box<crate::aggregate::Call>),
+    /// A call of an aggregated endpoint (`endpoints:`): its backends answer it; the
+    /// client's body when they take it.
+    Aggregate(Box<crate::aggregate::Call>, Option<Body>),
     /// An HTTP/1.1 `Upgrade` (WebSocket): its own upstream connection, then a byte relay.
     Upgrade(Request<Body>, Target, hyper::upgrade::OnUpgrade),
 }
@@ -322,9 +329,10 @@ fn prepare(
     // Aggregated endpoints come before routes; a request naming its own target
     // (absolute-form, `x-tollgate-host`) is never one.
     if !config.endpoints.is_empty()
-        && let Some(call) = endpoint_call(config, &req)
+        && let Some((call, wants_body)) = endpoint_call(config, &req)
     {
-        return Ok(Step::Aggregate(Box::new(call)));
+        let body = wants_body.then(|| from_incoming(req.into_body()));
+        return Ok(Step::Aggregate(Box::new(call), body));
     }
     let (target, path_and_query) = resolve_target(config, &req)?;
     ctx.host = Some(target.host.clone());
@@ -419,12 +427,13 @@ pub fn upstream_uri(
     Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))
 }
 
-/// The aggregated endpoint this request calls, if any. A request naming its own target
-/// (absolute-form, `x-tollgate-host`) never calls one.
+/// The aggregated endpoint this request calls, if any, and whether its backends take the
+/// client's body. A request naming its own target (absolute-form, `x-tollgate-host`) never
+/// calls one.
 fn endpoint_call<B>(
     config: &crate::config::Config,
     req: &Request<B>,
-) -> Option<crate::aggregate::Call> {
+) -> Option<(crate::aggregate::Call, bool)> {
     let names_target = (req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
         || req.headers().contains_key(X_TOLLGATE_HOST);
     if names_target {
@@ -432,13 +441,8 @@ fn endpoint_call<B>(
     }
     let (i, params) = config.endpoints.find(req.method(), req.uri().path())?;
     let e = config.endpoints.get(i)?;
-    Some(crate::aggregate::Call::new(
-        e,
-        i,
-        params,
-        req.headers(),
-        req.uri(),
-    ))
+    let call = crate::aggregate::Call::new(e, i, params, req.headers(), req.uri());
+    Some((call, e.wants_body()))
 }
 
 /// The request side of diagnosis, once the upstream request is built: the trace's

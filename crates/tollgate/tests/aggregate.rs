@@ -220,6 +220,13 @@ endpoints:
     let got = get(&gw, "/late", &[]).await;
     assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(got.error_code().as_deref(), Some("upstream_timeout"));
+    // Counted as failed calls, each backend with its reason.
+    let timeout = r#"backend="backend0",result="timeout"} 1"#;
+    let text = metrics_when(&gw, |t| t.contains(timeout)).await;
+    assert!(text.contains(timeout), "{text}");
+    assert!(text.contains(
+        r#"tollgate_aggregate_requests_total{method="GET",endpoint="/failed",result="failed"} 1"#
+    ));
 }
 
 #[tokio::test]
@@ -311,6 +318,161 @@ async fn no_op_relays_one_backend_untouched_and_streams_large_bodies() {
     assert_eq!(got.header("x-from"), Some("backend"));
     assert!(got.header("x-tollgate-request-id").is_some());
     assert_eq!(got.body.len(), SIZE);
+}
+
+async fn post(gw: &tollgate::Gateway, path: &str, content_type: &str, body: &str) -> Got {
+    let req = Request::post(format!("http://{}{path}", gw.proxy_addr))
+        .header("content-type", content_type)
+        .body(bytes_body(body.to_owned()))
+        .unwrap();
+    send(&client(), req).await
+}
+
+#[tokio::test]
+async fn the_clients_body_goes_to_the_backends_whose_method_carries_one() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /orders
+    method: POST
+    max_body_bytes: 1KiB
+    backends:
+      - url: http://{echo}/create
+        method: POST
+        group: created
+      - url: http://{echo}/audit
+        method: PUT
+        group: audit
+      - url: http://{echo}/lookup
+        group: lookup
+  - path: /upload
+    method: POST
+    encoding: no-op
+    backends:
+      - url: http://{echo}/upload
+        method: POST
+"#,
+        echo = echo.addr
+    ))
+    .await;
+    let got = post(&gw, "/orders", "application/json", r#"{"item":7}"#).await;
+    assert_eq!(got.header("x-tollgate-completed"), Some("true"));
+    let body = got.json();
+    for (group, method) in [("created", "POST"), ("audit", "PUT")] {
+        let seen = &body[group];
+        assert_eq!(seen["method"], method);
+        assert_eq!(seen["body"], r#"{"item":7}"#, "{group}: {seen}");
+        let headers = seen["headers"].as_array().unwrap();
+        assert!(
+            headers.contains(&json!(["content-type", "application/json"])),
+            "{group}: the body's type goes with it: {headers:?}"
+        );
+        assert!(
+            headers.contains(&json!(["content-length", "10"])),
+            "{headers:?}"
+        );
+    }
+    assert_eq!(body["lookup"]["method"], "GET");
+    assert_eq!(body["lookup"]["body_len"], 0, "a GET backend gets no body");
+
+    // No-op: the body streams to the one backend.
+    let got = post(&gw, "/upload", "text/plain", &"y".repeat(5000)).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json()["body_len"], 5000);
+
+    // Read whole for several backends: bounded by max_body_bytes.
+    let got = post(&gw, "/orders", "application/json", &"z".repeat(2000)).await;
+    assert_eq!(got.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(got.error_code().as_deref(), Some("body_too_large"));
+    assert!(
+        got.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_body_bytes"),
+        "the error names the setting to raise"
+    );
+}
+
+#[tokio::test]
+async fn calls_and_backends_are_counted_in_metrics_and_listed_by_discover() {
+    let ok = upstream(|_| async { json_answer(json!({"ok": 1})) }).await;
+    let broken = upstream(|_| async { answer(500, &[], "boom") }).await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /mixed/{{id}}
+    backends:
+      - url: http://{ok}/ok/{{id}}
+        name: good
+      - url: http://{broken}/
+        name: bad
+      - url: http://{ok}/after/{{resp1.id}}
+        name: later
+  - path: /quiet
+    backends:
+      - url: http://{ok}/
+"#,
+        ok = ok.addr,
+        broken = broken.addr
+    ))
+    .await;
+    for id in ["1", "2"] {
+        let got = get(&gw, &format!("/mixed/{id}"), &[]).await;
+        assert_eq!(got.header("x-tollgate-failed-backends"), Some("bad,later"));
+    }
+    let partial = r#"tollgate_aggregate_requests_total{method="GET",endpoint="/mixed/{id}",result="partial"} 2"#;
+    let text = metrics_when(&gw, |t| t.contains(partial)).await;
+    assert!(text.contains(partial), "{text}");
+    for (backend, result) in [("good", "ok"), ("bad", "failed"), ("later", "skipped")] {
+        let line = format!(
+            r#"tollgate_aggregate_backend_requests_total{{method="GET",endpoint="/mixed/{{id}}",backend="{backend}",result="{result}"}} 2"#
+        );
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+    assert!(text.contains(
+        r#"tollgate_aggregate_backend_duration_seconds_count{method="GET",endpoint="/mixed/{id}",backend="good"} 2"#
+    ));
+    assert!(
+        !text.contains(r#"backend="later"} "#),
+        "a backend never called has no duration"
+    );
+
+    let discover = admin_get(&gw, "/discover").await.json();
+    let listed = discover["aggregated"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "every declared endpoint: {discover}");
+    let mixed = &listed[0];
+    assert_eq!(mixed["endpoint"], "/mixed/{id}");
+    assert_eq!(mixed["count"], 2);
+    assert_eq!(mixed["results"], json!({"partial": 2}));
+    assert!(mixed["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+    let names: Vec<&str> = mixed["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["good", "bad", "later"]);
+    assert_eq!(mixed["backends"][1]["results"], json!({"failed": 2}));
+    assert_eq!(mixed["backends"][2]["results"], json!({"skipped": 2}));
+    assert_eq!(listed[1]["endpoint"], "/quiet");
+    assert_eq!(listed[1]["count"], 0, "declared, not yet called");
+    // `tollgate discover` prints them after the discovered endpoints (discovery is off).
+    let table = tollgate::diagnosis::commands::table(&discover);
+    assert!(table.contains("endpoint discovery is off"), "{table}");
+    let row = table.lines().find(|l| l.contains("/mixed/{id}")).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cols[..6],
+        ["2", "GET", "/mixed/{id}", "0", "2", "0"],
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("bad (") && l.contains("fail 2")),
+        "{table}"
+    );
 }
 
 #[test]

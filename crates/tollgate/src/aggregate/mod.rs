@@ -4,6 +4,7 @@
 //! backend's response untouched. docs/aggregation.md is the user's guide.
 
 pub mod merge;
+pub mod outcome;
 mod run;
 pub mod template;
 
@@ -12,13 +13,15 @@ pub use run::{Call, run};
 use crate::target::Target;
 use http::{HeaderName, Method};
 use merge::Shape;
+use std::sync::Arc;
 use std::time::Duration;
 use template::{PathTemplate, UrlTemplate};
 
 /// One backend of an endpoint (validated).
 #[derive(Debug, Clone)]
 pub struct Backend {
-    pub name: String,
+    /// Its metric label and the name partial answers give it.
+    pub name: Arc<str>,
     pub target: Target,
     pub url: UrlTemplate,
     pub method: Method,
@@ -33,6 +36,8 @@ pub struct Backend {
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub path: PathTemplate,
+    /// The path template, shared with each call's outcome (a metric label).
+    pub label: Arc<str>,
     pub method: Method,
     pub timeout: Duration,
     pub cache_ttl: Option<Duration>,
@@ -42,6 +47,20 @@ pub struct Endpoint {
     pub errors_key: Option<String>,
     pub max_body_bytes: usize,
     pub backends: Vec<Backend>,
+}
+
+impl Endpoint {
+    /// Whether a client's body goes to this endpoint's backends: one of them sends a
+    /// method that carries a body (POST, PUT, PATCH, DELETE, …).
+    pub fn wants_body(&self) -> bool {
+        self.backends.iter().any(|b| carries_body(&b.method))
+    }
+}
+
+/// A method whose requests carry a body here (RFC 9110 §9.3: GET and HEAD requests have
+/// no defined body semantics, so none is sent with them).
+pub fn carries_body(m: &Method) -> bool {
+    m != Method::GET && m != Method::HEAD
 }
 
 /// The endpoints of a config, tried in declaration order.
@@ -94,7 +113,7 @@ impl Endpoints {
                         "errors_key": e.errors_key,
                         "max_body_bytes": e.max_body_bytes,
                         "backends": e.backends.iter().map(|b| serde_json::json!({
-                            "name": b.name,
+                            "name": &*b.name,
                             "host": b.target.authority.as_str(),
                             "method": b.method.as_str(),
                             "timeout": crate::config::units::format_duration(b.timeout),

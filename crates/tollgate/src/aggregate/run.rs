@@ -5,17 +5,20 @@
 //! partial (`x-tollgate-completed: false`, the failed backends named), or the error
 //! contract when every backend failed.
 
-use super::{Backend, Endpoint};
-use crate::body::{Body, full};
+use super::outcome::{self, BackendOutcome, Outcome};
+use super::{Backend, Endpoint, carries_body};
+use crate::body::{Body, ReadError, full, read_capped};
 use crate::error::ProxyError;
+use crate::metrics::method_label;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::{Runtime, Worker};
 use crate::upstream::deadline::ResponseTimer;
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, Response, Uri, header};
+use http::{HeaderName, HeaderValue, Request, Response, Uri, header};
 use http_body_util::BodyExt;
 use serde_json::{Map, Value, json};
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// `x-tollgate-completed`: `true` when every backend answered, `false` on a partial answer.
@@ -32,6 +35,9 @@ pub struct Call {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `name=value` pairs joined with `&` (as the client wrote them), or empty.
     pub query: String,
+    /// The client's body's type and length, sent on with its body.
+    pub content_type: Option<HeaderValue>,
+    pub content_length: Option<u64>,
 }
 
 impl Call {
@@ -40,14 +46,14 @@ impl Call {
         e: &Endpoint,
         index: usize,
         params: Vec<&str>,
-        headers: &http::HeaderMap,
+        headers_in: &http::HeaderMap,
         uri: &Uri,
     ) -> Self {
         let headers = e
             .headers
             .iter()
             .flat_map(|n| {
-                headers
+                headers_in
                     .get_all(n)
                     .iter()
                     .map(move |v| (n.clone(), v.clone()))
@@ -65,11 +71,16 @@ impl Call {
                     .join("&")
             })
             .unwrap_or_default();
+        let content_length = headers_in
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
         Self {
             index,
             params: params.into_iter().map(str::to_owned).collect(),
             headers,
             query,
+            content_type: headers_in.get(header::CONTENT_TYPE).cloned(),
+            content_length,
         }
     }
 }
@@ -78,6 +89,8 @@ impl Call {
 enum Failure {
     Timeout,
     Failed(String),
+    /// Not called: its URL needs an answer that is missing.
+    Skipped(&'static str),
 }
 
 impl Failure {
@@ -85,6 +98,7 @@ impl Failure {
         match self {
             Failure::Timeout => "upstream_timeout",
             Failure::Failed(_) => "upstream_error",
+            Failure::Skipped(_) => "not_called",
         }
     }
 
@@ -92,41 +106,61 @@ impl Failure {
         match self {
             Failure::Timeout => "no answer within its timeout".into(),
             Failure::Failed(m) => m.clone(),
+            Failure::Skipped(m) => (*m).into(),
+        }
+    }
+
+    /// The backend's result in metrics.
+    fn result(&self) -> &'static str {
+        match self {
+            Failure::Timeout => outcome::TIMEOUT,
+            Failure::Failed(_) => outcome::BACKEND_FAILED,
+            Failure::Skipped(_) => outcome::SKIPPED,
         }
     }
 }
 
-/// Answers one call of an endpoint.
+/// Answers one call of an endpoint. `body` is the client's, when the endpoint sends one
+/// on ([`Endpoint::wants_body`]); `outcome` receives what the call and each backend did.
 pub async fn run(
     call: Call,
+    body: Option<Body>,
     worker: &Worker,
     rt: &Runtime,
     timer: &ResponseTimer,
+    outcome: &mut Option<Box<Outcome>>,
 ) -> Result<Response<Body>, ProxyError> {
     let e = rt
         .config
         .endpoints
         .get(call.index)
         .ok_or_else(|| ProxyError::Upstream("the endpoint left with a reload".into()))?;
-    let f = Fanout {
+    let report = outcome.insert(Box::new(Outcome {
+        method: method_label(&e.method),
+        endpoint: e.label.clone(),
+        result: outcome::FAILED,
+        backends: Vec::with_capacity(e.backends.len()),
+    }));
+    let deadline = Instant::now() + e.timeout;
+    let mut f = Fanout {
         e,
         call: &call,
         worker,
         rt,
         timer,
-        deadline: Instant::now() + e.timeout,
+        deadline,
+        body: None,
     };
     if e.noop {
-        let b = &e.backends[0];
-        let pq = b
-            .url
-            .render(&call.params, &[])
-            .ok_or_else(|| ProxyError::BadTarget("the backend URL cannot be built".into()))?;
-        return f.send(b, with_query(pq, &call.query), f.limit(b)).await;
+        return f.relay(body, report).await;
+    }
+    if let Some(body) = body {
+        f.body = Some(client_body(body, e, deadline).await?);
     }
     let rounds = e.backends.iter().map(|b| b.round).max().unwrap_or(0);
     let mut answers: Vec<Option<Value>> = vec![None; e.backends.len()];
     let mut failures: Vec<Option<Failure>> = (0..e.backends.len()).map(|_| None).collect();
+    let mut took = vec![Duration::ZERO; e.backends.len()];
     for round in 0..=rounds {
         let calls: Vec<_> = e
             .backends
@@ -135,14 +169,34 @@ pub async fn run(
             .filter(|(_, b)| b.round == round)
             .map(|(i, b)| f.one(b, i, &answers))
             .collect();
-        for (i, r) in futures_util::future::join_all(calls).await {
+        for (i, r, t) in futures_util::future::join_all(calls).await {
+            took[i] = t;
             match r {
                 Ok(v) => answers[i] = Some(v),
                 Err(fail) => failures[i] = Some(fail),
             }
         }
     }
-    respond(e, answers, failures)
+    respond(e, answers, failures, &took, report)
+}
+
+/// The client's body, read whole (it goes to several backends) within the endpoint's
+/// deadline and `max_body_bytes`.
+async fn client_body(body: Body, e: &Endpoint, deadline: Instant) -> Result<Bytes, ProxyError> {
+    match tokio::time::timeout_at(deadline, read_capped(body, e.max_body_bytes)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(ReadError::TooLarge)) => Err(ProxyError::BodyTooLarge {
+            limit: e.max_body_bytes,
+            what: "endpoints[].max_body_bytes (the body is read whole to send it to each backend)",
+        }),
+        Ok(Err(ReadError::Failed(err))) => Err(ProxyError::BadRequest(format!(
+            "reading the request body failed: {err}"
+        ))),
+        Err(_) => Err(ProxyError::BadRequest(format!(
+            "the request body did not arrive within the endpoint's timeout ({:?})",
+            e.timeout
+        ))),
+    }
 }
 
 /// What every backend call of one endpoint call shares.
@@ -154,14 +208,41 @@ struct Fanout<'a> {
     timer: &'a ResponseTimer,
     /// The endpoint's deadline, which bounds every backend's own timeout.
     deadline: Instant,
+    /// The client's body, for the backends whose method carries one.
+    body: Option<Bytes>,
 }
 
 /// The merged answer, partial or complete, or the error when every backend failed.
 fn respond(
     e: &Endpoint,
     answers: Vec<Option<Value>>,
-    failures: Vec<Option<Failure>>,
+    mut failures: Vec<Option<Failure>>,
+    took: &[Duration],
+    report: &mut Outcome,
 ) -> Result<Response<Body>, ProxyError> {
+    // A backend whose answer cannot be shaped (its `target` is missing, …) failed too.
+    let mut parts: Vec<Option<Map<String, Value>>> = Vec::with_capacity(answers.len());
+    for ((b, answer), failure) in e.backends.iter().zip(answers).zip(failures.iter_mut()) {
+        parts.push(match answer.map(|a| b.shape.apply(a)) {
+            Some(Ok(part)) => Some(part),
+            Some(Err(m)) => {
+                *failure = Some(Failure::Failed(m.into()));
+                None
+            }
+            None => None,
+        });
+    }
+    report.backends.extend(
+        e.backends
+            .iter()
+            .zip(&failures)
+            .zip(took)
+            .map(|((b, f), t)| BackendOutcome {
+                name: b.name.clone(),
+                result: f.as_ref().map_or(outcome::OK, Failure::result),
+                took: *t,
+            }),
+    );
     let failed: Vec<(&Backend, &Failure)> = e
         .backends
         .iter()
@@ -187,28 +268,22 @@ fn respond(
         )));
     }
     let mut merged = Map::new();
-    let mut failed_now = Vec::new();
-    for ((b, answer), failure) in e.backends.iter().zip(answers).zip(&failures) {
-        if failure.is_some() {
-            continue;
-        }
-        let Some(answer) = answer else { continue };
-        match b.shape.apply(answer) {
-            Ok(part) => super::merge::merge(&mut merged, part),
-            Err(m) => failed_now.push((b, Failure::Failed(m.into()))),
-        }
+    for part in parts.into_iter().flatten() {
+        super::merge::merge(&mut merged, part);
     }
-    let mut names: Vec<&str> = failed.iter().map(|(b, _)| b.name.as_str()).collect();
-    names.extend(failed_now.iter().map(|(b, _)| b.name.as_str()));
+    let names: Vec<&str> = failed.iter().map(|(b, _)| &*b.name).collect();
     let complete = names.is_empty();
+    report.result = if complete {
+        outcome::COMPLETE
+    } else {
+        outcome::PARTIAL
+    };
     if !complete && let Some(key) = &e.errors_key {
         let errors: Map<String, Value> = failed
             .iter()
-            .map(|(b, f)| (*b, *f))
-            .chain(failed_now.iter().map(|(b, f)| (*b, f)))
             .map(|(b, f)| {
                 (
-                    b.name.clone(),
+                    b.name.to_string(),
                     json!({"error": f.code(), "message": f.message()}),
                 )
             })
@@ -249,21 +324,58 @@ fn with_query(pq: String, query: &str) -> String {
 
 impl Fanout<'_> {
     /// A backend's time limit: its own timeout, cut to what is left of the endpoint's.
-    fn limit(&self, b: &Backend) -> std::time::Duration {
+    fn limit(&self, b: &Backend) -> Duration {
         b.timeout
             .min(self.deadline.saturating_duration_since(Instant::now()))
     }
 
+    /// A `no-op` endpoint: its one backend's response relayed untouched, the client's
+    /// body streamed to it (when its method carries one).
+    async fn relay(
+        &self,
+        body: Option<Body>,
+        report: &mut Outcome,
+    ) -> Result<Response<Body>, ProxyError> {
+        let b = &self.e.backends[0];
+        let pq = b
+            .url
+            .render(&self.call.params, &[])
+            .ok_or_else(|| ProxyError::BadTarget("the backend URL cannot be built".into()))?;
+        let started = Instant::now();
+        let body = body.map(Sent::Stream).unwrap_or(Sent::Empty);
+        let r = self
+            .send(b, with_query(pq, &self.call.query), self.limit(b), body)
+            .await;
+        let result = match &r {
+            Ok(resp) if !resp.status().is_server_error() => outcome::OK,
+            Ok(_) => outcome::BACKEND_FAILED,
+            Err(ProxyError::UpstreamTimeout { .. }) => outcome::TIMEOUT,
+            Err(_) => outcome::BACKEND_FAILED,
+        };
+        report.result = if result == outcome::OK {
+            outcome::COMPLETE
+        } else {
+            outcome::FAILED
+        };
+        report.backends.push(BackendOutcome {
+            name: b.name.clone(),
+            result,
+            took: started.elapsed(),
+        });
+        r
+    }
+
     /// One backend's call in its round: its URL built (from the parameters and the
-    /// earlier answers it uses), sent, and its JSON answer read, within its limit. A
-    /// method, not a closure: the closure's future made the request's future fail the
-    /// `Send` check (rust-lang/rust#64552).
+    /// earlier answers it uses), sent, and its JSON answer read, within its limit; and how
+    /// long that took. A method, not a closure: the closure's future made the request's
+    /// future fail the `Send` check (rust-lang/rust#64552).
     async fn one(
         &self,
         b: &Backend,
         i: usize,
         answers: &[Option<Value>],
-    ) -> (usize, Result<Value, Failure>) {
+    ) -> (usize, Result<Value, Failure>, Duration) {
+        let started = Instant::now();
         let limit = self.limit(b);
         let Some(pq) = b.url.render(&self.call.params, answers) else {
             let why = if b.url.needs().any(|n| answers[n].is_none()) {
@@ -271,13 +383,17 @@ impl Fanout<'_> {
             } else {
                 "a field its URL uses is missing from an earlier answer"
             };
-            return (i, Err(Failure::Failed(why.into())));
+            return (i, Err(Failure::Skipped(why)), Duration::ZERO);
         };
         let pq = with_query(pq, &self.call.query);
-        let r = tokio::time::timeout(limit, self.json_answer(b, pq, limit))
+        let body = match &self.body {
+            Some(bytes) if carries_body(&b.method) => Sent::Whole(bytes.clone()),
+            _ => Sent::Empty,
+        };
+        let r = tokio::time::timeout(limit, self.json_answer(b, pq, limit, body))
             .await
             .unwrap_or(Err(Failure::Timeout));
-        (i, r)
+        (i, r, started.elapsed())
     }
 
     /// One backend's JSON answer (any 2xx), read up to the endpoint's body limit.
@@ -285,34 +401,30 @@ impl Fanout<'_> {
         &self,
         b: &Backend,
         pq: String,
-        limit: std::time::Duration,
+        limit: Duration,
+        body: Sent,
     ) -> Result<Value, Failure> {
         let e = self.e;
-        let resp = self.send(b, pq, limit).await.map_err(|err| match err {
-            ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
-            other => Failure::Failed(format!("{} ({})", other, other.code())),
-        })?;
+        let resp = self
+            .send(b, pq, limit, body)
+            .await
+            .map_err(|err| match err {
+                ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
+                other => Failure::Failed(format!("{} ({})", other, other.code())),
+            })?;
         let status = resp.status();
         if !status.is_success() {
             return Err(Failure::Failed(format!("answered {}", status.as_u16())));
         }
-        // Read frame by frame rather than through `Limited`, whose boxed error type made the
-        // request's future fail the `Send` check.
-        let mut body = resp.into_body();
-        let mut buf = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame =
-                frame.map_err(|err| Failure::Failed(format!("reading the answer: {err}")))?;
-            if let Some(d) = frame.data_ref() {
-                if buf.len() + d.len() > e.max_body_bytes {
-                    return Err(Failure::Failed(format!(
-                        "the answer is larger than max_body_bytes ({} bytes)",
-                        e.max_body_bytes
-                    )));
-                }
-                buf.extend_from_slice(d);
-            }
-        }
+        let buf = read_capped(resp.into_body(), e.max_body_bytes)
+            .await
+            .map_err(|err| match err {
+                ReadError::TooLarge => Failure::Failed(format!(
+                    "the answer is larger than max_body_bytes ({} bytes)",
+                    e.max_body_bytes
+                )),
+                ReadError::Failed(err) => Failure::Failed(format!("reading the answer: {err}")),
+            })?;
         serde_json::from_slice(&buf)
             .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
     }
@@ -322,7 +434,8 @@ impl Fanout<'_> {
         &self,
         b: &Backend,
         pq: String,
-        limit: std::time::Duration,
+        limit: Duration,
+        body: Sent,
     ) -> Result<Response<Body>, ProxyError> {
         let (call, worker, rt, timer) = (self.call, self.worker, self.rt, self.timer);
         let target = &b.target;
@@ -342,8 +455,28 @@ impl Fanout<'_> {
         *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
         let h = req.headers_mut();
         h.append(header::VIA, worker.local().via.clone());
-        if b.method != Method::GET && b.method != Method::HEAD {
-            h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        if carries_body(&b.method) {
+            // The body's type describes it, declared or not.
+            if let Some(ct) = &call.content_type
+                && !matches!(body, Sent::Empty)
+            {
+                h.insert(header::CONTENT_TYPE, ct.clone());
+            }
+            match body {
+                Sent::Empty => {
+                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+                }
+                Sent::Whole(bytes) => {
+                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                    *req.body_mut() = full(bytes);
+                }
+                Sent::Stream(body) => {
+                    if let Some(n) = call.content_length {
+                        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+                    }
+                    *req.body_mut() = body;
+                }
+            }
         }
         match rt.config.policies.find(&target.host, &b.method, &path) {
             Some(i) => {
@@ -362,4 +495,13 @@ impl Fanout<'_> {
             }
         }
     }
+}
+
+/// The body a backend request carries.
+enum Sent {
+    Empty,
+    /// The client's body, read whole (several backends get a copy).
+    Whole(Bytes),
+    /// The client's body, streamed (a `no-op` endpoint's one backend).
+    Stream(Body),
 }

@@ -34,7 +34,7 @@ pub struct RawEndpoint {
     /// On a partial answer, also put an object naming each failed backend and why under this key of the body (absent: only the `x-tollgate-failed-backends` header says it).
     #[serde(default)]
     pub errors_key: Option<String>,
-    /// Largest backend response body read for merging (default `10MiB`; 1KiB to 1GiB); a larger one fails that backend.
+    /// Largest backend response body read for merging (default `10MiB`; 1KiB to 1GiB); a larger one fails that backend. Also the largest client body a `json` endpoint reads to send to its backends (413 past it).
     #[serde(default = "ten_mib")]
     pub max_body_bytes: String,
     /// The backends, merged in this order (a later backend's keys win over an earlier one's).
@@ -50,7 +50,7 @@ pub struct RawBackend {
     /// Name in `x-tollgate-failed-backends`, the errors object and metrics (default: its `group`, else `backend<index>`).
     #[serde(default)]
     pub name: Option<String>,
-    /// HTTP method of the backend call (default `GET`).
+    /// HTTP method of the backend call (default `GET`). POST, PUT, PATCH and DELETE send the client's body and `Content-Type`; GET and HEAD send none.
     #[serde(default = "get")]
     pub method: String,
     /// Deadline of this call (default: the endpoint's `timeout`; never beyond it).

@@ -105,6 +105,7 @@ pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
                 "1KiB to 1GiB",
             ),
             backends,
+            label: path.text.as_str().into(),
             path,
         });
     }
@@ -172,7 +173,8 @@ fn backend(
             .name
             .clone()
             .or_else(|| b.group.clone())
-            .unwrap_or_else(|| format!("backend{index}")),
+            .unwrap_or_else(|| format!("backend{index}"))
+            .into(),
         target,
         url,
         method: method(e, &p("method"), &b.method),

@@ -150,15 +150,78 @@ async fn fetch(args: &DiscoverArgs) -> Result<Value, String> {
     serde_json::from_slice(&body).map_err(|e| format!("GET /discover: {e}"))
 }
 
-/// Endpoints as a table, most called first.
+/// Milliseconds with one decimal, `-` when absent.
+fn ms(x: &Value) -> String {
+    x.as_f64().map_or("-".to_owned(), |f| format!("{f:.1}"))
+}
+
+/// Endpoints as a table, most called first; then the aggregated endpoints, if any.
 pub fn table(v: &Value) -> String {
-    if v["enabled"] == false {
-        return format!(
+    let mut out = if v["enabled"] == false {
+        format!(
             "{}\n",
             v["message"].as_str().unwrap_or("endpoint discovery is off")
-        );
+        )
+    } else {
+        discovered(v)
+    };
+    out.push_str(&aggregated(v));
+    out
+}
+
+/// The aggregated endpoints (`aggregated`), each with a line per backend.
+fn aggregated(v: &Value) -> String {
+    let Some(list) = v["aggregated"].as_array().filter(|l| !l.is_empty()) else {
+        return String::new();
+    };
+    let n = |x: &Value, k: &str| x["results"][k].as_u64().unwrap_or(0);
+    let mut out = format!(
+        "\naggregated endpoints\n{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+        "COUNT",
+        "METHOD",
+        "ENDPOINT / backend",
+        "complete",
+        "partial",
+        "failed",
+        "p50 ms",
+        "p99 ms"
+    );
+    for e in list {
+        out.push_str(&format!(
+            "{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+            e["count"].as_u64().unwrap_or(0),
+            e["method"].as_str().unwrap_or("-"),
+            e["endpoint"].as_str().unwrap_or("-"),
+            n(e, "complete"),
+            n(e, "partial"),
+            n(e, "failed"),
+            ms(&e["latency_ms"]["p50"]),
+            ms(&e["latency_ms"]["p99"]),
+        ));
+        for b in e["backends"].as_array().into_iter().flatten() {
+            let name = format!(
+                "  {} ({})",
+                b["name"].as_str().unwrap_or("-"),
+                b["host"].as_str().unwrap_or("-")
+            );
+            out.push_str(&format!(
+                "{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+                b["count"].as_u64().unwrap_or(0),
+                "",
+                name,
+                format!("ok {}", n(b, "ok")),
+                format!("fail {}", n(b, "failed") + n(b, "skipped")),
+                format!("t/o {}", n(b, "timeout")),
+                ms(&b["latency_ms"]["p50"]),
+                ms(&b["latency_ms"]["p99"]),
+            ));
+        }
     }
-    let ms = |x: &Value| x.as_f64().map_or("-".to_owned(), |f| format!("{f:.1}"));
+    out
+}
+
+/// The discovered endpoints, most called first.
+fn discovered(v: &Value) -> String {
     let mut out = format!(
         "{:>8}  {:<7} {:<28} {:<40} {:>6} {:>6} {:>8} {:>8}\n",
         "COUNT", "METHOD", "HOST", "ENDPOINT", "2xx%", "429", "p50 ms", "p99 ms"

@@ -7,6 +7,7 @@ use super::har::HarWriter;
 use super::har::collector::{self, Pending, Poster};
 use super::remedy_stats::RemedyStats;
 use super::trace::Finished;
+use crate::aggregate::outcome::AggregateStats;
 use crate::config::Config;
 use crate::metrics::{Metrics, SinkLabels};
 use crate::upstream::{Connector, dns, tls};
@@ -24,6 +25,8 @@ pub struct Diagnostics {
     pub endpoints: Option<Arc<Mutex<Endpoints>>>,
     pub endpoint_metrics: bool,
     pub remedy_stats: Arc<Mutex<RemedyStats>>,
+    /// Aggregated endpoints' calls (`GET /discover`, `aggregated`).
+    pub aggregated: Arc<Mutex<AggregateStats>>,
     /// Stops the diagnosis thread's senders when the gateway goes.
     _stop: Option<DropGuard>,
 }
@@ -41,6 +44,7 @@ impl Diagnostics {
             endpoints,
             endpoint_metrics: d.discovery.enabled && d.discovery.metrics,
             remedy_stats: Arc::default(),
+            aggregated: Arc::default(),
             _stop: None,
         };
         let traces = d.traces.endpoint.clone().filter(|_| d.traces.enabled);

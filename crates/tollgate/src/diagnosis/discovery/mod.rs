@@ -102,14 +102,15 @@ impl Stats {
             *self.consumers.entry(key).or_default() += n;
         }
     }
+}
 
-    fn percentiles(h: &Histogram<u32>) -> Value {
-        if h.is_empty() {
-            return Value::Null;
-        }
-        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
-        json!({ "p50": ms(0.5), "p95": ms(0.95), "p99": ms(0.99), "max": h.max() as f64 / 1e3 })
+/// p50, p95, p99 and max in milliseconds of a histogram in microseconds (null when empty).
+pub fn percentiles(h: &Histogram<u32>) -> Value {
+    if h.is_empty() {
+        return Value::Null;
     }
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    json!({ "p50": ms(0.5), "p95": ms(0.95), "p99": ms(0.99), "max": h.max() as f64 / 1e3 })
 }
 
 /// A learned-path trie node: literal children until there are too many, then one `{id}`.
@@ -230,8 +231,8 @@ impl Endpoints {
             "endpoints": rows.iter().map(|(h, m, e, s)| json!({
                 "host": h, "method": m, "endpoint": e, "count": s.count,
                 "status": s.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-                "latency_ms": Stats::percentiles(&s.total),
-                "provider_ms": Stats::percentiles(&s.upstream),
+                "latency_ms": percentiles(&s.total),
+                "provider_ms": percentiles(&s.upstream),
                 "request_bytes": s.request_bytes, "response_bytes": s.response_bytes,
                 "first_seen": ts(s.first_seen_ms), "last_seen": ts(s.last_seen_ms),
                 "consumers": s.consumers,
