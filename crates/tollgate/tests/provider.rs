@@ -27,6 +27,15 @@ async fn httpbin_paths() {
         serde_json::from_slice::<serde_json::Value>(&s.body).is_ok(),
         "static body is JSON"
     );
+    // The aggregation benchmark's fixtures: a `data` object, and a response time asked for.
+    let d = get(&p, "/static/data?delay=1ms").await;
+    assert_eq!(d.status, StatusCode::OK);
+    assert!(d.json()["data"].is_object(), "{:?}", d.json());
+    assert_eq!(&get(&p, "/static?delay=0").await.body[..], &STATIC_BODY[..]);
+    assert_eq!(
+        get(&p, "/static?delay=soon").await.status,
+        StatusCode::NOT_FOUND
+    );
 
     for d in ["/delay/0.05", "/delay/50ms"] {
         let got = get(&p, d).await;

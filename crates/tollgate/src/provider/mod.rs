@@ -22,6 +22,11 @@ use tokio::task::JoinHandle;
 pub const STATIC_BODY: &[u8; 110] =
     b"{\"provider\":\"tollgate\",\"path\":\"/static\",\"note\":\"fixed body for capacity benchmarks\",\"ok\":true,\"pad\":\"xxxxxx\"}\n";
 
+/// The fixed body of `/static/data`: an object under `data` and one beside it, for the
+/// aggregation benchmark's `target: data` backend.
+pub const STATIC_DATA_BODY: &[u8] =
+    b"{\"data\":{\"provider\":\"tollgate\",\"path\":\"/static/data\",\"ok\":true,\"items\":[1,2,3]},\"meta\":{\"page\":1}}\n";
+
 pub struct Provider {
     pub addr: SocketAddr,
     task: JoinHandle<()>,
@@ -89,12 +94,29 @@ pub(crate) fn parse_delay(d: &str) -> Option<Duration> {
     Some(dur.min(Duration::from_secs(60)))
 }
 
+/// A fixed JSON body, after `?delay=D` when the query asks for one (`/static?delay=2ms`):
+/// the aggregation benchmark gives each backend its own response time.
+async fn fixed(req: &Request<Incoming>, body: &'static [u8]) -> Response<Body> {
+    let delay = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("delay=")));
+    if let Some(d) = delay {
+        let Some(dur) = parse_delay(d) else {
+            return not_found("bad delay: use ?delay=0.002 or ?delay=2ms");
+        };
+        timer::sleep_until(std::time::Instant::now() + dur).await;
+    }
+    respond(StatusCode::OK, "application/json", body)
+}
+
 async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let mut segs = path.trim_start_matches('/').splitn(2, '/');
     let (head, rest) = (segs.next().unwrap_or(""), segs.next());
     match (head, rest) {
-        ("static", None) => respond(StatusCode::OK, "application/json", &STATIC_BODY[..]),
+        ("static", None) => fixed(&req, &STATIC_BODY[..]).await,
+        ("static", Some("data")) => fixed(&req, STATIC_DATA_BODY).await,
         ("delay", Some(d)) => match parse_delay(d) {
             Some(dur) => {
                 // Not tokio's sleep: it rounds up to a 1 ms tick (see `timer`).
@@ -126,7 +148,7 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
             "method not allowed\n",
         ),
         _ => not_found(
-            "not found: /static /delay/{d} /status/{code} /bytes/{n} /anything /headers /get /post /drip /gzip /json /uuid /stream/{n}",
+            "not found: /static[/data][?delay=D] /delay/{d} /status/{code} /bytes/{n} /anything /headers /get /post /drip /gzip /json /uuid /stream/{n}",
         ),
     }
 }
