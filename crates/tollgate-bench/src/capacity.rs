@@ -50,15 +50,49 @@ struct Point {
     cpu_us: Option<(f64, f64)>,
 }
 
-/// One measurement of one target.
+/// One closed-loop measurement of one target.
 #[derive(Clone)]
-struct Sample {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    errors: u64,
-    cpu: f64,
-    cpu_us: Option<(f64, f64)>,
+pub struct Sample {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    /// The load generator's share of its cores.
+    pub cpu: f64,
+    /// The target process's CPU per request, user and kernel, in µs (processes the bench
+    /// started).
+    pub cpu_us: Option<(f64, f64)>,
+}
+
+/// Measures `t` at `path` in closed loop, with the CPU its process used per request.
+pub fn sample(
+    h: &Harness,
+    t: &Target,
+    path: &str,
+    requests: u64,
+    warmup: u64,
+    concurrency: usize,
+) -> Result<Sample, String> {
+    let pid = t.pid();
+    let before = pid.and_then(procs::tree_cpu);
+    let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
+    // Warm-up requests ran inside the window too: count them.
+    let served = (r.ok + r.non_2xx + warmup).max(1) as f64;
+    let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
+        (Some((u0, s0)), Some((u1, s1))) => Some((
+            (u1 - u0).as_secs_f64() * 1e6 / served,
+            (s1 - s0).as_secs_f64() * 1e6 / served,
+        )),
+        _ => None,
+    };
+    Ok(Sample {
+        rps: r.rps(),
+        p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
+        p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
+        errors: r.errors + r.non_2xx,
+        cpu: r.cpu_share(),
+        cpu_us,
+    })
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -117,26 +151,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     } else {
                         0
                     };
-                    let pid = t.pid();
-                    let before = pid.and_then(procs::tree_cpu);
-                    let r = h.measure(t, "/static", requests, w, conc, Mode::Closed)?;
-                    // Warm-up requests ran inside the window too: count them.
-                    let served = (r.ok + r.non_2xx + w).max(1) as f64;
-                    let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
-                        (Some((u0, s0)), Some((u1, s1))) => Some((
-                            (u1 - u0).as_secs_f64() * 1e6 / served,
-                            (s1 - s0).as_secs_f64() * 1e6 / served,
-                        )),
-                        _ => None,
-                    };
-                    samples[i].push(Sample {
-                        rps: r.rps(),
-                        p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
-                        p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
-                        errors: r.errors + r.non_2xx,
-                        cpu: r.cpu_share(),
-                        cpu_us,
-                    });
+                    samples[i].push(sample(&h, t, "/static", requests, w, conc)?);
                 }
             }
             for (t, s) in targets.iter().zip(samples) {

@@ -208,6 +208,8 @@ pub struct Target {
     pub idle_rss_kib: Option<u64>,
     /// tollgate's admin listener (targets the bench started).
     pub admin: Option<std::net::SocketAddr>,
+    /// The process of the target this one is a view of ([`Target::view`]).
+    view_of: Option<u32>,
     _proc: Option<Proc>,
 }
 
@@ -234,7 +236,39 @@ impl Target {
 
     /// The process behind this target, when the bench started it (not direct, not URLs).
     pub fn pid(&self) -> Option<u32> {
-        self._proc.as_ref().map(|p| p.pid())
+        self._proc.as_ref().map(|p| p.pid()).or(self.view_of)
+    }
+
+    /// The same server under another name, at `path` below its base (measured with an
+    /// empty path): several endpoints of one process measured as targets of their own.
+    /// This target keeps the process; keep it alive while the view is used.
+    pub fn view(&self, name: &str, path: &str) -> Target {
+        Target {
+            name: name.into(),
+            base: format!("{}{path}", self.base),
+            headers: self.headers.clone(),
+            config_hash: self.config_hash.clone(),
+            placement: self.placement.clone(),
+            idle_rss_kib: self.idle_rss_kib,
+            admin: self.admin,
+            view_of: self.pid(),
+            _proc: None,
+        }
+    }
+
+    /// A target for a process the bench started by other means (the Lura gateway).
+    pub fn of_process(name: &str, proc: Proc, addr: std::net::SocketAddr) -> Target {
+        Target {
+            name: name.into(),
+            base: format!("http://{addr}"),
+            headers: Vec::new(),
+            config_hash: None,
+            placement: proc.placement.clone(),
+            idle_rss_kib: proc.rss_kib(),
+            admin: None,
+            view_of: None,
+            _proc: Some(proc),
+        }
     }
 }
 
@@ -294,6 +328,7 @@ impl Harness {
             placement: "-".into(),
             idle_rss_kib: None,
             admin: None,
+            view_of: None,
             _proc: None,
         }
     }
@@ -427,6 +462,7 @@ log:
             placement: where_,
             idle_rss_kib: rss,
             admin,
+            view_of: None,
             _proc: Some(proc),
         })
     }
@@ -442,16 +478,7 @@ log:
                     proc.placement,
                     if workers == 1 { "" } else { "s" }
                 ));
-                Ok(Target {
-                    name: peer.name().into(),
-                    base: format!("http://{addr}"),
-                    headers: Vec::new(),
-                    config_hash: None,
-                    placement: proc.placement.clone(),
-                    idle_rss_kib: proc.rss_kib(),
-                    admin: None,
-                    _proc: Some(proc),
-                })
+                Ok(Target::of_process(peer.name(), proc, addr))
             }
             Err(why) => {
                 let line = format!("peer {}: {why}", peer.name());
@@ -472,6 +499,7 @@ log:
             placement: "external".into(),
             idle_rss_kib: None,
             admin: None,
+            view_of: None,
             _proc: None,
         }
     }

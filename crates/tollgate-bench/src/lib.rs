@@ -3,6 +3,7 @@
 //! proxy builds and tests without plotting and load-generation dependencies.
 #![forbid(unsafe_code)]
 
+pub mod aggregate;
 pub mod capacity;
 pub mod charts;
 pub mod correlation;
@@ -10,6 +11,7 @@ pub mod floor;
 pub mod harness;
 pub mod latency;
 pub mod loadgen;
+pub mod lura;
 pub mod machine;
 pub mod peers;
 pub mod procs;
@@ -29,6 +31,9 @@ pub enum BenchCommand {
     Correlation(correlation::CorrelationArgs),
     /// Requests per second on a tiny body at several concurrencies and thread counts.
     Capacity(capacity::CapacityArgs),
+    /// KrakenD's benchmark: a proxy and an aggregate endpoint, tollgate against a gateway
+    /// built on KrakenD's framework (Lura), capacity and latency.
+    Aggregate(aggregate::AggregateArgs),
     /// The `hyper` peer's process: the thinnest proxy hyper can build (started by the bench).
     #[command(hide = true)]
     HyperFloor(floor::FloorArgs),
@@ -106,6 +111,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Correlation(a) => correlation::run(a),
         BenchCommand::Capacity(a) => capacity::run(a),
+        BenchCommand::Aggregate(a) => aggregate::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

@@ -446,3 +446,60 @@ fn dedicated_placement_refuses_a_machine_too_small_and_measures_nothing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is for `tollgate bench capacity`"));
 }
+
+#[test]
+fn aggregate_measures_krakends_endpoints_and_says_why_lura_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-lura-here");
+    bench(
+        &[
+            "aggregate",
+            "--requests",
+            "300",
+            "--latency-requests",
+            "200",
+            "--warmup",
+            "20",
+            "--concurrency",
+            "4,8",
+            "--rate",
+            "200",
+            "--rounds",
+            "2",
+            "--lura-bin",
+            missing.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    summary_says(
+        dir.path(),
+        &[
+            "| 4 | tollgate /social |",
+            "| 8 | tollgate /foo |",
+            "| 8 | direct /static |",
+            "| tollgate /social |",
+            "| slowest backend |",
+            "lura: skipped: --lura-bin",
+            "µs over the slowest backend (target ≤ +200 µs",
+        ],
+    );
+    // The configuration tollgate ran, and Lura's, written beside the results.
+    let yaml = read(dir.path(), "aggregate.yaml");
+    assert!(yaml.contains("path: /social-slow") && yaml.contains("target: data"));
+    let csv = read(dir.path(), "aggregate-capacity.csv");
+    assert_eq!(
+        csv.lines().count(),
+        1 + 2 * 3,
+        "2 concurrencies × 3 targets"
+    );
+    assert!(
+        csv.lines().skip(1).all(|l| l.ends_with(",0")),
+        "no errors: the endpoints answered 2xx\n{csv}"
+    );
+    non_empty(&dir.path().join("aggregate-capacity.svg"));
+    assert!(
+        try_bench(&["aggregate", "--delays", "1ms,2ms"], dir.path())
+            .stderr
+            .starts_with(b"error: --delays takes three")
+    );
+}

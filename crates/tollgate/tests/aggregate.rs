@@ -496,6 +496,9 @@ endpoints:
     backends:
       - url: http://127.0.0.1:1/
       - url: http://127.0.0.1:1/
+  - path: /env
+    backends:
+      - url: ${TOLLGATE_TEST_UNSET_BACKEND_HOST}/x
 "#,
     )
     .unwrap_err();
@@ -518,4 +521,8 @@ endpoints:
     has("endpoints[0].backends[3].url", "earlier backend");
     has("endpoints[1].path", "declared twice");
     has("endpoints[2].encoding", "`no-op` relays one backend");
+    has(
+        "endpoints[3].backends[0].url",
+        "TOLLGATE_TEST_UNSET_BACKEND_HOST",
+    );
 }

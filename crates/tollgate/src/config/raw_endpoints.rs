@@ -45,7 +45,7 @@ pub struct RawEndpoint {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
-    /// URL template: `http(s)://host[:port]/path?query`, where `{name}` is a parameter of the endpoint path and `{respN.a.b}` a field of backend N's answer (N earlier in the list; this backend then waits for it).
+    /// URL template: `http(s)://host[:port]/path?query` (`${VAR}` is replaced from the environment first), where `{name}` is a parameter of the endpoint path and `{respN.a.b}` a field of backend N's answer (N earlier in the list; this backend then waits for it).
     pub url: String,
     /// Name in `x-tollgate-failed-backends`, the errors object and metrics (default: its `group`, else `backend<index>`).
     #[serde(default)]

@@ -141,7 +141,9 @@ fn backend(
     endpoint_timeout: std::time::Duration,
     p: &dyn Fn(&str) -> String,
 ) -> Option<Backend> {
-    let (target, pq) = e.check(&p("url"), split_url(&b.url))?;
+    // `${VAR}` from the environment first, as in routes' upstreams; `{name}` stays a template.
+    let text = e.env(&p("url"), &b.url)?;
+    let (target, pq) = e.check(&p("url"), split_url(&text))?;
     let url = e.check(&p("url"), UrlTemplate::parse(&pq, params, index))?;
     let timeout = match &b.timeout {
         Some(t) => {
