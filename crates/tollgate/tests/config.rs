@@ -201,6 +201,7 @@ fn configs_in_the_docs_are_valid() {
         "docs/configuration.md",
         "docs/policies.md",
         "docs/architecture.md",
+        "docs/aggregation.md",
     ] {
         let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
         for block in text.split("```yaml\n").skip(1) {
