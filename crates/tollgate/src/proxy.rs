@@ -47,8 +47,9 @@ pub struct Ctx {
     pub host: Option<Arc<str>>,
     pub upstream: Option<Duration>,
     pub policy: Option<Arc<str>>,
-    /// Kept only when the access log is on.
-    pub path: Option<String>,
+    /// Kept only when the access log is on. A boxed `str`, not a `String`: 8 bytes fewer in
+    /// every request's future.
+    pub path: Option<Box<str>>,
     /// Keeps the connection's read deadline off until the response has ended.
     pub in_flight: InFlight,
     /// Diagnosis of this request: present for matched requests and when diagnosis is on.
@@ -88,7 +89,7 @@ impl Ctx {
             access: self.path.as_ref().map(|p| {
                 Box::new(Access {
                     request_id: self.id.clone(),
-                    path: p.clone(),
+                    path: p.to_string(),
                     policy: self.policy.clone(),
                     body_bytes,
                     completed,
@@ -149,11 +150,7 @@ pub fn handle(
         host: None,
         upstream: None,
         policy: None,
-        path: rt
-            .config
-            .log
-            .access_log
-            .then(|| req.uri().path().to_owned()),
+        path: rt.config.log.access_log.then(|| req.uri().path().into()),
         in_flight,
         diag: None,
         aggregate: None,
