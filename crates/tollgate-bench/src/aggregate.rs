@@ -10,7 +10,7 @@
 //!   delays (`/social-slow`): each gateway's percentiles against the slowest backend
 //!   called directly, all measured at once, request by request.
 
-use crate::capacity::{Sample, sample};
+use crate::capacity::{Sample, in_rounds};
 use crate::harness::{Harness, Layout, Target};
 use crate::loadgen::Mode;
 use crate::lura::{self, Backend, Endpoint};
@@ -172,17 +172,8 @@ pub fn run(args: AggregateArgs) -> Result<(), String> {
     }
     let mut points = Vec::new();
     for &conc in &args.concurrency {
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
-        for round in 0..rounds {
-            for (i, t) in targets.iter().enumerate() {
-                let warmup = if round == 0 {
-                    c.warmup.unwrap_or(2000)
-                } else {
-                    0
-                };
-                samples[i].push(sample(&h, t, "", requests, warmup, conc)?);
-            }
-        }
+        let warmup = c.warmup.unwrap_or(2000);
+        let samples = in_rounds(&h, &targets, "", requests, warmup, conc, rounds)?;
         for (t, s) in targets.iter().zip(samples) {
             let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
             let mut cpu: Vec<f64> = s

@@ -64,6 +64,27 @@ pub struct Sample {
     pub cpu_us: Option<(f64, f64)>,
 }
 
+/// Every target measured once per round, one after another (A B A B …), warm-up requests
+/// in the first round only: each target's samples, in target order.
+pub fn in_rounds(
+    h: &Harness,
+    targets: &[Target],
+    path: &str,
+    requests: u64,
+    warmup: u64,
+    concurrency: usize,
+    rounds: usize,
+) -> Result<Vec<Vec<Sample>>, String> {
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for (i, t) in targets.iter().enumerate() {
+            let w = if round == 0 { warmup } else { 0 };
+            samples[i].push(sample(h, t, path, requests, w, concurrency)?);
+        }
+    }
+    Ok(samples)
+}
+
 /// Measures `t` at `path` in closed loop, with the CPU its process used per request.
 pub fn sample(
     h: &Harness,
@@ -143,17 +164,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         }
         placement_lines.extend(h.lines.iter().cloned());
         for &conc in &args.concurrency {
-            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
-            for round in 0..rounds {
-                for (i, t) in targets.iter().enumerate() {
-                    let w = if round == 0 {
-                        c.warmup.unwrap_or(2000)
-                    } else {
-                        0
-                    };
-                    samples[i].push(sample(&h, t, "/static", requests, w, conc)?);
-                }
-            }
+            let warmup = c.warmup.unwrap_or(2000);
+            let samples = in_rounds(&h, &targets, "/static", requests, warmup, conc, rounds)?;
             for (t, s) in targets.iter().zip(samples) {
                 let mut rps: Vec<f64> = s.iter().map(|x| x.rps).collect();
                 let mut p50: Vec<f64> = s.iter().map(|x| x.p50_ms).collect();
