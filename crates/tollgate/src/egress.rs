@@ -127,9 +127,10 @@ impl Egress {
         }
     }
 
-    /// Whether tollgate may connect to `addr` for `target` (the name, for messages).
+    /// Whether tollgate may connect to `addr` for `target` (the name, for messages). The
+    /// rules judge the address the connection reaches ([`destination`]), not its spelling.
     pub fn check(&self, target: &str, addr: SocketAddr) -> Result<(), Refusal> {
-        let ip = addr.ip().to_canonical();
+        let ip = destination(addr).ip();
         for &(own, which) in &self.own {
             if own.port() == addr.port() && reaches(own.ip(), ip) {
                 let target = target.to_owned();
@@ -153,6 +154,21 @@ impl Egress {
     }
 }
 
+/// The address a connection to `addr` really reaches, in canonical form. RFC 1122
+/// §3.2.1.3 calls 0.0.0.0 "this host", and Linux and the BSDs connect a socket aimed at
+/// the unspecified address (`0.0.0.0`, `::`, `::ffff:0.0.0.0`) to loopback. Judged as
+/// what it is, `0.0.0.0:8081` is the admin listener on 127.0.0.1 and falls under a deny
+/// of `127.0.0.0/8`; the connector connects to this address too, so what was checked is
+/// what is reached.
+pub fn destination(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip().to_canonical() {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
 /// Whether a connection to `ip` reaches a listener bound to `bound`: the same address,
 /// or any address of this machine when the listener is bound to the unspecified address.
 fn reaches(bound: IpAddr, ip: IpAddr) -> bool {
@@ -165,9 +181,7 @@ fn reaches(bound: IpAddr, ip: IpAddr) -> bool {
     }
     // Binding a socket to an address succeeds only for this machine's own addresses: a
     // portable test that needs no interface list. Only reached when the port matches.
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// The canonical address of an IP literal in any spelling a resolver accepts: IPv4 in
@@ -308,6 +322,45 @@ mod tests {
             Err(Refusal::Denied { .. })
         ));
         assert!(at("93.184.216.34:443").is_ok());
+    }
+
+    #[test]
+    fn the_unspecified_address_is_judged_as_the_loopback_it_reaches() {
+        // Listeners on 127.0.0.1 only (tollgate's defaults).
+        let mut e = egress(&[], &["127.0.0.0/8"]);
+        e.own = vec![
+            ("127.0.0.1:8000".parse().unwrap(), Listener::Proxy),
+            ("127.0.0.1:8081".parse().unwrap(), Listener::Admin),
+        ];
+        let at = |s: &str| e.check("t", s.parse().unwrap());
+        for spelling in ["0.0.0.0", "[::ffff:0.0.0.0]"] {
+            assert!(matches!(
+                at(&format!("{spelling}:8081")),
+                Err(Refusal::OwnAdmin { .. })
+            ));
+            assert!(matches!(
+                at(&format!("{spelling}:8000")),
+                Err(Refusal::OwnProxy { .. })
+            ));
+            assert!(matches!(
+                at(&format!("{spelling}:9000")),
+                Err(Refusal::Denied { .. })
+            ));
+        }
+        assert!(at("[::]:9000").is_ok(), "::1 is outside 127.0.0.0/8");
+        assert_eq!(
+            destination("[::]:9000".parse().unwrap()),
+            "[::1]:9000".parse().unwrap()
+        );
+        assert_eq!(
+            destination("0.0.0.0:1".parse().unwrap()),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        let v6 = egress(&[], &["::1/128"]);
+        assert!(matches!(
+            v6.check("t", "[::]:9000".parse().unwrap()),
+            Err(Refusal::Denied { .. })
+        ));
     }
 
     #[test]

@@ -129,6 +129,95 @@ async fn the_admin_api_is_never_reachable_through_the_proxy() {
     assert!(answer.starts_with("HTTP/1.1 508"), "{answer}");
 }
 
+/// Every spelling of the unspecified address, which the kernel connects to loopback.
+const UNSPECIFIED: &[&str] = &[
+    "0.0.0.0",
+    "0",
+    "0x0",
+    "00",
+    "0.0",
+    "[::]",
+    "[::ffff:0.0.0.0]",
+];
+
+#[tokio::test]
+async fn the_unspecified_address_reaches_neither_the_admin_api_nor_the_proxy() {
+    // Listeners on 127.0.0.1, no admin token: connecting to 0.0.0.0 reaches them, so
+    // the check must judge 0.0.0.0 as the loopback address it is.
+    let gw = gateway(ANY_CONNECT_PORT).await;
+    let (admin, proxy) = (gw.admin_addr.port(), gw.proxy_addr.port());
+    let c = client();
+    for host in UNSPECIFIED {
+        // Header mode, GET /config.
+        let got = send(
+            &c,
+            Request::get(format!("http://{}/config", gw.proxy_addr))
+                .header("x-tollgate-host", format!("{host}:{admin}"))
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        if host.starts_with('[') && !host.contains('.') {
+            // `::` reaches ::1, where nothing of this gateway listens.
+            assert_eq!(got.error_code().as_deref(), Some("connect_error"), "{host}");
+            continue;
+        }
+        assert_eq!(
+            got.status,
+            StatusCode::FORBIDDEN,
+            "header {host}: {:?}",
+            got.body
+        );
+        assert_eq!(got.error_code().as_deref(), Some("address_denied"));
+        // Forward proxy, POST /reload.
+        let mut s = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        s.write_all(format!("POST http://{host}:{admin}/reload HTTP/1.1\r\nHost: {host}:{admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let got = parse_response(s).await;
+        assert_eq!(got.status, StatusCode::FORBIDDEN, "forward {host}");
+        assert_eq!(got.error_code().as_deref(), Some("address_denied"));
+        // CONNECT to the admin API and to the proxy itself.
+        let (_, answer) = connect_via(gw.proxy_addr, &format!("{host}:{admin}")).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{host}: {answer}");
+        assert!(answer.contains("address_denied"), "{answer}");
+        let (_, answer) = connect_via(gw.proxy_addr, &format!("{host}:{proxy}")).await;
+        assert!(answer.starts_with("HTTP/1.1 508"), "{host}: {answer}");
+    }
+    let text = metrics_when(&gw, |t| t.contains("address_denied")).await;
+    assert!(text.contains("tollgate_upstream_connections 0"), "{text}");
+}
+
+#[tokio::test]
+async fn deny_rules_cover_the_unspecified_address() {
+    let up = echo_upstream().await;
+    let port = up.addr.port();
+    let c = client();
+    let get = |gw: &tollgate::Gateway, host: &str| {
+        Request::get(format!("http://{}/x", gw.proxy_addr))
+            .header("x-tollgate-host", format!("{host}:{port}"))
+            .header("x-tollgate-scheme", "http")
+            .body(empty())
+            .unwrap()
+    };
+    let listed = gateway("domains:\n  deny: ['127.0.0.1']\n").await;
+    let cidr = gateway("egress:\n  deny: [127.0.0.0/8]\n").await;
+    let open = gateway("").await;
+    for host in ["0.0.0.0", "0", "[::ffff:0.0.0.0]"] {
+        for gw in [&listed, &cidr] {
+            let got = send(&c, get(gw, host)).await;
+            assert_eq!(got.status, StatusCode::FORBIDDEN, "{host}");
+            assert_eq!(got.error_code().as_deref(), Some("address_denied"));
+        }
+        // Without a rule, the same target is a local upstream like any other.
+        assert_eq!(
+            send(&c, get(&open, host)).await.status,
+            StatusCode::OK,
+            "{host}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn ip_literal_deny_entries_match_every_spelling_and_every_name() {
     let up = echo_upstream().await;

@@ -124,7 +124,7 @@ impl Connector {
                 refused.get_or_insert(r);
                 continue;
             }
-            match TcpStream::connect(addr).await {
+            match TcpStream::connect(crate::egress::destination(addr)).await {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
                     return Ok(s);
