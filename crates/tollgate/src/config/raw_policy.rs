@@ -225,7 +225,7 @@ pub struct RawRateLimit {
     /// Groups not listed (and requests without the header): `allow` (only the whole limit applies), `block` (429), or a share like `"10%"` each.
     #[serde(default = "allow")]
     pub default_group: String,
-    /// Most distinct groups counted at once (1 to 1000000); requests of further groups are counted as one group `other` with the default share.
+    /// Most distinct groups counted at once (1 to 1000000); requests of further groups are counted as one group `other` with the default share. A group is stored as a 16-byte digest of the value's first 1 KiB, so this bounds memory too.
     #[serde(default = "max_groups")]
     pub max_groups: usize,
     /// Hold requests over the limit until the next window instead of rejecting them.

@@ -103,7 +103,9 @@ impl Limit {
             DefaultGroup::Allow => Group::None,
             DefaultGroup::Block => Group::Blocked,
             DefaultGroup::Share(limit) => {
-                let part: Arc<str> = Arc::from(format!("g:{}", String::from_utf8_lossy(value)));
+                // A digest, not the value: 12 000 groups of 60 KB values would otherwise
+                // hold 700 MB for a window (listed groups keep their `g:` names).
+                let part = super::group::part("h:", value);
                 // A group seen for the first time in this window takes one of
                 // `max_groups` places; past them, groups share the one group `other`.
                 let key = Key::new(&self.resource, &part, window);
@@ -212,5 +214,38 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(l.take(&h).await.is_ok(), "a new minute");
         assert_eq!(l.used().await.0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_group_costs_a_few_bytes_whatever_its_value() {
+        let spec = LimitSpec {
+            limit: 1_000_000,
+            window: Window::Fixed(60_000),
+            groups: Some(Groups {
+                header: HeaderName::from_static("x-consumer"),
+                shares: vec![("ci".into(), 10)],
+                default: DefaultGroup::Share(10),
+                max_groups: 10_000,
+            }),
+        };
+        let store = Arc::new(Memory::default());
+        let l = Limit::new(spec, Arc::from("t"), None, store.clone());
+        let groups = 500;
+        for i in 0..groups {
+            let mut h = HeaderMap::new();
+            let value = format!("{i:06}{}", "v".repeat(60_000));
+            h.insert("x-consumer", value.parse().unwrap());
+            assert!(l.take(&h).await.is_ok());
+        }
+        // Each group is one counter: its name is a fixed-size digest, not the 60 KB value.
+        let per_group = store.key_bytes() / groups;
+        assert!(per_group < 100, "{per_group} bytes per group");
+        // Each value is its own group (the digest keeps them apart): ten fit, not eleven.
+        let mut h = HeaderMap::new();
+        h.insert("x-consumer", "000001".parse().unwrap());
+        for _ in 0..10 {
+            assert!(l.take(&h).await.is_ok());
+        }
+        assert!(l.take(&h).await.is_err());
     }
 }

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod compile;
 pub mod engine;
 pub mod failure;
+pub mod group;
 pub mod limit;
 pub mod matcher;
 pub mod provider_hints;

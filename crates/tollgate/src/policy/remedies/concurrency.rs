@@ -49,10 +49,10 @@ impl ConcurrencyResource {
 
     fn key(&self, h: &HeaderMap) -> Key {
         let part = match &self.spec.group_by {
-            Some(n) => Arc::from(format!(
-                "inflight:{}",
-                String::from_utf8_lossy(h.get(n).map(|v| v.as_bytes()).unwrap_or(b""))
-            )),
+            Some(n) => crate::policy::group::part(
+                "inflight:",
+                h.get(n).map(|v| v.as_bytes()).unwrap_or(b""),
+            ),
             None => self.total.clone(),
         };
         Key::new(&self.resource, &part, 0)

@@ -57,6 +57,21 @@ impl Memory {
         Ok(f(&mut shard, now))
     }
 
+    /// Bytes held by the names of the entries stored (resource and part text): what
+    /// clients' values can make grow, so tests can bound it.
+    pub fn key_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .filter_map(|s| s.lock().ok())
+            .map(|s| {
+                s.map
+                    .keys()
+                    .map(|k| k.resource.len() + k.part.len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     fn live(shard: &mut Shard, key: &Key, now: u64) -> Option<Slot> {
         shard
             .map
