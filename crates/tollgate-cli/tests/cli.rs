@@ -105,6 +105,69 @@ fn check_reports_errors_with_paths_and_exit_codes() {
 }
 
 #[test]
+fn check_refuses_what_run_could_not_write() {
+    // A regular file where a directory is needed: unwritable even for root.
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let cases = [
+        (
+            format!(
+                "diagnosis:\n  har:\n    enabled: true\n    file: {{ dir: {}/har }}\n",
+                blocker.display()
+            ),
+            "diagnosis.har.file.dir: cannot write HAR files in",
+        ),
+        (
+            format!(
+                "log:\n  access_log: true\n  access_log_file: {}/access.log\n",
+                blocker.display()
+            ),
+            "log.access_log_file: cannot append to",
+        ),
+    ];
+    for (yaml, message) in cases {
+        let f = dir.path().join("unwritable.yaml");
+        std::fs::write(&f, &yaml).unwrap();
+        let out = tollgate().arg("check").arg(&f).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{yaml}: {err}");
+        assert!(err.contains(message), "{err}");
+        // `run` refuses the same config (it would exit at start).
+        let out = tollgate()
+            .args([
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{yaml}");
+    }
+    // A writable directory passes (and is created, as `run` would).
+    let f = dir.path().join("writable.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "diagnosis:\n  har:\n    enabled: true\n    file: {{ dir: {}/har }}\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&f).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn check_warns_about_a_policy_that_never_applies() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("shadowed.yaml");

@@ -117,7 +117,11 @@ fn check(file: &std::path::Path) -> ExitCode {
                 &store,
                 &crate::metrics::Metrics::default(),
             );
-            if let Err(e) = crate::diagnosis::check(&config) {
+            let writable = match &config.log.access_log_file {
+                Some(p) => crate::observe::check_access_log(p),
+                None => Ok(()),
+            };
+            if let Err(e) = writable.and_then(|_| crate::diagnosis::check(&config)) {
                 eprintln!("{e}");
                 return ExitCode::FAILURE;
             }

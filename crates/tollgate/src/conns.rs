@@ -12,9 +12,16 @@
 //! connection's wake-up one atomic load. The price is precision: a quiet connection
 //! closes between 1× and 1.25× the limit after it went quiet.
 //!
+//! The send timeout (`listen.send_timeout`) is enforced by the same sweep: a connection
+//! whose writes have waited on the client (the kernel refused more bytes) for the limit is
+//! cut ([`crate::server`]'s socket wrapper reports writes), and on HTTP/2 each stream
+//! whose response the client gives no flow-control window for the limit is severed
+//! ([`crate::stream_watch`]), releasing its upstream connection.
+//!
 //! The same registry carries graceful shutdown to every connection, which before cost
 //! each wake-up of each connection a poll of a shared cancellation future.
 
+use crate::stream_watch::StreamCell;
 use crate::upstream::deadline::ResponseTimer;
 use futures_util::task::AtomicWaker;
 use http::Version;
@@ -32,8 +39,8 @@ pub enum End {
     Drain,
     /// Quiet for the read deadline with nothing in flight: close.
     Quiet,
-    /// A response has waited for the client to read it for `listen.send_timeout`: cut,
-    /// which releases its upstream connection.
+    /// Writes have waited on the client reading for `listen.send_timeout`: cut, which
+    /// releases the response and its upstream connection.
     Stalled,
 }
 
@@ -54,11 +61,21 @@ pub struct Conn {
     end: AtomicU8,
     waker: AtomicWaker,
     response_timer: ResponseTimer,
-    /// Bumped each time hyper asks the response body for more.
-    asked: AtomicU32,
-    /// The body handed hyper a frame and hyper has not asked again yet: the write is
-    /// waiting on the client (not on the upstream).
-    handed_over: AtomicBool,
+    /// Bumped by each write to the client socket that went through.
+    written: AtomicU32,
+    /// The last write found the client's window full: what is being sent waits on the
+    /// client reading (not on the upstream).
+    blocked: AtomicBool,
+    /// HTTP/2 responses being sent, watched one by one (a stream can wait on its own
+    /// flow-control window while the socket is free).
+    streams: Mutex<Streams>,
+}
+
+/// The HTTP/2 responses of a connection; ended ones are pruned as new ones come.
+#[derive(Default)]
+struct Streams {
+    live: Vec<Weak<StreamCell>>,
+    prune_at: usize,
 }
 
 /// Held by a request from its head to the end of its response body.
@@ -93,7 +110,45 @@ impl Conn {
     }
 
     fn busy(&self) -> bool {
-        self.in_flight.load(Relaxed) > 0 || self.h2.load(Relaxed)
+        self.in_flight.load(Relaxed) > 0 || self.h2.load(Relaxed) || self.blocked.load(Relaxed)
+    }
+
+    /// A write to the client went through (or failed: the connection ends anyway).
+    #[inline]
+    pub fn wrote(&self) {
+        self.written.fetch_add(1, Relaxed);
+        if self.blocked.load(Relaxed) {
+            self.blocked.store(false, Relaxed);
+        }
+    }
+
+    /// A write to the client found its window full.
+    #[inline]
+    pub fn write_blocked(&self) {
+        self.blocked.store(true, Relaxed);
+    }
+
+    /// Watches an HTTP/2 response from now until it ends.
+    pub fn watch_stream(&self, cell: &Arc<StreamCell>) {
+        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        // Pruned when the list has doubled since: a dead entry costs its cell's memory
+        // until then, and a busy connection's list stays near its live streams.
+        if s.live.len() >= s.prune_at.max(16) {
+            s.live.retain(|w| w.strong_count() > 0);
+            s.prune_at = s.live.len() * 2;
+        }
+        s.live.push(Arc::downgrade(cell));
+    }
+
+    /// Its HTTP/2 responses stalled on the client for `limit` as of `now`.
+    fn stalled_streams(&self, now: Instant, limit: Duration, out: &mut Vec<Arc<StreamCell>>) {
+        let s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        out.extend(
+            s.live
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|c| c.stalled(now, limit)),
+        );
     }
 }
 
@@ -102,18 +157,9 @@ impl InFlight {
         &self.0.response_timer
     }
 
-    /// hyper asks the response body for its next frame.
-    #[inline]
-    pub fn asked(&self) {
-        self.0.asked.fetch_add(1, Relaxed);
-        self.0.handed_over.store(false, Relaxed);
-    }
-
-    /// The response body handed hyper a frame: until hyper asks again, the response waits
-    /// on the client reading.
-    #[inline]
-    pub fn handed_over(&self) {
-        self.0.handed_over.store(true, Relaxed);
+    /// The connection, when it speaks HTTP/2 (its responses are watched stream by stream).
+    pub fn h2_conn(&self) -> Option<&Arc<Conn>> {
+        self.0.h2.load(Relaxed).then_some(&self.0)
     }
 }
 
@@ -129,9 +175,35 @@ struct Watched {
     conn: Weak<Conn>,
     seen: u32,
     quiet_since: Instant,
-    /// `asked` at the last sweep, and since when it has not moved while handed over.
-    asked_seen: u32,
-    waiting_since: Instant,
+    /// `written` at the last sweep, and since when it has not moved while blocked.
+    sending: Progress,
+}
+
+/// A count of steps forward (writes, frames asked for) as the sweep last saw it, and
+/// since when it has not moved while waiting on the client.
+pub struct Progress {
+    seen: u32,
+    since: Instant,
+}
+
+impl Progress {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            seen: 0,
+            since: now,
+        }
+    }
+
+    /// Whether the count has stood still while `waiting` on the client for `limit`, as of
+    /// a sweep at `now`.
+    pub fn stalled(&mut self, count: u32, waiting: bool, now: Instant, limit: Duration) -> bool {
+        if count != self.seen || !waiting {
+            self.seen = count;
+            self.since = now;
+            return false;
+        }
+        now.duration_since(self.since) >= limit
+    }
 }
 
 impl Watched {
@@ -143,17 +215,6 @@ impl Watched {
             return false;
         }
         now.duration_since(self.quiet_since) >= limit
-    }
-
-    /// Whether a response has waited on the client for `limit`, as of a sweep at `now`:
-    /// hyper was handed a frame and has not asked for another since.
-    fn stalled_for(&mut self, asked: u32, waiting: bool, now: Instant, limit: Duration) -> bool {
-        if asked != self.asked_seen || !waiting {
-            self.asked_seen = asked;
-            self.waiting_since = now;
-            return false;
-        }
-        now.duration_since(self.waiting_since) >= limit
     }
 }
 
@@ -199,8 +260,7 @@ impl Conns {
                 conn: Arc::downgrade(&conn),
                 seen: 0,
                 quiet_since: Instant::now(),
-                asked_seen: 0,
-                waiting_since: Instant::now(),
+                sending: Progress::new(Instant::now()),
             },
         );
         Registration {
@@ -221,28 +281,40 @@ impl Conns {
         }
     }
 
-    /// One round of the sweep: the read deadline (`limit`) for idle HTTP/1.1 connections
-    /// and the send timeout for HTTP/1.1 responses the client stopped reading; returns
-    /// how many connections it asked to close. One pass under the registry lock (tens of
-    /// nanoseconds per connection), which opening and closing connections wait for;
+    /// One round of the sweep: the read deadline (`limit`) for idle HTTP/1.1 connections,
+    /// the send timeout for connections whose client stopped reading, and for each
+    /// HTTP/2 response the client gives no window; returns how many connections it asked
+    /// to close and how many streams it severed. One pass under the registry lock (tens
+    /// of nanoseconds per connection), which opening and closing connections wait for;
     /// requests never take it.
-    pub fn sweep(&self, limit: Duration, send_timeout: Duration, now: Instant) -> usize {
-        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn sweep(&self, limit: Duration, send_timeout: Duration, now: Instant) -> (usize, usize) {
+        let mut severed = Vec::new();
         let mut closed = 0;
-        for w in r.live.values_mut() {
-            let Some(c) = w.conn.upgrade() else { continue };
-            // HTTP/2 streams are bounded by flow control and left to their client.
-            let waiting =
-                c.handed_over.load(Relaxed) && c.in_flight.load(Relaxed) > 0 && !c.h2.load(Relaxed);
-            if w.quiet_for(c.events.load(Relaxed), c.busy(), now, limit) {
-                c.signal(QUIET);
-                closed += 1;
-            } else if w.stalled_for(c.asked.load(Relaxed), waiting, now, send_timeout) {
-                c.signal(STALLED);
-                closed += 1;
+        {
+            let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            for w in r.live.values_mut() {
+                let Some(c) = w.conn.upgrade() else { continue };
+                let blocked = c.blocked.load(Relaxed);
+                if w.quiet_for(c.events.load(Relaxed), c.busy(), now, limit) {
+                    c.signal(QUIET);
+                    closed += 1;
+                } else if w
+                    .sending
+                    .stalled(c.written.load(Relaxed), blocked, now, send_timeout)
+                {
+                    c.signal(STALLED);
+                    closed += 1;
+                } else if c.h2.load(Relaxed) {
+                    c.stalled_streams(now, send_timeout, &mut severed);
+                }
             }
         }
-        closed
+        // Dropping a response (its upstream body, its request event) happens outside the
+        // registry's lock.
+        for s in &severed {
+            s.sever();
+        }
+        (closed, severed.len())
     }
 }
 
@@ -264,8 +336,7 @@ mod tests {
             conn: Weak::new(),
             seen: 0,
             quiet_since: t0,
-            asked_seen: 0,
-            waiting_since: t0,
+            sending: Progress::new(t0),
         }
     }
 
@@ -286,25 +357,43 @@ mod tests {
     }
 
     #[test]
-    fn stalled_counts_while_handed_over_and_not_asked_again() {
+    fn stalled_counts_while_waiting_and_not_moving() {
         let t0 = Instant::now();
         let s = |secs| t0 + Duration::from_secs(secs);
         let limit = Duration::from_secs(4);
-        let mut w = watched(t0);
+        let mut p = Progress::new(t0);
+        assert!(!p.stalled(5, true, s(1), limit), "a write went through");
         assert!(
-            !w.stalled_for(5, true, s(1), limit),
-            "hyper asked: progress"
-        );
-        assert!(
-            !w.stalled_for(5, false, s(9), limit),
+            !p.stalled(5, false, s(9), limit),
             "waiting on the upstream is not a stall"
         );
-        assert!(!w.stalled_for(5, true, s(10), limit));
-        assert!(!w.stalled_for(5, true, s(12), limit));
+        assert!(!p.stalled(5, true, s(10), limit));
+        assert!(!p.stalled(5, true, s(12), limit));
         assert!(
-            w.stalled_for(5, true, s(13), limit),
+            p.stalled(5, true, s(13), limit),
             "4 s on the client since 9 s"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_blocked_socket_is_busy_then_stalled() {
+        let conns = Conns::default();
+        let limit = Duration::from_secs(4);
+        let blocked = conns.open();
+        // The response was handed over whole (nothing in flight) and its bytes wait on
+        // the client: not quiet, but stalled at the send timeout.
+        blocked.conn.wrote();
+        blocked.conn.write_blocked();
+        let reading = conns.open();
+        reading.conn.write_blocked();
+        for _ in 0..8 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            reading.conn.wrote();
+            reading.conn.write_blocked();
+            conns.sweep(Duration::from_secs(3600), limit, Instant::now());
+        }
+        assert_eq!(ended(&blocked.conn), Some(End::Stalled));
+        assert_eq!(ended(&reading.conn), None, "a slow reader makes progress");
     }
 
     #[tokio::test(start_paused = true)]

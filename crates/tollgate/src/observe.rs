@@ -371,3 +371,26 @@ fn diagnose(
         }]);
     }
 }
+
+/// Whether the access log file can be opened for appending as `run` opens it (asked by
+/// `tollgate check`): an existing file opened, a missing one's directory written to.
+pub fn check_access_log(path: &std::path::Path) -> Result<(), String> {
+    let r = if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(|_| ())
+    } else {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        crate::diagnosis::har::file::check_dir(dir)
+    };
+    r.map_err(|e| {
+        format!(
+            "log.access_log_file: cannot append to {}: {e}; name a file tollgate can create or write",
+            path.display()
+        )
+    })
+}

@@ -24,6 +24,7 @@ use crate::paths;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::{Runtime, Shared, Worker};
+use crate::stream_watch::Severable;
 use crate::target::{Scheme, Target};
 use crate::tunnel;
 use crate::upgrade;
@@ -124,6 +125,7 @@ impl Ctx {
             total: self.start.elapsed(),
             wait: self.upstream,
             completed,
+            queued_bytes: 0,
         }));
     }
 }
@@ -518,6 +520,8 @@ where
     };
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, id);
     let status = parts.status.as_u16();
+    // On HTTP/2 the sweep watches each stream's body on its own (stream_watch.rs).
+    let h2 = ctx.in_flight.h2_conn().cloned();
     let observed = Observed {
         inner: body,
         bytes: 0,
@@ -528,7 +532,11 @@ where
             status,
         }),
     };
-    Response::from_parts(parts, observed.boxed_unsync())
+    let body = match h2 {
+        Some(conn) => Severable::new(observed.boxed_unsync(), &conn).boxed_unsync(),
+        None => observed.boxed_unsync(),
+    };
+    Response::from_parts(parts, body)
 }
 
 /// Finds the upstream and the path to send, in order: absolute-form request target
@@ -631,9 +639,6 @@ impl<B: HttpBody<Data = Bytes, Error = BoxError>> HttpBody for Observed<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
-        if let Some(r) = this.report.as_ref() {
-            r.ctx.in_flight.asked();
-        }
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
@@ -646,11 +651,6 @@ impl<B: HttpBody<Data = Bytes, Error = BoxError>> HttpBody for Observed<B> {
                     {
                         h.response_body.push(d);
                     }
-                }
-                // Until hyper asks again, the response waits on the client: the send
-                // timeout's sweep watches for that (conns.rs).
-                if let Some(r) = this.report.as_ref() {
-                    r.ctx.in_flight.handed_over();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -251,3 +251,173 @@ async fn a_slow_upstream_is_not_a_stalled_client() {
     .await;
     assert_eq!(got.body, "chunkchunkchunk");
 }
+
+/// Sends `GET path` on a fresh connection and reads none of the answer.
+async fn ask_and_never_read(
+    gw: &tollgate::Gateway,
+    path: &str,
+    up: std::net::SocketAddr,
+) -> TcpStream {
+    let mut s = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\nx-tollgate-host: {up}\r\nx-tollgate-scheme: http\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    s
+}
+
+#[tokio::test]
+async fn answers_handed_over_whole_are_cut_at_the_send_timeout_too() {
+    // Cache hits and aggregated answers are one body hyper takes whole: the response is
+    // over for the body, not for the socket. The read deadline is an hour, so only the
+    // send timeout can cut these clients.
+    let big = "x".repeat(8 << 20);
+    let payload = big.clone();
+    let up = upstream(move |_req| {
+        let b = payload.clone();
+        async move {
+            answer(
+                200,
+                &[("content-type", "application/json")],
+                &format!("{{\"data\":\"{b}\"}}"),
+            )
+        }
+    })
+    .await;
+    let gw = gateway(&format!(
+        "listen: {{ send_timeout: 300ms, header_read_timeout: 1h }}
+policies:
+  - name: c
+    match: {{host: 127.0.0.1}}
+    cache: {{ttl: 1h, max_entry: 16MiB}}
+endpoints:
+  - path: /agg
+    backends:
+      - url: http://{}/agg
+",
+        up.addr
+    ))
+    .await;
+    // Fill the cache, on a connection that closes after.
+    let filled = raw_exchange(
+        gw.proxy_addr,
+        format!("GET /c HTTP/1.1\r\nHost: a\r\nx-tollgate-host: {}\r\nx-tollgate-scheme: http\r\nconnection: close\r\n\r\n", up.addr).as_bytes(),
+    )
+    .await;
+    assert!(filled.len() > big.len(), "the first call is relayed whole");
+    let text = metrics_when(&gw, |t| t.contains("tollgate_client_connections 0")).await;
+    assert!(text.contains("tollgate_client_connections 0"), "{text}");
+    let mut hit = ask_and_never_read(&gw, "/c", up.addr).await;
+    let mut aggregated = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    aggregated
+        .write_all(b"GET /agg HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let text = metrics_when(&gw, |t| t.contains("action=\"hit\"")).await;
+    assert!(
+        text.contains("action=\"hit\""),
+        "the second call is a cache hit: {text}"
+    );
+    // Both clients read nothing: their sockets fill and the sweep cuts them.
+    let text = metrics_when(&gw, |t| t.contains("tollgate_client_connections 0")).await;
+    assert!(text.contains("tollgate_client_connections 0"), "{text}");
+    for s in [&mut hit, &mut aggregated] {
+        let got = read_until_closed(s).await;
+        assert!(
+            got.len() < big.len(),
+            "cut before the whole answer was sent"
+        );
+    }
+}
+
+#[tokio::test]
+async fn http2_streams_without_window_release_their_upstream_connections() {
+    // Each answer is small: it waits on the stream's window, not on the socket, and
+    // holds an upstream connection until its body is read.
+    let up = upstream(|_req| async { answer(200, &[], &"y".repeat(64 << 10)) }).await;
+    let gw = gateway("listen: { send_timeout: 300ms }").await;
+    let tcp = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .adaptive_window(false)
+            .handshake::<_, Body>(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let streams = 20;
+    let mut responses = Vec::new();
+    for i in 0..streams {
+        sender.ready().await.unwrap();
+        let req = http::Request::get(format!("http://gw/{i}"))
+            .header("x-tollgate-host", up.addr.to_string())
+            .header("x-tollgate-scheme", "http")
+            .body(empty())
+            .unwrap();
+        responses.push(sender.send_request(req));
+    }
+    // Every head arrives (headers need no window); no body byte can.
+    let mut bodies = Vec::new();
+    for r in responses {
+        let resp = tokio::time::timeout(Duration::from_secs(20), r)
+            .await
+            .expect("the head arrives")
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        bodies.push(resp.into_body());
+    }
+    // The sweep releases each stalled stream's upstream connection while the client
+    // keeps its connection and its streams.
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 0")).await;
+    assert!(text.contains("tollgate_upstream_connections 0"), "{text}");
+    assert!(text.contains("tollgate_client_connections 1"), "{text}");
+    // The connection still works for a stream the client reads.
+    let got = send(
+        &h2c_client(),
+        via_header(&gw, up.addr, "/fresh").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(got.body.len(), 64 << 10);
+    drop(bodies);
+}
+
+#[tokio::test]
+async fn one_http2_connection_holds_at_most_128_upstream_connections_by_default() {
+    let up = stall_upstream().await;
+    let gw = gateway("").await;
+    let tcp = TcpStream::connect(gw.proxy_addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, Body>(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // 200 requests to an upstream that never answers: the client queues what is over the
+    // server's stream limit (listen.max_concurrent_streams, 128 by default).
+    let mut pending = Vec::new();
+    for i in 0..200 {
+        let mut s = sender.clone();
+        let addr = up.addr;
+        pending.push(tokio::spawn(async move {
+            let req = http::Request::get(format!("http://gw/{i}"))
+                .header("x-tollgate-host", addr.to_string())
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap();
+            let _ = s.send_request(req).await;
+        }));
+    }
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 128")).await;
+    assert!(text.contains("tollgate_upstream_connections 128"), "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
+    assert!(
+        text.contains("tollgate_upstream_connections 128"),
+        "never more: {text}"
+    );
+    for p in pending {
+        p.abort();
+    }
+}

@@ -65,9 +65,9 @@ pub struct RawListen {
     pub max_header_bytes: String,
     /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or its previous response's end (slow-loris guard and keep-alive idle limit). Checked every quarter of it: a quiet connection closes between 1x and 1.25x this.
     pub header_read_timeout: String,
-    /// Largest number of concurrent HTTP/2 streams per client connection (1 to 100000).
+    /// Largest number of concurrent HTTP/2 streams per client connection (1 to 100000), and so the most upstream connections one client connection can hold (each stream in flight holds at most one). nginx's default is 128 too.
     pub max_concurrent_streams: u32,
-    /// Time an HTTP/1.1 client may leave a response unread (the response stalled because the client stopped reading) before its connection is cut and the upstream connection released. Checked with the read deadline's sweep: a stalled client is cut between 1x and 1.25x this (at least every quarter of header_read_timeout).
+    /// Time a client may leave a response unread before it is released with its upstream connection: a connection whose writes wait on the client (its window full) this long is cut, whatever produced the response (relayed, cached, aggregated); on HTTP/2 also each stream the client gives no flow-control window this long is reset, the connection's other streams going on. Checked with the read deadline's sweep: a stall ends between 1x and 1.25x this.
     pub send_timeout: String,
 }
 
@@ -77,7 +77,7 @@ impl Default for RawListen {
             address: "127.0.0.1:8000".into(),
             max_header_bytes: "64KiB".into(),
             header_read_timeout: "30s".into(),
-            max_concurrent_streams: 1024,
+            max_concurrent_streams: 128,
             send_timeout: "60s".into(),
         }
     }

@@ -65,6 +65,8 @@ pub struct RawHar {
     pub max_body_bytes: String,
     /// Entries waiting for the writer (1 to 1048576); when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
     pub queue_capacity: usize,
+    /// Bytes of captured calls (bodies, heads) waiting for the writer (1MiB to 4GiB): past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. Resident memory at saturation grows by about 3x this (allocator slack included).
+    pub max_queue_bytes: String,
     /// Header, query-parameter and JSON-key names replaced by `REDACTED`, in addition to `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie` and every name a credentials remedy injects (case-insensitive).
     pub redact: Vec<String>,
     /// Replace values by a keyed hash instead of keeping them (equal values stay equal, so calls can still be correlated).
@@ -85,6 +87,7 @@ impl Default for RawHar {
             policies: Vec::new(),
             max_body_bytes: "64KiB".into(),
             queue_capacity: 4096,
+            max_queue_bytes: "32MiB".into(),
             redact: Vec::new(),
             obfuscate: RawObfuscate::default(),
             file: None,

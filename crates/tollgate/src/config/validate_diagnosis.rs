@@ -114,6 +114,13 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
             "0 to 16MiB",
         ),
         queue_capacity: e.number(&p("queue_capacity"), h.queue_capacity, 1, 1 << 20),
+        max_queue_bytes: e.size(
+            &p("max_queue_bytes"),
+            &h.max_queue_bytes,
+            1 << 20,
+            4 << 30,
+            "1MiB to 4GiB",
+        ),
         redact: h
             .redact
             .iter()
@@ -264,6 +271,7 @@ pub(super) fn effective(d: &Diagnosis) -> Value {
             "policies": d.har.policies,
             "max_body_bytes": d.har.max_body_bytes,
             "queue_capacity": d.har.queue_capacity,
+            "max_queue_bytes": d.har.max_queue_bytes,
             "redact": d.har.redact,
             "obfuscate": {
                 "enabled": o.is_some(),

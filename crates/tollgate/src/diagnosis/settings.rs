@@ -31,6 +31,7 @@ pub struct Har {
     pub policies: Vec<String>,
     pub max_body_bytes: usize,
     pub queue_capacity: usize,
+    pub max_queue_bytes: usize,
     /// Lower-case names redacted besides the built-in ones and the injected credentials.
     pub redact: Vec<String>,
     pub obfuscate: Option<Obfuscate>,

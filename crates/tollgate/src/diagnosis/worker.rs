@@ -130,19 +130,28 @@ impl Diagnostics {
                 rt.block_on(async move {
                     let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
                     loop {
-                        let open = sinks.as_mut().is_none_or(|s| s.drain());
+                        let d = sinks.as_mut().map(|s| s.drain());
+                        let (open, more) = d.map_or((true, false), |d| (d.open, d.more));
                         if !open || thread_stop.is_cancelled() {
-                            if let Some(s) = sinks.as_mut() {
-                                s.drain();
-                            }
+                            // What is queued at the stop gets written, batch by batch.
+                            while let Some(s) = sinks.as_mut()
+                                && s.drain().more
+                            {}
                             thread_stop.cancel();
                             break;
+                        }
+                        if more {
+                            // A full batch: the next one at once, letting the senders run.
+                            tokio::task::yield_now().await;
+                            continue;
                         }
                         tokio::select! {
                             _ = tokio::time::sleep(DRAIN_INTERVAL) => {}
                             _ = thread_stop.cancelled() => {}
                         }
                     }
+                    // The file being written becomes a `.har` now, not at process exit.
+                    drop(sinks);
                     // What is buffered gets one last chance to leave.
                     let _ = tokio::time::timeout(
                         Duration::from_secs(5),
@@ -176,6 +185,16 @@ pub fn check(config: &Config) -> Result<(), String> {
     let d = &config.diagnosis;
     if !d.har.enabled && !d.traces.enabled {
         return Ok(());
+    }
+    if d.har.enabled
+        && let Some(f) = &d.har.file
+    {
+        super::har::file::check_dir(&f.dir).map_err(|e| {
+            format!(
+                "diagnosis.har.file.dir: cannot write HAR files in {}: {e}; name a directory tollgate can create and write",
+                f.dir.display()
+            )
+        })?;
     }
     let c = connector(config)?;
     for s in d.har.collector.iter().chain(d.traces.endpoint.iter()) {

@@ -67,6 +67,7 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
         h2 = speaks_h2(&stream) => h2,
         _ = std::future::poll_fn(|cx| conn.poll_end(cx)) => None,
     };
+    let stream = super::watched_io::WatchedIo::new(stream, registration.conn.clone());
     let result = match h2 {
         None => Ok(()),
         Some(false) => {

@@ -6,6 +6,7 @@
 
 mod connection;
 pub mod listeners;
+mod watched_io;
 mod worker;
 
 use crate::admin;

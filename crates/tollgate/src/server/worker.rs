@@ -97,15 +97,16 @@ async fn sweep_quiet_connections(worker: Arc<Worker>) {
             _ = tokio::time::sleep(step) => {}
             _ = shared.stop.cancelled() => return,
         }
-        let closed = local
+        let (closed, severed) = local
             .conns
             .sweep(limit, send_timeout, tokio::time::Instant::now());
-        if closed > 0 {
+        if closed + severed > 0 {
             tracing::debug!(
                 closed,
+                severed,
                 ?limit,
                 ?send_timeout,
-                "quiet or stalled HTTP/1.1 connections closed"
+                "quiet or stalled connections closed, stalled HTTP/2 streams released"
             );
         }
     }

@@ -1,64 +1,112 @@
 //! The file sink: HAR files in a directory, rotated by size and age, the oldest deleted
-//! past the retention count. Each file is a valid HAR 1.2 document at all times: an
-//! append overwrites the closing `]}}` and writes it again after the new entries, so a
-//! viewer can open the file being written and a crash leaves nothing to repair.
+//! past the retention count.
+//!
+//! A file a reader finds under the `.har` name is a complete HAR 1.2 document and never
+//! changes again. Entries go to the file being written, `….har.partial`: a document whose
+//! closing `]}}` each append overwrites and writes again after the new entries (so a viewer
+//! can open it, though a read racing a write may see it cut). It is renamed to `.har`
+//! (atomic, RFC-less but POSIX `rename(2)`) when it is closed: past `max_bytes` or
+//! `max_age`, at shutdown, or — left by a crash — at the next start, cut back first to its
+//! last complete entry. A write that fails (a full disk) is undone: the file is cut back
+//! to the entries it held before, so what follows starts clean; if even that fails the
+//! file is left for the repair a later rotation runs.
 
 use crate::diagnosis::settings::HarFile;
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const CLOSE: &str = "\n]}}\n";
 const PREFIX: &str = "tollgate-";
 const SUFFIX: &str = ".har";
+/// The file being written: not a `.har` until it is complete for good.
+const LIVE: &str = ".har.partial";
 
 pub struct FileSink {
     settings: HarFile,
     current: Option<Current>,
     seq: u64,
+    /// Files a failed write could not restore, repaired at the next rotation (once space
+    /// may be back).
+    abandoned: Vec<PathBuf>,
 }
 
 struct Current {
     file: File,
+    path: PathBuf,
+    /// Bytes of the complete document on disk (closing `]}}` included).
     size: u64,
     entries: u64,
     opened: Instant,
 }
 
+struct WriteError {
+    error: std::io::Error,
+    /// The file was cut back to what it held before.
+    undone: bool,
+}
+
+/// An append that did not write everything.
+#[derive(Debug)]
+pub struct AppendError {
+    /// Entries written before the failure.
+    pub written: usize,
+    pub error: std::io::Error,
+}
+
 impl FileSink {
+    /// Opens the directory, closing what a crash left being written.
     pub fn new(settings: HarFile) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&settings.dir)?;
+        check_dir(&settings.dir)?;
+        repair_all(&settings.dir);
         Ok(Self {
             settings,
             current: None,
             seq: 0,
+            abandoned: Vec::new(),
         })
     }
 
-    /// Appends entries (each a serialized JSON object), rotating first when due.
-    pub fn append(&mut self, entries: &[String]) -> std::io::Result<()> {
-        if entries.is_empty() {
-            return Ok(());
+    /// Appends entries (each a serialized JSON object on one line), closing the file and
+    /// starting another whenever it reaches `max_bytes` or `max_age`: a file passes
+    /// `max_bytes` by at most one entry.
+    pub fn append(&mut self, entries: &[String]) -> Result<(), AppendError> {
+        let mut written = 0;
+        let mut chunk = String::new();
+        while written < entries.len() {
+            let fail = |error| AppendError { written, error };
+            if self.current.as_ref().is_none_or(|c| self.due(c)) {
+                self.rotate().map_err(fail)?;
+            }
+            let c = self.current.as_mut().expect("opened by rotate");
+            let room = (self.settings.max_bytes as u64).saturating_sub(c.size);
+            chunk.clear();
+            let mut n = 0;
+            for e in &entries[written..] {
+                if n > 0 && (chunk.len() + e.len() + 2) as u64 > room {
+                    break;
+                }
+                chunk.push_str(if c.entries + n == 0 { "\n" } else { ",\n" });
+                chunk.push_str(e);
+                n += 1;
+            }
+            if let Err(e) = c.write(&chunk) {
+                if e.undone {
+                    // Cut back: the file is whole and takes the next batch.
+                } else if let Some(c) = self.current.take() {
+                    self.abandoned.push(c.path);
+                }
+                return Err(fail(e.error));
+            }
+            c.entries += n;
+            written += n as usize;
         }
-        let due = self.current.as_ref().is_none_or(|c| {
-            c.size >= self.settings.max_bytes as u64 || c.opened.elapsed() >= self.settings.max_age
-        });
-        if due {
-            self.rotate()?;
-        }
-        let c = self.current.as_mut().expect("opened by rotate");
-        let mut out = String::new();
-        for e in entries {
-            out.push_str(if c.entries == 0 { "\n" } else { ",\n" });
-            out.push_str(e);
-            c.entries += 1;
-        }
-        out.push_str(CLOSE);
-        c.file.seek(SeekFrom::Start(c.size - CLOSE.len() as u64))?;
-        c.file.write_all(out.as_bytes())?;
-        c.size += out.len() as u64 - CLOSE.len() as u64;
         Ok(())
+    }
+
+    fn due(&self, c: &Current) -> bool {
+        c.size >= self.settings.max_bytes as u64 || c.opened.elapsed() >= self.settings.max_age
     }
 
     /// Closes a file that is past its age even when no entry comes.
@@ -68,26 +116,44 @@ impl FileSink {
             .as_ref()
             .is_some_and(|c| c.opened.elapsed() >= self.settings.max_age)
         {
-            self.current = None;
+            self.close();
+        }
+    }
+
+    /// Publishes the file being written under its `.har` name.
+    fn close(&mut self) {
+        if let Some(c) = self.current.take()
+            && let Err(e) = c.publish()
+        {
+            tracing::warn!("HAR file {}: {e}", c.path.display());
         }
     }
 
     fn rotate(&mut self) -> std::io::Result<()> {
+        self.close();
+        self.abandoned.retain(|p| {
+            repair(p)
+                .inspect_err(|e| tracing::warn!("HAR file {}: not repaired yet: {e}", p.display()))
+                .is_err()
+        });
         self.seq += 1;
         let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.3fZ");
         let path = self
             .settings
             .dir
-            .join(format!("{PREFIX}{stamp}-{:06}{SUFFIX}", self.seq));
+            .join(format!("{PREFIX}{stamp}-{:06}{LIVE}", self.seq));
         let mut file = File::create(&path)?;
-        let head = format!(
-            "{{\"log\":{{\"version\":\"1.2\",\"creator\":{},\"entries\":[",
-            super::entry::creator()
-        );
-        file.write_all(head.as_bytes())?;
-        file.write_all(CLOSE.as_bytes())?;
+        let head = head();
+        let opened = file
+            .write_all(head.as_bytes())
+            .and_then(|_| file.write_all(CLOSE.as_bytes()));
+        if let Err(e) = opened {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         self.current = Some(Current {
             file,
+            path,
             size: (head.len() + CLOSE.len()) as u64,
             entries: 0,
             opened: Instant::now(),
@@ -105,17 +171,211 @@ impl FileSink {
     }
 }
 
-/// tollgate's HAR files in `dir`, oldest first (the names sort by time).
+impl Drop for FileSink {
+    /// At shutdown the file being written becomes a `.har`.
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Current {
+    /// Writes `chunk` over the closing `]}}` and the closing again after it; on failure
+    /// cuts the file back to what it held.
+    fn write(&mut self, chunk: &str) -> Result<(), WriteError> {
+        let at = self.size - CLOSE.len() as u64;
+        let r = self
+            .file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.write_all(chunk.as_bytes()))
+            .and_then(|_| self.file.write_all(CLOSE.as_bytes()));
+        if let Err(e) = r {
+            // The closing bytes go back where they were: that block is still allocated,
+            // so this needs no new space on a full disk.
+            let undone = self
+                .file
+                .set_len(at)
+                .and_then(|_| self.file.seek(SeekFrom::Start(at)))
+                .and_then(|_| self.file.write_all(CLOSE.as_bytes()));
+            if let Err(u) = &undone {
+                tracing::warn!(
+                    "HAR file {}: could not undo a failed write ({u}); repaired at the next rotation",
+                    self.path.display()
+                );
+            }
+            return Err(WriteError {
+                error: e,
+                undone: undone.is_ok(),
+            });
+        }
+        self.size = at + (chunk.len() + CLOSE.len()) as u64;
+        Ok(())
+    }
+
+    /// Flushes to disk and renames to `.har`.
+    fn publish(&self) -> std::io::Result<()> {
+        self.file.sync_data()?;
+        std::fs::rename(&self.path, published(&self.path))
+    }
+}
+
+fn head() -> String {
+    format!(
+        "{{\"log\":{{\"version\":\"1.2\",\"creator\":{},\"entries\":[",
+        super::entry::creator()
+    )
+}
+
+/// `….har` for `….har.partial`.
+fn published(live: &Path) -> PathBuf {
+    let name = live
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    live.with_file_name(format!(
+        "{}{SUFFIX}",
+        name.strip_suffix(LIVE).unwrap_or(name)
+    ))
+}
+
+/// Closes every `.har.partial` a crash left in `dir` (see [`repair`]).
+fn repair_all(dir: &Path) {
+    let Ok(files) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for p in files.filter_map(|e| e.ok()).map(|e| e.path()) {
+        if is_live(&p)
+            && let Err(e) = repair(&p)
+        {
+            tracing::warn!("HAR file {}: not repaired: {e}", p.display());
+        }
+    }
+}
+
+/// Cuts a file being written back to its last complete entry, closes and publishes it;
+/// one with no complete head is deleted.
+fn repair(path: &Path) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    match complete_prefix(BufReader::new(&file))? {
+        None => std::fs::remove_file(path),
+        Some(len) => {
+            file.set_len(len)?;
+            file.seek(SeekFrom::Start(len))?;
+            file.write_all(CLOSE.as_bytes())?;
+            file.sync_data()?;
+            std::fs::rename(path, published(path))
+        }
+    }
+}
+
+/// The length of the head and every complete entry of a file as this sink writes it (a
+/// head line, then one entry a line, `,` between them), each line checked to parse as
+/// JSON on its own: where the closing `]}}` goes to make it whole. `None` when even the
+/// head is incomplete.
+fn complete_prefix(mut r: impl BufRead) -> std::io::Result<Option<u64>> {
+    let mut line = Vec::new();
+    let mut offset = r.read_until(b'\n', &mut line)? as u64;
+    let head = line.strip_suffix(b"\n").unwrap_or(&line);
+    if !(head.starts_with(b"{\"log\":") && head.ends_with(b"\"entries\":[")) {
+        return Ok(None);
+    }
+    let mut end = head.len() as u64;
+    loop {
+        line.clear();
+        let n = r.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let entry = text.strip_suffix(b",").unwrap_or(text);
+        let complete = entry.first() == Some(&b'{')
+            && serde_json::from_slice::<serde::de::IgnoredAny>(entry).is_ok();
+        if !complete {
+            break;
+        }
+        end = offset + entry.len() as u64;
+        offset += n as u64;
+    }
+    Ok(Some(end))
+}
+
+/// The text of a HAR file as a reader should take it: a `.har` as it is; the file being
+/// written cut to its complete entries and closed, whatever moment it is read at.
+pub fn document_text(path: &Path) -> std::io::Result<String> {
+    let bytes = match std::fs::read(path) {
+        // Closed between the listing and this read: it is the `.har` now.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && is_live(path) => {
+            return document_text(&published(path));
+        }
+        r => r?,
+    };
+    if !is_live(path) {
+        return String::from_utf8(bytes).map_err(std::io::Error::other);
+    }
+    let len = complete_prefix(&bytes[..])?
+        .ok_or_else(|| std::io::Error::other("the file being written has no complete head yet"))?;
+    let mut text =
+        String::from_utf8(bytes[..len as usize].to_vec()).map_err(std::io::Error::other)?;
+    text.push_str(CLOSE);
+    Ok(text)
+}
+
+fn is_live(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(LIVE))
+}
+
+/// Creates the directory if missing and proves a file can be created in it (what `run`
+/// needs; `tollgate check` asks the same).
+pub fn check_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".tollgate-check-{}", std::process::id()));
+    File::create(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// tollgate's HAR files in `dir`, oldest first (the names sort by time): the closed
+/// `.har` files and the one being written (`.har.partial`, last).
 pub fn har_files(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with(PREFIX) && (n.ends_with(SUFFIX) || n.ends_with(LIVE))
+            })
         })
         .collect();
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_file_is_cut_back_to_its_complete_entries() {
+        let head = head();
+        let whole = format!("{head}\n{{\"a\":1}},\n{{\"b\":[2]}}{CLOSE}");
+        let at = |s: &str| complete_prefix(s.as_bytes()).unwrap();
+        let after_b = whole.len() - CLOSE.len();
+        assert_eq!(at(&whole), Some(after_b as u64));
+        // Cut inside the second entry, inside the first, right after the head.
+        let in_b = whole.find("[2]").unwrap();
+        let after_a = head.len() + 1 + r#"{"a":1}"#.len();
+        assert_eq!(at(&whole[..in_b]), Some(after_a as u64));
+        assert_eq!(at(&whole[..head.len() + 3]), Some(head.len() as u64));
+        assert_eq!(at(&whole[..head.len()]), Some(head.len() as u64));
+        assert_eq!(at(&head[..10]), None);
+        assert_eq!(at(""), None);
+        // What repair makes of a cut file parses.
+        let cut = &whole[..in_b];
+        let fixed = format!("{}{CLOSE}", &cut[..at(cut).unwrap() as usize]);
+        let doc: serde_json::Value = serde_json::from_str(&fixed).unwrap();
+        assert_eq!(doc["log"]["entries"].as_array().unwrap().len(), 1);
+    }
 }

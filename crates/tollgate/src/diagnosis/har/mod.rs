@@ -86,4 +86,25 @@ pub struct Record {
     pub wait: Option<Duration>,
     /// Whether the response body was delivered whole.
     pub completed: bool,
+    /// What this record counts for in the writer's queue bound (set when queued).
+    pub queued_bytes: usize,
+}
+
+impl Record {
+    /// About the memory this record holds: its bodies, heads and URL.
+    pub fn size(&self) -> usize {
+        let c = &self.capture;
+        let head = |h: &http::HeaderMap| {
+            h.iter()
+                .map(|(n, v)| n.as_str().len() + v.len() + 32)
+                .sum::<usize>()
+        };
+        std::mem::size_of::<Self>()
+            + std::mem::size_of::<Capture>()
+            + c.url.len()
+            + head(&c.request_headers)
+            + c.response.as_ref().map_or(0, |r| head(&r.headers))
+            + c.response_body.data.capacity()
+            + self.request_body.as_ref().map_or(0, |(b, _)| b.len())
+    }
 }

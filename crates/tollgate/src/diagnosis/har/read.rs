@@ -13,7 +13,7 @@ pub fn load(path: &Path) -> Result<Vec<Value>, String> {
     };
     let mut out = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let text = super::file::document_text(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         let doc: Value = serde_json::from_str(&text)
             .map_err(|e| format!("{}: not a HAR file: {e}", f.display()))?;
         let entries = doc["log"]["entries"]

@@ -1,5 +1,8 @@
-//! The request side of HAR capture (a bounded queue) and the writer side (entries encoded
-//! and written to every sink), which runs on the diagnosis thread.
+//! The request side of HAR capture (a queue bounded in entries and in bytes) and the
+//! writer side (entries encoded and written to every sink in bounded batches), which runs
+//! on the diagnosis thread. Under sustained load the queue never empties: batches keep
+//! what is encoded at once small, and the byte bound keeps what waits small, so memory
+//! stays flat whatever the traffic.
 
 use super::Record;
 use super::collector::Pending;
@@ -9,13 +12,22 @@ use crate::metrics::{Metrics, SinkLabels};
 use prometheus_client::metrics::counter::Counter;
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use tokio::sync::mpsc;
+
+/// Most entries encoded and written in one batch.
+const BATCH_ENTRIES: usize = 256;
+/// Most bytes of encoded entries in one batch (one more entry may pass it).
+const BATCH_BYTES: usize = 4 << 20;
 
 /// Hands finished captures to the writer; never blocks.
 #[derive(Clone)]
 pub struct HarWriter {
     tx: mpsc::Sender<Box<Record>>,
     dropped: Counter,
+    /// Bytes of the records waiting in the queue, and their bound.
+    queued: Arc<AtomicUsize>,
+    max_queued: usize,
 }
 
 impl HarWriter {
@@ -24,7 +36,7 @@ impl HarWriter {
     /// only be dropped would take CPU from the calls exactly when it is scarcest.
     #[inline]
     pub fn has_room(&self) -> bool {
-        if self.tx.capacity() > 0 {
+        if self.tx.capacity() > 0 && self.queued.load(Relaxed) < self.max_queued {
             return true;
         }
         self.dropped.inc();
@@ -32,8 +44,16 @@ impl HarWriter {
     }
 
     #[inline]
-    pub fn send(&self, r: Box<Record>) {
+    pub fn send(&self, mut r: Box<Record>) {
+        let size = r.size();
+        r.queued_bytes = size;
+        if self.queued.fetch_add(size, Relaxed) + size > self.max_queued {
+            self.queued.fetch_sub(size, Relaxed);
+            self.dropped.inc();
+            return;
+        }
         if self.tx.try_send(r).is_err() {
+            self.queued.fetch_sub(size, Relaxed);
             self.dropped.inc();
         }
     }
@@ -42,6 +62,7 @@ impl HarWriter {
 /// The writer's end: the queue and the sinks.
 pub struct Sinks {
     pub rx: mpsc::Receiver<Box<Record>>,
+    queued: Arc<AtomicUsize>,
     file: Option<FileSink>,
     stdout: bool,
     /// Entries for the collector, already encoded.
@@ -53,9 +74,12 @@ pub struct Sinks {
 pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)> {
     let (tx, rx) = mpsc::channel(h.queue_capacity);
     let sink = |s: &'static str| SinkLabels { sink: s };
+    let queued = Arc::new(AtomicUsize::new(0));
     let writer = HarWriter {
         tx,
         dropped: metrics.har_dropped.get_or_create(&sink("queue")).clone(),
+        queued: queued.clone(),
+        max_queued: h.max_queue_bytes,
     };
     let file = h.file.clone().map(FileSink::new).transpose()?;
     let collector = h.collector.as_ref().map(|c| {
@@ -71,6 +95,7 @@ pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)
         writer,
         Sinks {
             rx,
+            queued,
             file,
             stdout: h.stdout,
             collector,
@@ -80,13 +105,27 @@ pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)
     ))
 }
 
+/// What one [`Sinks::drain`] found.
+pub struct Drained {
+    /// Some sender is still there.
+    pub open: bool,
+    /// The batch was full: more may be waiting.
+    pub more: bool,
+}
+
 impl Sinks {
-    /// Encodes and writes what is queued. Returns false once every sender is gone.
-    pub fn drain(&mut self) -> bool {
+    /// Encodes and writes one batch of what is queued (at most [`BATCH_ENTRIES`] entries
+    /// and about [`BATCH_BYTES`]), so what is held at once stays bounded.
+    pub fn drain(&mut self) -> Drained {
         let mut lines: Vec<String> = Vec::new();
+        let mut bytes = 0;
         let open = loop {
+            if lines.len() >= BATCH_ENTRIES || bytes >= BATCH_BYTES {
+                break true;
+            }
             match self.rx.try_recv() {
                 Ok(r) => {
+                    self.queued.fetch_sub(r.queued_bytes, Relaxed);
                     let (entry, found) = super::entry::build(&r);
                     // The whole entry once more through the value scrubber: no secret
                     // value leaves in any form the walk above did not see.
@@ -94,17 +133,20 @@ impl Sinks {
                     let mut own = red.request_secrets(&r.capture.request_headers, &r.capture.url);
                     own.extend(found);
                     own.sort_by_key(|v| std::cmp::Reverse(v.len()));
-                    lines.push(red.scrub_with(&entry.to_string(), &own).into_owned());
+                    let line = red.scrub_with(&entry.to_string(), &own).into_owned();
+                    bytes += line.len();
+                    lines.push(line);
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break true,
                 Err(mpsc::error::TryRecvError::Disconnected) => break false,
             }
         };
+        let more = lines.len() >= BATCH_ENTRIES || bytes >= BATCH_BYTES;
         self.written.inc_by(lines.len() as u64);
         if let Some(f) = &mut self.file {
             if let Err(e) = f.append(&lines) {
-                self.errors.inc_by(lines.len() as u64);
-                tracing::warn!("HAR file: {e}");
+                self.errors.inc_by((lines.len() - e.written) as u64);
+                tracing::warn!("HAR file: {}", e.error);
             }
             f.tick();
         }
@@ -118,6 +160,6 @@ impl Sinks {
         if let Some(c) = &self.collector {
             c.push(lines.iter().map(|l| Arc::from(l.as_str())));
         }
-        open
+        Drained { open, more }
     }
 }
