@@ -187,6 +187,7 @@ pub fn handle(
                 // A matched request: its policy's chain, on a boxed future of its own.
                 let mut x = Exchange::new(rt.engine.chains[i].clone(), req, target);
                 x.diag = ctx.diag.take();
+                x.give_up = Some(worker.local().give_up.clone());
                 let done = Box::pin(engine::run(
                     x,
                     &rt,

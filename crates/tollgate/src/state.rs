@@ -58,6 +58,9 @@ pub struct Local {
     pub ids: RequestIds,
     /// Its copy of the `Via` value (a shared one would be a shared reference count).
     pub via: http::HeaderValue,
+    /// Its child of [`Shared::give_up`], cloned into matched requests (a clone of the
+    /// shared one would be a reference count every worker writes).
+    pub give_up: CancellationToken,
 }
 
 /// A worker's handle, cloned per request: its reference count is touched by that worker's
@@ -105,7 +108,10 @@ pub struct Shared {
     draining: AtomicBool,
     /// Cancelled when shutdown starts: stop accepting, drain connections.
     pub stop: CancellationToken,
-    /// Cancelled at the drain deadline: cut what is still open.
+    /// Cancelled at the drain deadline: requests still waiting in a queue leave it with
+    /// 503 `shutting_down` (they were never sent).
+    pub give_up: CancellationToken,
+    /// Cancelled at the drain deadline, a moment after `give_up`: cut what is still open.
     pub cut: CancellationToken,
     /// Client connections and CONNECT tunnels, waited for on shutdown.
     pub tasks: TaskTracker,
@@ -176,6 +182,7 @@ impl Shared {
         )?;
         let via = Via::default();
         let ids = RequestIds::prefix();
+        let give_up = CancellationToken::new();
         let locals = clients
             .into_iter()
             .zip(observers)
@@ -187,6 +194,7 @@ impl Shared {
                 ids: RequestIds::new(ids, i),
                 via: http::HeaderValue::from_bytes(via.value.as_bytes())
                     .unwrap_or_else(|_| via.value.clone()),
+                give_up: give_up.child_token(),
             })
             .collect();
         Ok(Self {
@@ -197,6 +205,7 @@ impl Shared {
             metrics,
             draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
+            give_up,
             cut: CancellationToken::new(),
             tasks: TaskTracker::new(),
             reload_lock: tokio::sync::Mutex::new(()),

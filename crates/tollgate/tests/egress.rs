@@ -348,7 +348,14 @@ async fn the_admin_token_protects_all_but_the_probes() {
     for path in ["/healthz", "/readyz"] {
         assert_eq!(send(&c, admin(path, None)).await.status, StatusCode::OK);
     }
-    for path in ["/metrics", "/config"] {
+    // The six protected endpoints (docs/configuration.md, `admin.token`).
+    for path in [
+        "/metrics",
+        "/config",
+        "/policies",
+        "/discover",
+        "/remedy-stats",
+    ] {
         let got = send(&c, admin(path, None)).await;
         assert_eq!(got.status, StatusCode::UNAUTHORIZED, "{path}");
         assert_eq!(got.header("www-authenticate"), Some("Bearer"));

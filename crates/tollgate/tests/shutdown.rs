@@ -120,6 +120,51 @@ async fn drain_deadline_cuts_stuck_requests() {
 }
 
 #[tokio::test]
+async fn requests_still_queued_at_the_drain_deadline_get_503_not_a_reset() {
+    // One request holds the only slot (its upstream never answers); three wait behind it
+    // in the concurrency queue, and three behind a spent rate limit.
+    let (up, arrived, _gates) = gated().await;
+    let gw = gateway(
+        "shutdown:\n  drain_timeout: 300ms\npolicies:\n  - name: slots\n    match: {host: 127.0.0.1, path: /slots/*}\n    concurrency: {max: 1, queue: {size: 10, max_wait: 1h}}\n  - name: rate\n    match: {host: 127.0.0.1, path: /rate/*}\n    rate_limit: {limit: 1, window: hour, queue: {size: 10, max_wait: 1h}}\n",
+    )
+    .await;
+    let c = client();
+    let ask = |path: &str| {
+        let (c, req) = (
+            c.clone(),
+            via_header(&gw, up.addr, path).body(empty()).unwrap(),
+        );
+        tokio::spawn(async move { c.request(req).await })
+    };
+    let holder = ask("/slots/holder");
+    arrived.notified().await;
+    let spent = ask("/rate/first");
+    arrived.notified().await;
+    let queued: Vec<_> = (0..3)
+        .flat_map(|i| [ask(&format!("/slots/{i}")), ask(&format!("/rate/{i}"))])
+        .collect();
+    let m = metrics_when(&gw, |t| {
+        t.contains("remedy=\"concurrency\",action=\"queued\"} 3")
+            && t.contains("remedy=\"rate_limit\",action=\"queued\"} 3")
+    })
+    .await;
+    assert!(m.contains("action=\"queued\"} 3"), "{m}");
+    gw.shutdown();
+    gw.wait().await;
+    for q in queued {
+        let resp = q.await.unwrap().expect("an answer, not a reset");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers().get("x-tollgate-error").unwrap(),
+            "shutting_down"
+        );
+    }
+    // What was sent upstream and is stuck there is still cut: it may have been acted on.
+    assert!(holder.await.unwrap().is_err());
+    assert!(spent.await.unwrap().is_err());
+}
+
+#[tokio::test]
 async fn open_tunnels_finish_during_drain() {
     let up = echo_upstream().await;
     let gw = gateway(ANY_CONNECT_PORT).await;

@@ -172,6 +172,8 @@ pub struct Exchange {
     pub retry_deadline: Option<tokio::time::Instant>,
     /// The credentials account the current attempt used.
     pub account: Option<usize>,
+    /// Cancelled at the gateway's drain deadline: queue waits give up (503).
+    pub give_up: Option<tokio_util::sync::CancellationToken>,
     pub holds: Vec<Hold>,
     /// The request's diagnosis (remedy actions, trace, HAR capture), when kept.
     pub diag: Option<Box<crate::diagnosis::RequestDiag>>,
@@ -199,6 +201,7 @@ impl Exchange {
             account: None,
             probe: None,
             retry_deadline: None,
+            give_up: None,
             holds: Vec::new(),
             diag: None,
             ran: 0,

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSpec {
@@ -47,6 +48,8 @@ impl QueueSpec {
 pub enum Left {
     Full,
     TimedOut,
+    /// The gateway's drain deadline passed while waiting.
+    ShuttingDown,
 }
 
 pub struct Queue {
@@ -104,10 +107,12 @@ impl Queue {
 
     /// Waits in the queue until `take` succeeds as its head. `take` returns whether it
     /// took capacity and, if not, when to try again.
+    /// Leaves with [`Left::ShuttingDown`] when `give_up` is cancelled.
     pub async fn wait<'f>(
         &self,
         priority: u8,
         deadline: Instant,
+        give_up: Option<&CancellationToken>,
         mut take: impl FnMut() -> BoxFuture<'f, Result<(), Retry>>,
     ) -> Result<Duration, Left> {
         let started = Instant::now();
@@ -147,6 +152,12 @@ impl Queue {
             let until = next.map_or(deadline, |n| n.min(deadline));
             tokio::select! {
                 _ = notify.notified() => {}
+                _ = async {
+                    match give_up {
+                        Some(t) => t.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                } => return Err(Left::ShuttingDown),
                 _ = tokio::time::sleep_until(until) => {
                     if Instant::now() >= deadline {
                         return Err(Left::TimedOut);
@@ -198,7 +209,7 @@ mod tests {
         let q = queue(1);
         let open_at = Instant::now() + Duration::from_secs(3);
         let waited = q
-            .wait(0, Instant::now() + Duration::from_secs(10), || {
+            .wait(0, Instant::now() + Duration::from_secs(10), None, || {
                 Box::pin(async move {
                     if Instant::now() >= open_at {
                         Ok(())
@@ -210,7 +221,7 @@ mod tests {
             .await;
         assert_eq!(waited, Ok(Duration::from_secs(3)));
         let never = q
-            .wait(0, Instant::now() + Duration::from_secs(10), || {
+            .wait(0, Instant::now() + Duration::from_secs(10), None, || {
                 Box::pin(async { Err(Retry::OnWake) })
             })
             .await;

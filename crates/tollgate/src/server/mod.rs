@@ -196,7 +196,12 @@ impl Gateway {
     }
 }
 
-/// Waits for connections and tunnels to finish, up to the drain deadline, then cuts the rest.
+/// How long requests told to give up at the drain deadline get to send their 503 before
+/// what is left is cut.
+const GIVE_UP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits for connections and tunnels to finish, up to the drain deadline; then requests
+/// still queued answer 503 `shutting_down`, and what is left after a moment is cut.
 async fn drain(shared: &Arc<Shared>) {
     shared.tasks.close();
     let deadline = shared.runtime.load().config.shutdown.drain_timeout;
@@ -207,8 +212,10 @@ async fn drain(shared: &Arc<Shared>) {
     {
         tracing::warn!(
             open = shared.tasks.len(),
-            "drain deadline passed; cutting what is left"
+            "drain deadline passed; queued requests answered 503, cutting what is left"
         );
+        shared.give_up.cancel();
+        let _ = tokio::time::timeout(GIVE_UP_GRACE, shared.tasks.wait()).await;
         shared.cut.cancel();
         shared.tasks.wait().await;
     }

@@ -137,6 +137,7 @@ impl Remedy for Concurrency {
                 .wait(
                     q.spec.priority(&x.parts.headers),
                     wait_deadline(x.deadline, q),
+                    x.give_up.as_ref(),
                     || {
                         let (key, got) = (&key, &got);
                         Box::pin(async move {

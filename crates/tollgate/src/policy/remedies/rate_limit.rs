@@ -65,6 +65,7 @@ pub async fn take_or_wait(
     what: &str,
 ) -> Result<(), ProxyError> {
     let (headers, deadline, diag) = (&x.parts.headers, x.deadline, &mut x.diag);
+    let give_up = x.give_up.as_ref();
     let first = match queue {
         Some(q) if !q.is_empty() => None,
         _ => Some(limit.take(headers).await),
@@ -89,7 +90,7 @@ pub async fn take_or_wait(
     actions.note(diag, "queued");
     let deadline = wait_deadline(deadline, q);
     let waited = q
-        .wait(q.spec.priority(headers), deadline, || {
+        .wait(q.spec.priority(headers), deadline, give_up, || {
             Box::pin(async move {
                 limit
                     .take(headers)
@@ -129,6 +130,8 @@ pub fn queue_outcome(
                 rate: None,
             }))
         }
+        // Never sent: the client may send it again to another instance.
+        Err(Left::ShuttingDown) => Err(ProxyError::ShuttingDown),
         Err(Left::TimedOut) => {
             actions.note(diag, "timed_out");
             Err(ProxyError::Rejected(Rejection {
