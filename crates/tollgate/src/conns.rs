@@ -14,14 +14,14 @@
 //!
 //! The send timeout (`listen.send_timeout`) is enforced by the same sweep: a connection
 //! whose writes have waited on the client (the kernel refused more bytes) for the limit is
-//! cut ([`crate::server`]'s socket wrapper reports writes), and on HTTP/2 each stream
+//! cut (the server's socket wrapper reports writes), and on HTTP/2 each stream
 //! whose response the client gives no flow-control window for the limit is severed
 //! ([`crate::stream_watch`]), releasing its upstream connection.
 //!
 //! The same registry carries graceful shutdown to every connection, which before cost
 //! each wake-up of each connection a poll of a shared cancellation future.
 
-use crate::stream_watch::StreamCell;
+use crate::stream_watch::{Progress, StreamCell};
 use crate::upstream::deadline::ResponseTimer;
 use futures_util::task::AtomicWaker;
 use http::Version;
@@ -177,33 +177,6 @@ struct Watched {
     quiet_since: Instant,
     /// `written` at the last sweep, and since when it has not moved while blocked.
     sending: Progress,
-}
-
-/// A count of steps forward (writes, frames asked for) as the sweep last saw it, and
-/// since when it has not moved while waiting on the client.
-pub struct Progress {
-    seen: u32,
-    since: Instant,
-}
-
-impl Progress {
-    pub fn new(now: Instant) -> Self {
-        Self {
-            seen: 0,
-            since: now,
-        }
-    }
-
-    /// Whether the count has stood still while `waiting` on the client for `limit`, as of
-    /// a sweep at `now`.
-    pub fn stalled(&mut self, count: u32, waiting: bool, now: Instant, limit: Duration) -> bool {
-        if count != self.seen || !waiting {
-            self.seen = count;
-            self.since = now;
-            return false;
-        }
-        now.duration_since(self.since) >= limit
-    }
 }
 
 impl Watched {

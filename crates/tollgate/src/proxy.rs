@@ -534,7 +534,11 @@ where
         }),
     };
     let body = match h2 {
-        Some(conn) => Severable::new(observed.boxed_unsync(), &conn).boxed_unsync(),
+        Some(conn) => {
+            let body = Severable::new(observed.boxed_unsync());
+            conn.watch_stream(body.cell());
+            body.boxed_unsync()
+        }
         None => observed.boxed_unsync(),
     };
     Response::from_parts(parts, body)

@@ -8,7 +8,6 @@
 //! stream gets an error (RST_STREAM) when hyper next asks.
 
 use crate::body::{Body, BoxError};
-use crate::conns::{Conn, Progress};
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::pin::Pin;
@@ -17,6 +16,33 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// A count of steps forward (writes, frames asked for) as the sweep last saw it, and
+/// since when it has not moved while waiting on the client.
+pub struct Progress {
+    seen: u32,
+    since: Instant,
+}
+
+impl Progress {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            seen: 0,
+            since: now,
+        }
+    }
+
+    /// Whether the count has stood still while `waiting` on the client for `limit`, as of
+    /// a sweep at `now`.
+    pub fn stalled(&mut self, count: u32, waiting: bool, now: Instant, limit: Duration) -> bool {
+        if count != self.seen || !waiting {
+            self.seen = count;
+            self.since = now;
+            return false;
+        }
+        now.duration_since(self.since) >= limit
+    }
+}
 
 /// One HTTP/2 response body, shared by hyper's stream (through [`Severable`]) and the
 /// sweep.
@@ -61,16 +87,20 @@ pub struct Severable {
 }
 
 impl Severable {
-    /// Wraps `body` and has `conn`'s sweep watch it from now (its head is being handed over).
-    pub fn new(body: Body, conn: &Conn) -> Self {
+    /// Wraps `body`, waiting from now (its head is being handed over); the connection's
+    /// sweep watches [`Severable::cell`].
+    pub fn new(body: Body) -> Self {
         let cell = Arc::new(StreamCell {
             asked: AtomicU32::new(0),
             waiting: AtomicBool::new(true),
             body: Mutex::new(Some(body)),
             progress: Mutex::new(Progress::new(Instant::now())),
         });
-        conn.watch_stream(&cell);
         Self { cell }
+    }
+
+    pub fn cell(&self) -> &Arc<StreamCell> {
+        &self.cell
     }
 }
 

@@ -129,6 +129,15 @@ async fn the_admin_api_is_never_reachable_through_the_proxy() {
     assert!(answer.starts_with("HTTP/1.1 508"), "{answer}");
 }
 
+/// `GET /x` in header mode to `host:port` over plain HTTP.
+fn header_get(gw: &tollgate::Gateway, host: &str, port: u16) -> Request<tollgate::body::Body> {
+    Request::get(format!("http://{}/x", gw.proxy_addr))
+        .header("x-tollgate-host", format!("{host}:{port}"))
+        .header("x-tollgate-scheme", "http")
+        .body(empty())
+        .unwrap()
+}
+
 /// Every spelling of the unspecified address, which the kernel connects to loopback.
 const UNSPECIFIED: &[&str] = &[
     "0.0.0.0",
@@ -193,13 +202,7 @@ async fn deny_rules_cover_the_unspecified_address() {
     let up = echo_upstream().await;
     let port = up.addr.port();
     let c = client();
-    let get = |gw: &tollgate::Gateway, host: &str| {
-        Request::get(format!("http://{}/x", gw.proxy_addr))
-            .header("x-tollgate-host", format!("{host}:{port}"))
-            .header("x-tollgate-scheme", "http")
-            .body(empty())
-            .unwrap()
-    };
+    let get = |gw: &tollgate::Gateway, host: &str| header_get(gw, host, port);
     let listed = gateway("domains:\n  deny: ['127.0.0.1']\n").await;
     let cidr = gateway("egress:\n  deny: [127.0.0.0/8]\n").await;
     let open = gateway("").await;
@@ -258,13 +261,7 @@ async fn address_rules_apply_after_resolution() {
     let up = echo_upstream().await;
     let port = up.addr.port();
     let c = client();
-    let get = |gw: &tollgate::Gateway, host: &str| {
-        Request::get(format!("http://{}/x", gw.proxy_addr))
-            .header("x-tollgate-host", format!("{host}:{port}"))
-            .header("x-tollgate-scheme", "http")
-            .body(empty())
-            .unwrap()
-    };
+    let get = |gw: &tollgate::Gateway, host: &str| header_get(gw, host, port);
     // The production switch denies loopback by any name.
     let strict = gateway("egress:\n  deny_private: true\n").await;
     for host in ["localhost", "127.0.0.1", "127.9.9.9"] {
