@@ -417,8 +417,26 @@ fn har_to_stdout_and_files_then_discover_and_har_commands() {
         );
     }
 
+    // The file `tollgate har list` read is the one being written: `….har.partial` until
+    // shutdown, which closes it as a `.har` before the process exits.
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(
+        names(&har).iter().all(|n| n.ends_with(".har.partial")),
+        "{:?}",
+        names(&har)
+    );
     signal(&child, "-TERM");
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    let closed = names(&har);
+    assert!(
+        !closed.is_empty() && closed.iter().all(|n| n.ends_with(".har")),
+        "{closed:?}"
+    );
     signal(&provider, "-TERM");
     let _ = provider.wait();
 }

@@ -29,7 +29,14 @@ pub struct Diagnostics {
     pub aggregated: Arc<Mutex<AggregateStats>>,
     /// Stops the diagnosis thread's senders when the gateway goes.
     _stop: Option<DropGuard>,
+    /// The same signal, for [`Diagnostics::finish`].
+    stop: Option<CancellationToken>,
+    /// Told when the diagnosis thread has written what was queued and closed its files.
+    closed: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
+
+/// How long [`Diagnostics::finish`] waits for the last entries and the files to close.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Diagnostics {
     pub fn start(config: &Config, metrics: &Metrics) -> std::io::Result<Self> {
@@ -46,6 +53,8 @@ impl Diagnostics {
             remedy_stats: Arc::default(),
             aggregated: Arc::default(),
             _stop: None,
+            stop: None,
+            closed: Mutex::new(None),
         };
         let traces = d.traces.endpoint.clone().filter(|_| d.traces.enabled);
         if !d.har.enabled && traces.is_none() {
@@ -113,6 +122,7 @@ impl Diagnostics {
             }));
         }
         let thread_stop = stop.clone();
+        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("tollgate-diagnosis".into())
             .spawn(move || {
@@ -152,6 +162,7 @@ impl Diagnostics {
                     }
                     // The file being written becomes a `.har` now, not at process exit.
                     drop(sinks);
+                    let _ = closed_tx.send(());
                     // What is buffered gets one last chance to leave.
                     let _ = tokio::time::timeout(
                         Duration::from_secs(5),
@@ -160,8 +171,22 @@ impl Diagnostics {
                     .await;
                 });
             })?;
+        this.stop = Some(stop.clone());
+        this.closed = Mutex::new(Some(closed_rx));
         this._stop = Some(stop.drop_guard());
         Ok(this)
+    }
+
+    /// At the end of shutdown, once no request is left: writes what is queued and closes
+    /// the HAR file being written (it becomes a `.har`), waiting at most a few seconds.
+    pub async fn finish(&self) {
+        if let Some(stop) = &self.stop {
+            stop.cancel();
+        }
+        let closed = self.closed.lock().ok().and_then(|mut c| c.take());
+        if let Some(closed) = closed {
+            let _ = tokio::time::timeout(FINISH_TIMEOUT, closed).await;
+        }
     }
 }
 

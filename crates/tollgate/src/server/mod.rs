@@ -169,6 +169,7 @@ impl Gateway {
             for exited in exits {
                 let _ = exited.await;
             }
+            s.diagnostics.finish().await;
             admin_task.abort();
         });
         tracing::info!(%proxy_addr, %admin_addr, workers, "tollgate listening");
