@@ -198,6 +198,17 @@ struct Registry {
     live: FxHashMap<u64, Watched>,
 }
 
+/// What one round of the sweep ended.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Connections closed as quiet (the read deadline).
+    pub quiet: usize,
+    /// Connections cut because their writes waited on the client (the send timeout).
+    pub stalled: usize,
+    /// HTTP/2 streams released because the client gave them no window.
+    pub streams: usize,
+}
+
 /// Every open client connection.
 #[derive(Default)]
 pub struct Conns {
@@ -260,9 +271,9 @@ impl Conns {
     /// to close and how many streams it severed. One pass under the registry lock (tens
     /// of nanoseconds per connection), which opening and closing connections wait for;
     /// requests never take it.
-    pub fn sweep(&self, limit: Duration, send_timeout: Duration, now: Instant) -> (usize, usize) {
+    pub fn sweep(&self, limit: Duration, send_timeout: Duration, now: Instant) -> Swept {
         let mut severed = Vec::new();
-        let mut closed = 0;
+        let (mut quiet, mut stalled) = (0, 0);
         {
             let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             for w in r.live.values_mut() {
@@ -270,13 +281,13 @@ impl Conns {
                 let blocked = c.blocked.load(Relaxed);
                 if w.quiet_for(c.events.load(Relaxed), c.busy(), now, limit) {
                     c.signal(QUIET);
-                    closed += 1;
+                    quiet += 1;
                 } else if w
                     .sending
                     .stalled(c.written.load(Relaxed), blocked, now, send_timeout)
                 {
                     c.signal(STALLED);
-                    closed += 1;
+                    stalled += 1;
                 } else if c.h2.load(Relaxed) {
                     c.stalled_streams(now, send_timeout, &mut severed);
                 }
@@ -287,7 +298,11 @@ impl Conns {
         for s in &severed {
             s.sever();
         }
-        (closed, severed.len())
+        Swept {
+            quiet,
+            stalled,
+            streams: severed.len(),
+        }
     }
 }
 

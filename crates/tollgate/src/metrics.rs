@@ -42,6 +42,11 @@ pub struct NameLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinkLabels {
     pub sink: &'static str,
 }
@@ -128,6 +133,8 @@ pub struct Metrics {
     pub worker_connections: Family<WorkerLabels, Counter>,
     pub upstream_connections: Gauge,
     pub tunnels: Gauge,
+    /// Connections cut and HTTP/2 streams released because the client stopped reading.
+    pub stalls: Family<KindLabels, Counter>,
     pub reloads: Family<ResultLabels, Counter>,
     pub events_dropped: Counter,
     pub hosts_folded: Counter,
@@ -169,6 +176,7 @@ impl Default for Metrics {
             worker_connections: Family::default(),
             upstream_connections: Gauge::default(),
             tunnels: Gauge::default(),
+            stalls: Family::default(),
             reloads: Family::default(),
             events_dropped: Counter::default(),
             hosts_folded: Counter::default(),
@@ -231,6 +239,11 @@ impl Default for Metrics {
             m.upstream_connections.clone(),
         );
         r.register("tunnels", "Open CONNECT tunnels", m.tunnels.clone());
+        r.register(
+            "stalls",
+            "Responses the client stopped reading for listen.send_timeout: connections cut (kind=connection) and HTTP/2 streams released (kind=stream)",
+            m.stalls.clone(),
+        );
         r.register(
             "reloads",
             "Config reloads by result (ok, error)",

@@ -330,6 +330,11 @@ endpoints:
             "cut before the whole answer was sent"
         );
     }
+    let text = metrics_when(&gw, |_| true).await;
+    assert!(
+        text.contains("tollgate_stalls_total{kind=\"connection\"} 2"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -373,6 +378,12 @@ async fn http2_streams_without_window_release_their_upstream_connections() {
     let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 0")).await;
     assert!(text.contains("tollgate_upstream_connections 0"), "{text}");
     assert!(text.contains("tollgate_client_connections 1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "tollgate_stalls_total{{kind=\"stream\"}} {streams}"
+        )),
+        "{text}"
+    );
     // The connection still works for a stream the client reads.
     let got = send(
         &h2c_client(),

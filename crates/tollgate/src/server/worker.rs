@@ -5,7 +5,8 @@
 //! writes. One type, for one worker and for many.
 
 use super::connection::serve_connection;
-use crate::metrics::WorkerLabels;
+use crate::conns::Swept;
+use crate::metrics::{KindLabels, WorkerLabels};
 use crate::state::Worker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,16 +98,28 @@ async fn sweep_quiet_connections(worker: Arc<Worker>) {
             _ = tokio::time::sleep(step) => {}
             _ = shared.stop.cancelled() => return,
         }
-        let (closed, severed) = local
+        let swept = local
             .conns
             .sweep(limit, send_timeout, tokio::time::Instant::now());
-        if closed + severed > 0 {
+        let kind = |kind| {
+            shared
+                .metrics
+                .stalls
+                .get_or_create(&KindLabels { kind })
+                .clone()
+        };
+        if swept.stalled > 0 {
+            kind("connection").inc_by(swept.stalled as u64);
+        }
+        if swept.streams > 0 {
+            kind("stream").inc_by(swept.streams as u64);
+        }
+        if swept != Swept::default() {
             tracing::debug!(
-                closed,
-                severed,
+                ?swept,
                 ?limit,
                 ?send_timeout,
-                "quiet or stalled connections closed, stalled HTTP/2 streams released"
+                "connections closed or released"
             );
         }
     }
