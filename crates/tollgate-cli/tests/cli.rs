@@ -9,6 +9,21 @@ fn tollgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
 }
 
+/// `tollgate run` on ephemeral ports, with `config`.
+fn run_on_ephemeral_ports(config: &std::path::Path) -> Command {
+    let mut c = tollgate();
+    c.args([
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--config",
+    ])
+    .arg(config);
+    c
+}
+
 /// Minimal HTTP/1.0 GET over std sockets: (status line, body).
 fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -134,18 +149,7 @@ fn check_refuses_what_run_could_not_write() {
         assert_eq!(out.status.code(), Some(1), "{yaml}: {err}");
         assert!(err.contains(message), "{err}");
         // `run` refuses the same config (it would exit at start).
-        let out = tollgate()
-            .args([
-                "run",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&f)
-            .output()
-            .unwrap();
+        let out = run_on_ephemeral_ports(&f).output().unwrap();
         assert_ne!(out.status.code(), Some(0), "{yaml}");
     }
     // A writable directory passes (and is created, as `run` would).
@@ -217,18 +221,7 @@ fn run_reloads_on_sighup_and_exits_zero_on_sigterm() {
     )
     .unwrap();
     let (mut gw, a) = spawn(
-        tollgate()
-            .args([
-                "run",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-                "--config",
-            ])
-            .arg(&cfg),
+        run_on_ephemeral_ports(&cfg).args(["--threads", "1"]),
         "tollgate listening:",
     );
     let (proxy, admin) = (&a[0], &a[1]);
@@ -306,18 +299,8 @@ fn har_to_stdout_and_files_then_discover_and_har_commands() {
         ),
     )
     .unwrap();
-    let mut child = tollgate()
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-            "--config",
-        ])
-        .arg(&cfg)
+    let mut child = run_on_ephemeral_ports(&cfg)
+        .args(["--threads", "1"])
         .stderr(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
