@@ -37,6 +37,71 @@ fn find<'a>(d: &'a Value, method: &str, endpoint: &str) -> &'a Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_percentiles_follow_calls_of_very_different_durations() {
+    // 1 ms, 120 ms and 2 s calls to one endpoint each, and an aggregated endpoint whose
+    // backend takes 300 ms.
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        let ms: u64 = req
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        answer(200, &[("content-type", "application/json")], "{}")
+    })
+    .await;
+    let gw = gateway(&format!(
+        "diagnosis:\n  discovery: {{ enabled: true }}\nendpoints:\n  - path: /agg\n    backends:\n      - url: http://{}/slow/300\n",
+        up.addr
+    ))
+    .await;
+    for ms in [1, 120, 2000] {
+        for _ in 0..3 {
+            let path = format!("/lit{ms}/sleep/{ms}");
+            assert_eq!(get_via(&gw, up.addr, &path, &[]).await.status, 200);
+        }
+    }
+    let c = client();
+    let agg = send(
+        &c,
+        http::Request::get(format!("http://{}/agg", gw.proxy_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(agg.status, 200);
+    let d = discovered(&gw, 9).await;
+    for ms in [1.0, 120.0, 2000.0] {
+        let e = find(&d, "GET", &format!("/lit{ms}/sleep/{{id}}"));
+        let l = &e["latency_ms"];
+        for q in ["p50", "p99", "max"] {
+            let got = l[q].as_f64().unwrap();
+            // At least the sleep, and within 2 significant figures plus scheduling.
+            assert!(
+                got >= ms * 0.99 && got < ms * 1.1 + 50.0,
+                "{ms} ms call: {q} = {got} in {l}"
+            );
+        }
+    }
+    let mut agg = Value::Null;
+    for _ in 0..300 {
+        agg = admin_get(&gw, "/discover").await.json()["aggregated"].clone();
+        if agg.to_string().contains("latency_ms") && agg[0]["count"].as_u64() == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let p99 = agg[0]["latency_ms"]["p99"].as_f64().unwrap_or(0.0);
+    assert!(
+        (297.0..400.0).contains(&p99),
+        "aggregated /agg p99 {p99}: {agg:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_realistic_mix_of_paths_becomes_templates() {
     let up = echo_upstream().await;
     let yaml = r#"

@@ -109,8 +109,7 @@ impl Counts {
     fn add(&mut self, result: &'static str, took: Option<Duration>) {
         *self.results.entry(result).or_default() += 1;
         if let Some(t) = took {
-            self.latency
-                .saturating_record((t.as_micros() as u64).max(1));
+            crate::diagnosis::discovery::record_us(&mut self.latency, t.as_micros() as u64);
         }
     }
 

@@ -64,9 +64,9 @@ impl Stats {
     fn add(&mut self, c: &Call, max_consumers: usize) {
         self.count += 1;
         *self.statuses.entry(c.status).or_default() += 1;
-        self.total.saturating_record(c.total_us.max(1));
+        record_us(&mut self.total, c.total_us);
         if let Some(u) = c.upstream_us {
-            self.upstream.saturating_record(u.max(1));
+            record_us(&mut self.upstream, u);
         }
         self.request_bytes += c.request_bytes;
         self.response_bytes += c.response_bytes;
@@ -101,6 +101,20 @@ impl Stats {
             };
             *self.consumers.entry(key).or_default() += n;
         }
+    }
+}
+
+/// Longest duration a latency histogram tracks: an hour, in microseconds (longer ones are
+/// counted as an hour), so one call cannot grow a histogram past ~12 KB.
+const MAX_US: u64 = 3_600_000_000;
+
+/// Records a duration in microseconds, growing the histogram to hold it.
+/// `saturating_record` would never grow it: an auto-resizing histogram starts at 2 048,
+/// so every call over 2 ms was counted as 2 ms.
+pub fn record_us(h: &mut Histogram<u32>, us: u64) {
+    let v = us.clamp(1, MAX_US);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
     }
 }
 
