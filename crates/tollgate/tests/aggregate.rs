@@ -268,6 +268,45 @@ endpoints:
 }
 
 #[tokio::test]
+async fn declared_query_names_match_their_decoded_form() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /people/{{id}}
+    query: ["page[number]", page size]
+    backends:
+      - url: http://{echo}/users/{{id}}
+"#,
+        echo = echo.addr
+    ))
+    .await;
+    // What Python `requests` and browsers send for `page[number]=2` and `page size=5`.
+    let got = get(
+        &gw,
+        "/people/7?page%5Bnumber%5D=2&page+size=5&page%5Bother%5D=x",
+        &[],
+    )
+    .await;
+    // Forwarded as the client wrote them; the undeclared one is not.
+    assert_eq!(
+        got.json()["path"],
+        "/users/7?page%5Bnumber%5D=2&page+size=5"
+    );
+}
+
+#[tokio::test]
+async fn parameter_names_may_have_hyphens() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /people/{{user-id}}\n    backends:\n      - url: http://{}/users/{{user-id}}\n",
+        echo.addr
+    ))
+    .await;
+    assert_eq!(get(&gw, "/people/7", &[]).await.json()["path"], "/users/7");
+}
+
+#[tokio::test]
 async fn a_later_backend_uses_an_earlier_answer() {
     let orders =
         upstream(|_| async { json_answer(json!({"order": 9, "customer": {"id": "c 7"}})) }).await;

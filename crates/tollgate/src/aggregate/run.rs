@@ -64,7 +64,11 @@ impl Call {
             .map(|q| {
                 q.split('&')
                     .filter(|kv| {
-                        let name = kv.split_once('=').map_or(*kv, |(k, _)| k);
+                        // Declared names are matched decoded: `page%5Bnumber%5D` is
+                        // `page[number]`, as requests and browsers send it.
+                        let raw = kv.split_once('=').map_or(*kv, |(k, _)| k);
+                        let name = crate::paths::percent_decode(raw);
+                        let name = name.as_deref().unwrap_or(raw);
                         e.query.iter().any(|d| d == name)
                     })
                     .collect::<Vec<_>>()

@@ -29,7 +29,7 @@ impl PathTemplate {
             if let Some(name) = s.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
                 if !is_name(name) {
                     return Err(format!(
-                        "`{{{name}}}` in `{text}`: a parameter name is letters, digits and `_`"
+                        "`{{{name}}}` in `{text}`: a parameter name is letters, digits, `_` and `-`"
                     ));
                 }
                 if segments.contains(&Segment::Param(name.to_owned())) {
@@ -75,8 +75,11 @@ impl PathTemplate {
     }
 }
 
+/// A parameter name: letters, digits, `_` and `-` (`{user-id}`, as KrakenD allows).
 fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// A piece of a backend URL's path and query.

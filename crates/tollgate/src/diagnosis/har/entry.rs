@@ -212,8 +212,8 @@ fn url_and_query(url: &str, red: &Redactor, template: Option<&str>) -> (String, 
     let mut q = String::new();
     for p in query.split('&').filter(|p| !p.is_empty()) {
         let (n, v) = p.split_once('=').unwrap_or((p, ""));
-        let name = super::redact::percent_decode(n).unwrap_or_else(|| n.to_owned());
-        let value = super::redact::percent_decode(v).unwrap_or_else(|| v.to_owned());
+        let name = crate::paths::percent_decode(n).unwrap_or_else(|| n.to_owned());
+        let value = crate::paths::percent_decode(v).unwrap_or_else(|| v.to_owned());
         let shown = red.query(&name, &value);
         if !q.is_empty() {
             q.push('&');
