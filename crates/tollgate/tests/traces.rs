@@ -169,7 +169,9 @@ diagnosis:
     assert!(
         codes.contains(&"IntValue(503)".to_owned()) && codes.contains(&"IntValue(200)".to_owned())
     );
+    // Spans, not calls: the server span and its two attempts.
     let m = metrics_when(&gw, |m| m.contains("tollgate_spans_exported_total 3")).await;
+    assert!(m.contains("tollgate_spans_exported_total 3"), "{m}");
     assert!(m.contains("tollgate_spans_dropped_total 0"));
 }
 

@@ -86,7 +86,7 @@ impl Diagnostics {
                     pending,
                     poster,
                     c,
-                    |b: &[Arc<str>]| json_array(b),
+                    |b: &[Arc<str>]| (json_array(b), b.len() as u64),
                     sent,
                     stop,
                     "HAR collector",
@@ -113,7 +113,10 @@ impl Diagnostics {
                     pending,
                     poster,
                     t,
-                    move |b: &[Finished]| super::trace::otlp::encode(&service, b),
+                    move |b: &[Finished]| {
+                        let spans = b.iter().map(Finished::spans).sum();
+                        (super::trace::otlp::encode(&service, b), spans)
+                    },
                     sent,
                     stop,
                     "OTLP export",

@@ -136,7 +136,7 @@ pub async fn run<T: Clone>(
     pending: Arc<Pending<T>>,
     poster: Poster,
     s: Settings,
-    encode: impl Fn(&[T]) -> Bytes,
+    encode: impl Fn(&[T]) -> (Bytes, u64),
     sent: Counter,
     stop: tokio_util::sync::CancellationToken,
     what: &'static str,
@@ -158,10 +158,12 @@ pub async fn run<T: Clone>(
             }
             continue;
         }
-        match poster.post(encode(&batch)).await {
+        // The body, and how many items it carries for `sent` (spans, not calls).
+        let (body, items) = encode(&batch);
+        match poster.post(body).await {
             Ok(()) => {
                 pending.sent(batch.len(), dropped_before);
-                sent.inc_by(batch.len() as u64);
+                sent.inc_by(items);
                 backoff = Duration::from_millis(100);
             }
             Err(e) => {

@@ -149,6 +149,13 @@ pub struct Finished {
     pub request_id: String,
 }
 
+impl Finished {
+    /// Spans it exports as ([`otlp::encode`]): the server span and one per attempt.
+    pub fn spans(&self) -> u64 {
+        1 + self.attempts.len() as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
