@@ -29,47 +29,74 @@ fn is_hop_by_hop(n: &HeaderName) -> bool {
         || n == TE
 }
 
+/// Removes every field whose name `drop` selects, keeping the others in their order.
+/// `HeaderMap::remove` moves the last field into the removed one's slot, so a provider
+/// would receive `x-e, x-a, x-d` as `x-d, x-e, x-a`: the README promises end-to-end
+/// headers in order.
+pub fn remove_in_order(h: &mut HeaderMap, drop: impl Fn(&HeaderName) -> bool) {
+    if !h.keys().any(&drop) {
+        return;
+    }
+    let old = std::mem::take(h);
+    h.reserve(old.len());
+    let mut name: Option<HeaderName> = None;
+    // A name is given with its first value only; the values after it share it.
+    for (n, v) in old {
+        if let Some(n) = n {
+            name = Some(n);
+        }
+        if let Some(n) = &name
+            && !drop(n)
+        {
+            h.append(n.clone(), v);
+        }
+    }
+}
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1): `Connection` and every header it
 /// names, plus `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` and `Upgrade`.
 /// `TE: trailers` is kept: it is the one TE value HTTP/2 allows end to end
-/// (RFC 9113 §8.2.2) and gRPC needs it.
+/// (RFC 9113 §8.2.2) and gRPC needs it. The other fields keep their order.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
-    // Fast path: one pass of cheap name comparisons; most messages carry none of these,
-    // and every `remove` would hash.
-    if !h.keys().any(is_hop_by_hop) {
+    strip(h, false);
+}
+
+/// What an upstream request loses, in one order-keeping pass: hop-by-hop headers, and
+/// what is addressed to tollgate itself: every `x-tollgate-*` header and
+/// `Proxy-Authorization` (credentials for the proxy, RFC 9110 §11.7.2).
+pub fn strip_for_upstream(h: &mut HeaderMap) {
+    strip(h, true);
+}
+
+fn strip(h: &mut HeaderMap, control: bool) {
+    // Fast path: cheap name comparisons; most messages carry none of these.
+    let hop = h.keys().any(is_hop_by_hop);
+    if !(hop || (control && h.keys().any(is_control))) {
         return;
     }
-    if h.contains_key(CONNECTION) {
-        // Usually one value (`keep-alive`, `close`): `more` stays empty and unallocated.
-        let mut all = h.get_all(CONNECTION).iter();
-        let first = all.next().cloned();
-        let more: Vec<_> = all.cloned().collect();
-        h.remove(CONNECTION);
-        for t in first.iter().chain(more.iter()).flat_map(tokens) {
-            // Names given as &str are matched without allocating; `close` and
-            // `keep-alive` need no lookup (the latter goes below anyway).
-            if !t.eq_ignore_ascii_case("close")
+    // Names the Connection field lists (lower-cased, as header names are); `close` and
+    // `keep-alive` name no field, and `te` is judged below.
+    let named: Vec<String> = connection_tokens(h)
+        .filter(|t| {
+            !t.eq_ignore_ascii_case("close")
                 && !t.eq_ignore_ascii_case("keep-alive")
                 && !t.eq_ignore_ascii_case("te")
-            {
-                h.remove(t);
-            }
-        }
-    }
-    h.remove(KEEP_ALIVE);
-    h.remove(PROXY_CONNECTION);
+        })
+        .map(str::to_ascii_lowercase)
+        .collect();
     // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and a proxy must remove
     // the Content-Length of such a message: left in, it would frame the relayed body and
     // silently cut it short.
-    if h.remove(TRANSFER_ENCODING).is_some() {
-        h.remove(CONTENT_LENGTH);
-    }
-    h.remove(UPGRADE);
-    if let Some(te) = h.get(TE)
-        && !te.as_bytes().eq_ignore_ascii_case(b"trailers")
-    {
-        h.remove(TE);
-    }
+    let chunked = h.contains_key(TRANSFER_ENCODING);
+    let te_dropped = h
+        .get(TE)
+        .is_some_and(|te| !te.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    remove_in_order(h, |n| {
+        (hop && ((is_hop_by_hop(n) && (n != TE || te_dropped))
+            || (chunked && n == CONTENT_LENGTH)
+            || named.iter().any(|t| t == n.as_str())))
+            || (control && is_control(n))
+    });
 }
 
 /// The tokens of one `Connection` field line, a comma-separated list (RFC 9110 §5.6.1);
@@ -95,18 +122,6 @@ pub fn connection_tokens(h: &HeaderMap) -> impl Iterator<Item = &str> {
 
 fn is_control(n: &HeaderName) -> bool {
     n == PROXY_AUTHORIZATION || n.as_str().starts_with(CONTROL_PREFIX)
-}
-
-/// Removes what is addressed to tollgate itself: every `x-tollgate-*` header and
-/// `Proxy-Authorization` (credentials for the proxy, RFC 9110 §11.7.2).
-pub fn strip_control(h: &mut HeaderMap) {
-    if !h.keys().any(is_control) {
-        return;
-    }
-    let names: Vec<HeaderName> = h.keys().filter(|n| is_control(n)).cloned().collect();
-    for n in names {
-        h.remove(n);
-    }
 }
 
 /// Total size of the header section as a client sent it, approximately: names,
@@ -175,7 +190,7 @@ mod tests {
         h.insert("x-tollgate-anything", HeaderValue::from_static("a"));
         h.insert(PROXY_AUTHORIZATION, HeaderValue::from_static("Basic x"));
         h.insert("x-tollgatekeeper", HeaderValue::from_static("stays"));
-        strip_control(&mut h);
+        strip_for_upstream(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-tollgatekeeper"));
     }

@@ -365,8 +365,7 @@ fn prepare(
     .map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
 
     let (mut parts, body) = req.into_parts();
-    headers::strip_hop_by_hop(&mut parts.headers);
-    headers::strip_control(&mut parts.headers);
+    headers::strip_for_upstream(&mut parts.headers);
     // RFC 9110 §7.6.3: each proxy appends itself to Via; seeing its own entry come back
     // is how a loop through any address or name is caught.
     parts

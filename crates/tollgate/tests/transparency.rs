@@ -140,6 +140,95 @@ async fn hop_by_hop_and_control_headers_are_removed_and_host_is_the_upstream() {
     );
 }
 
+/// The end-to-end header names of a recorded head, in the order they arrived.
+fn names_in_order(head: &str, keep: &[&str]) -> Vec<String> {
+    head_lines(head)
+        .iter()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .filter(|n| keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn end_to_end_headers_keep_their_order_whatever_is_removed() {
+    const ORDER: [&str; 5] = ["x-e", "x-a", "x-d", "x-b", "x-c"];
+    let (up, heads) = recording_upstream().await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /r\n    upstream: http://{}\npolicies:\n  - name: p\n    match: {{host: 127.0.0.1, path: /edited}}\n    request: {{remove_headers: [x-a]}}\n",
+        up.addr
+    ))
+    .await;
+    let fields = |extra: &[(&str, &str)]| {
+        let mut h = String::new();
+        // Headers to remove before, between and after the end-to-end ones.
+        for (i, n) in ORDER.iter().enumerate() {
+            if let Some((en, ev)) = extra.get(i) {
+                h.push_str(&format!("{en}: {ev}\r\n"));
+            }
+            h.push_str(&format!("{n}: {i}\r\n"));
+        }
+        h
+    };
+    let a = up.addr;
+    let requests = [
+        // Forward proxy, as `curl -x` sends it.
+        format!(
+            "GET http://{a}/fwd HTTP/1.1\r\nHost: {a}\r\n{}\r\n",
+            fields(&[
+                ("proxy-connection", "keep-alive"),
+                ("connection", "x-hop"),
+                ("x-hop", "1")
+            ])
+        ),
+        // Header mode, tollgate's own headers first.
+        format!(
+            "GET /hdr HTTP/1.1\r\nHost: gw\r\n{}\r\n",
+            fields(&[
+                ("x-tollgate-host", &a.to_string()),
+                ("x-tollgate-scheme", "http"),
+                ("keep-alive", "5")
+            ])
+        ),
+        // Route mode.
+        format!(
+            "GET /r/route HTTP/1.1\r\nHost: gw\r\n{}\r\n",
+            fields(&[("te", "gzip"), ("proxy-authorization", "Basic eDp5")])
+        ),
+    ];
+    for r in &requests {
+        let answer = raw_exchange(
+            gw.proxy_addr,
+            r.replacen("\r\n\r\n", "\r\nconnection: close\r\n\r\n", 1)
+                .as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    // A policy that removes one: the others keep their order.
+    let edited = format!(
+        "GET /edited HTTP/1.1\r\nHost: gw\r\nx-tollgate-host: {a}\r\nx-tollgate-scheme: http\r\n{}connection: close\r\n\r\n",
+        fields(&[])
+    );
+    assert!(
+        raw_exchange(gw.proxy_addr, edited.as_bytes())
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 4, "{heads:#?}");
+    for head in &heads[..3] {
+        assert_eq!(names_in_order(head, &ORDER), ORDER, "{head}");
+    }
+    assert_eq!(
+        names_in_order(&heads[3], &ORDER),
+        ["x-e", "x-d", "x-b", "x-c"],
+        "{}",
+        heads[3]
+    );
+}
+
 #[tokio::test]
 async fn status_codes_and_response_headers_pass_untouched() {
     let up = upstream(|req: Request<hyper::body::Incoming>| async move {

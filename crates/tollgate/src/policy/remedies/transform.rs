@@ -20,8 +20,8 @@ pub struct HeaderEdits {
 
 impl HeaderEdits {
     pub fn apply(&self, h: &mut HeaderMap) {
-        for n in &self.remove {
-            h.remove(n);
+        if !self.remove.is_empty() {
+            crate::headers::remove_in_order(h, |n| self.remove.contains(n));
         }
         for (n, v) in &self.set {
             h.insert(n.clone(), v.clone());
@@ -138,7 +138,7 @@ async fn edit_json(x: &mut Exchange, json: &JsonEdits) -> Result<(), ProxyError>
     x.parts
         .headers
         .insert(header::CONTENT_LENGTH, edited.len().into());
-    x.parts.headers.remove(header::TRANSFER_ENCODING);
+    crate::headers::remove_in_order(&mut x.parts.headers, |n| n == header::TRANSFER_ENCODING);
     x.buffered = Some(edited);
     Ok(())
 }
