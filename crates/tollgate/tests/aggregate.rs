@@ -296,6 +296,21 @@ endpoints:
 }
 
 #[tokio::test]
+async fn literal_segments_win_whatever_the_order() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /users/{{id}}\n    backends:\n      - url: http://{a}/by-id/{{id}}\n  - path: /users/me\n    backends:\n      - url: http://{a}/me\n  - path: /a/{{x}}/c\n    backends:\n      - url: http://{a}/x/{{x}}\n  - path: /a/b/{{y}}\n    backends:\n      - url: http://{a}/y/{{y}}\n",
+        a = echo.addr
+    ))
+    .await;
+    assert_eq!(get(&gw, "/users/me", &[]).await.json()["path"], "/me");
+    assert_eq!(get(&gw, "/users/42", &[]).await.json()["path"], "/by-id/42");
+    // The first segment where they differ decides.
+    assert_eq!(get(&gw, "/a/b/c", &[]).await.json()["path"], "/y/c");
+    assert_eq!(get(&gw, "/a/z/c", &[]).await.json()["path"], "/x/z");
+}
+
+#[tokio::test]
 async fn parameter_names_may_have_hyphens() {
     let echo = echo_upstream().await;
     let gw = gateway(&format!(

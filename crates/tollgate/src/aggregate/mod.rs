@@ -87,13 +87,24 @@ impl Endpoints {
     }
 
     /// The endpoint answering `method` on `path`, and its parameters' values.
+    /// The endpoint a request calls: of those matching, the most specific (literal
+    /// segments win over parameters whatever the declaration order: `/users/me` over
+    /// `/users/{id}`).
     pub fn find<'a>(&self, method: &Method, path: &'a str) -> Option<(usize, Vec<&'a str>)> {
-        self.list.iter().enumerate().find_map(|(i, e)| {
+        let mut best: Option<(usize, Vec<&'a str>)> = None;
+        for (i, e) in self.list.iter().enumerate() {
             if e.method != method {
-                return None;
+                continue;
             }
-            e.path.matches(path).map(|params| (i, params))
-        })
+            if let Some(params) = e.path.matches(path)
+                && best
+                    .as_ref()
+                    .is_none_or(|(b, _)| e.path.beats(&self.list[*b].path))
+            {
+                best = Some((i, params));
+            }
+        }
+        best
     }
 
     /// The effective form, for `/config`.

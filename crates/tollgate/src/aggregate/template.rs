@@ -58,6 +58,20 @@ impl PathTemplate {
         })
     }
 
+    /// Whether this template is the more specific where both match: at the first segment
+    /// where one is literal and the other a parameter, the literal wins (KrakenD's
+    /// router, and httprouter's, decide so), whatever the declaration order.
+    pub fn beats(&self, other: &PathTemplate) -> bool {
+        for (a, b) in self.segments.iter().zip(&other.segments) {
+            match (a, b) {
+                (Segment::Literal(_), Segment::Param(_)) => return true,
+                (Segment::Param(_), Segment::Literal(_)) => return false,
+                _ => {}
+            }
+        }
+        false
+    }
+
     /// The parameters' values when `path` matches (values as sent: still percent-encoded).
     pub fn matches<'a>(&self, path: &'a str) -> Option<Vec<&'a str>> {
         let mut parts = path.strip_prefix('/')?.split('/');
