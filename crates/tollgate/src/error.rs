@@ -57,6 +57,13 @@ pub enum ProxyError {
     ShuttingDown,
     #[error("the upstream connection failed: {0}")]
     Upstream(String),
+    /// Every backend of an aggregated endpoint failed: 504 when all timed out, else 502.
+    #[error("every backend of endpoint `{endpoint}` {detail}")]
+    BackendsFailed {
+        endpoint: String,
+        detail: String,
+        timed_out: bool,
+    },
     /// A remedy refused the request (a limit, a queue, a breaker, the provider's throttle).
     #[error("{}", .0.message)]
     Rejected(Rejection),
@@ -127,6 +134,10 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::ShuttingDown => "shutting_down",
             ProxyError::Upstream(_) => "upstream_error",
+            ProxyError::BackendsFailed {
+                timed_out: true, ..
+            } => "upstream_timeout",
+            ProxyError::BackendsFailed { .. } => "upstream_error",
             ProxyError::Rejected(r) => r.kind.code(),
             ProxyError::BodyTooLarge { .. } => "body_too_large",
         }
@@ -143,7 +154,11 @@ impl ProxyError {
             | ProxyError::Connect { .. }
             | ProxyError::Tls { .. }
             | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamTimeout { .. }
+            | ProxyError::BackendsFailed {
+                timed_out: true, ..
+            } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::BackendsFailed { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::DomainDenied(_) => StatusCode::FORBIDDEN,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,

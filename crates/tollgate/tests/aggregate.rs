@@ -211,15 +211,18 @@ endpoints:
     let got = get(&gw, "/failed", &[]).await;
     assert_eq!(got.status, StatusCode::BAD_GATEWAY);
     assert_eq!(got.error_code().as_deref(), Some("upstream_error"));
-    assert!(
-        got.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("backend0: answered 503")
-    );
+    let message = got.json()["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("backend0: answered 503"), "{message}");
+    // The backends answered: no connection failed, and the sentence says so.
+    assert!(!message.contains("connection failed"), "{message}");
     let got = get(&gw, "/late", &[]).await;
     assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(got.error_code().as_deref(), Some("upstream_timeout"));
+    let message = got.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.starts_with("every backend of endpoint `/late` ") && !message.contains("``"),
+        "{message}"
+    );
     // Counted as failed calls, each backend with its reason.
     let timeout = r#"backend="backend0",result="timeout"} 1"#;
     let text = metrics_when(&gw, |t| t.contains(timeout)).await;

@@ -254,22 +254,24 @@ fn respond(
         .filter_map(|(b, f)| f.as_ref().map(|f| (b, f)))
         .collect();
     if failed.len() == e.backends.len() {
-        if failed.iter().all(|(_, f)| matches!(f, Failure::Timeout)) {
-            return Err(ProxyError::UpstreamTimeout {
-                target: format!("every backend of endpoint `{}`", e.path.text),
-                stage: "answer",
-                limit: e.timeout,
-            });
-        }
-        return Err(ProxyError::Upstream(format!(
-            "every backend of endpoint `{}` failed: {}",
-            e.path.text,
-            failed
-                .iter()
-                .map(|(b, f)| format!("{}: {}", b.name, f.message()))
-                .collect::<Vec<_>>()
-                .join("; ")
-        )));
+        let timed_out = failed.iter().all(|(_, f)| matches!(f, Failure::Timeout));
+        let detail = if timed_out {
+            format!("timed out (timeout {:?})", e.timeout)
+        } else {
+            format!(
+                "failed: {}",
+                failed
+                    .iter()
+                    .map(|(b, f)| format!("{}: {}", b.name, f.message()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        };
+        return Err(ProxyError::BackendsFailed {
+            endpoint: e.path.text.clone(),
+            detail,
+            timed_out,
+        });
     }
     let mut merged = Map::new();
     for part in parts.into_iter().flatten() {
