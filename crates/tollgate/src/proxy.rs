@@ -125,7 +125,6 @@ impl Ctx {
             total: self.start.elapsed(),
             wait: self.upstream,
             completed,
-            queued_bytes: 0,
         }));
     }
 }

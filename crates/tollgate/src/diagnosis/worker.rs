@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, SinkLabels};
 use crate::upstream::{Connector, dns, tls};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 /// How often the diagnosis thread drains the HAR queue (polling, like the observer: no
 /// wake-up per request).
@@ -27,9 +27,8 @@ pub struct Diagnostics {
     pub remedy_stats: Arc<Mutex<RemedyStats>>,
     /// Aggregated endpoints' calls (`GET /discover`, `aggregated`).
     pub aggregated: Arc<Mutex<AggregateStats>>,
-    /// Stops the diagnosis thread's senders when the gateway goes.
-    _stop: Option<DropGuard>,
-    /// The same signal, for [`Diagnostics::finish`].
+    /// Stops the diagnosis thread (and its senders) at [`Diagnostics::finish`] or when
+    /// the gateway goes.
     stop: Option<CancellationToken>,
     /// Told when the diagnosis thread has written what was queued and closed its files.
     closed: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
@@ -52,7 +51,6 @@ impl Diagnostics {
             endpoint_metrics: d.discovery.enabled && d.discovery.metrics,
             remedy_stats: Arc::default(),
             aggregated: Arc::default(),
-            _stop: None,
             stop: None,
             closed: Mutex::new(None),
         };
@@ -174,9 +172,8 @@ impl Diagnostics {
                     .await;
                 });
             })?;
-        this.stop = Some(stop.clone());
+        this.stop = Some(stop);
         this.closed = Mutex::new(Some(closed_rx));
-        this._stop = Some(stop.drop_guard());
         Ok(this)
     }
 
@@ -189,6 +186,14 @@ impl Diagnostics {
         let closed = self.closed.lock().ok().and_then(|mut c| c.take());
         if let Some(closed) = closed {
             let _ = tokio::time::timeout(FINISH_TIMEOUT, closed).await;
+        }
+    }
+}
+
+impl Drop for Diagnostics {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.stop {
+            stop.cancel();
         }
     }
 }

@@ -86,12 +86,12 @@ pub struct Record {
     pub wait: Option<Duration>,
     /// Whether the response body was delivered whole.
     pub completed: bool,
-    /// What this record counts for in the writer's queue bound (set when queued).
-    pub queued_bytes: usize,
 }
 
 impl Record {
-    /// About the memory this record holds: its bodies, heads and URL.
+    /// About the memory this record holds: its bodies, heads and URL (what it counts for
+    /// in the writer's queue bound; a queued record never changes, so sender and writer
+    /// compute the same).
     pub fn size(&self) -> usize {
         let c = &self.capture;
         let head = |h: &http::HeaderMap| {

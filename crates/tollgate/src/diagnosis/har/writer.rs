@@ -44,9 +44,8 @@ impl HarWriter {
     }
 
     #[inline]
-    pub fn send(&self, mut r: Box<Record>) {
+    pub fn send(&self, r: Box<Record>) {
         let size = r.size();
-        r.queued_bytes = size;
         if self.queued.fetch_add(size, Relaxed) + size > self.max_queued {
             self.queued.fetch_sub(size, Relaxed);
             self.dropped.inc();
@@ -125,7 +124,7 @@ impl Sinks {
             }
             match self.rx.try_recv() {
                 Ok(r) => {
-                    self.queued.fetch_sub(r.queued_bytes, Relaxed);
+                    self.queued.fetch_sub(r.size(), Relaxed);
                     let (entry, found) = super::entry::build(&r);
                     // The whole entry once more through the value scrubber: no secret
                     // value leaves in any form the walk above did not see.
