@@ -299,3 +299,33 @@ diagnosis:
     let line = "tollgate_endpoint_remedy_actions_total{host=\"127.0.0.1\",method=\"GET\",endpoint=\"/items/{id}\",remedy=\"rate_limit\",action=\"rejected\"} 3";
     assert!(m.contains(line), "{line} in\n{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_consumer_header_is_counted_by_digest() {
+    let up = echo_upstream().await;
+    let gw =
+        gateway("diagnosis:\n  discovery: { enabled: true, consumer_header: authorization }\n")
+            .await;
+    for token in ["sk-live-aaaa1111", "sk-live-aaaa1111", "sk-live-bbbb2222"] {
+        let auth = format!("Bearer {token}");
+        let r = get_via(&gw, up.addr, "/v1/models", &[("authorization", &auth)]).await;
+        assert_eq!(r.status, 200);
+    }
+    let d = discovered(&gw, 3).await;
+    let text = d.to_string();
+    assert!(!text.contains("sk-live"), "{d:#}");
+    let consumers = find(&d, "GET", "/v1/models")["consumers"]
+        .as_object()
+        .unwrap()
+        .clone();
+    // One token stays one consumer; the scheme shows what kind of credential it was.
+    let mut counts: Vec<u64> = consumers.values().map(|v| v.as_u64().unwrap()).collect();
+    counts.sort();
+    assert_eq!(counts, [1, 2], "{consumers:?}");
+    assert!(
+        consumers
+            .keys()
+            .all(|k| k.starts_with("Bearer sha256:") && k.len() == 26),
+        "{consumers:?}"
+    );
+}

@@ -18,22 +18,6 @@ use tollgate::diagnosis::har::{file::har_files, read};
 const SECRET: &str = "sk-live-SECRET0123456789";
 const QUERY_SECRET: &str = "qk-SECRET9876543210";
 
-/// Polls `dir` until its HAR files hold `n` entries (a deadline, not a speed assertion).
-async fn entries_in(dir: &Path, n: usize) -> Vec<Value> {
-    for _ in 0..500 {
-        if let Ok(e) = read::load(dir)
-            && e.len() >= n
-        {
-            return e;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "{dir:?} did not get {n} HAR entries: {:?}",
-        read::load(dir).map(|e| e.len())
-    );
-}
-
 /// `har-validator` from npm, installed once under target/ (needs node and npm).
 fn validator() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/har-validator");
@@ -214,7 +198,7 @@ async fn entries_are_valid_har_and_no_secret_reaches_any_sink() {
     let d = get_via(&gw, up.addr, "/binary", &[]).await;
     assert_eq!(d.body.len(), 5);
 
-    let entries = entries_in(dir.path(), 4).await;
+    let entries = har_entries_in(dir.path(), 4).await;
     // Every file is a complete HAR document, valid by a validator others wrote.
     for f in har_files(dir.path()).unwrap() {
         validate(&std::fs::read_to_string(f).unwrap());
@@ -388,7 +372,7 @@ diagnosis:
         .await;
         assert_eq!(r.status, 200);
     }
-    let entries = entries_in(dir.path(), 2).await;
+    let entries = har_entries_in(dir.path(), 2).await;
     let text = serde_json::to_string(&entries).unwrap();
     for clear in ["bob@example.com", "5551234"] {
         assert!(!text.contains(clear), "{clear} left in clear");
@@ -563,7 +547,7 @@ async fn a_captured_entry_becomes_a_mock_policy() {
     let gw = gateway(&yaml).await;
     let r = get_via(&gw, up.addr, "/gzip", &[]).await;
     assert_eq!(r.status, 200);
-    let entries = entries_in(dir.path(), 1).await;
+    let entries = har_entries_in(dir.path(), 1).await;
     let listing = read::list(&entries);
     assert!(
         listing.contains("GET") && listing.contains("/gzip") && listing.contains("200"),
@@ -602,7 +586,7 @@ async fn a_failed_call_is_captured_with_its_error_and_sampling_zero_captures_not
     assert_eq!(get_via(&gw, up.addr, "/anything/x", &[]).await.status, 200);
     let r = get_via(&gw, dead, "/quiet/down", &[]).await;
     assert_eq!(r.status, 502);
-    let entries = entries_in(dir.path(), 1).await;
+    let entries = har_entries_in(dir.path(), 1).await;
     assert_eq!(entries.len(), 1, "only the selected policy's calls");
     let e = &entries[0];
     assert_eq!(e["response"]["status"], 502);

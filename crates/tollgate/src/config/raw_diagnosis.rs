@@ -31,7 +31,7 @@ pub struct RawDiscovery {
     pub max_endpoints: usize,
     /// Distinct literal values seen at one path position (under the same prefix) before that position becomes a `{param}` (2 to 10000).
     pub max_children: usize,
-    /// A request header naming the calling application or tenant; its values are counted per endpoint. Absent: no consumer counts.
+    /// A request header naming the calling application or tenant; its values are counted per endpoint (by digest when the header carries secrets, such as `authorization`). Absent: no consumer counts.
     pub consumer_header: Option<String>,
     /// Most consumer values counted per endpoint (1 to 1000); the rest under `other`.
     pub max_consumers: usize,

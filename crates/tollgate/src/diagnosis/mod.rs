@@ -33,6 +33,9 @@ pub struct Acted {
 pub struct Plan {
     pub discovery: bool,
     pub consumer_header: Option<HeaderName>,
+    /// The consumer header carries secrets (a redacted name such as `authorization`):
+    /// its values are counted by digest, never shown.
+    pub consumer_secret: bool,
     pub har: Option<HarPlan>,
     /// Sampling of new traces, when traces are on.
     pub traces: Option<f64>,
@@ -64,12 +67,18 @@ impl Plan {
             }),
             max_body: d.har.max_body_bytes,
         });
+        let redactor = Arc::new(har::redact::Redactor::new(config));
         Self {
             discovery: d.discovery.enabled,
+            consumer_secret: d
+                .discovery
+                .consumer_header
+                .as_ref()
+                .is_some_and(|h| redactor.is_secret(h.as_str())),
             consumer_header: d.discovery.consumer_header.clone(),
             har,
             traces: d.traces.enabled.then_some(d.traces.sample),
-            redactor: Arc::new(har::redact::Redactor::new(config)),
+            redactor,
             templates: config
                 .policies
                 .policies
@@ -141,7 +150,11 @@ impl RequestDiag {
             consumer: plan
                 .consumer_header
                 .as_ref()
-                .and_then(|h| headers.get(h).cloned()),
+                .and_then(|h| headers.get(h))
+                .map(|v| match plan.consumer_secret {
+                    true => consumer_digest(v),
+                    false => v.clone(),
+                }),
             trace: plan
                 .traces
                 .and_then(|rate| trace::RequestTrace::start(headers, rate)),
@@ -152,6 +165,24 @@ impl RequestDiag {
     pub fn request_bytes(&self) -> Option<u64> {
         self.tap.as_ref().map(|t| t.bytes())
     }
+}
+
+/// A secret consumer value as it is counted: its scheme (`Bearer`, `Basic`) kept, the
+/// rest as the first 12 hex digits of its SHA-256 — one token stays one consumer, and
+/// nothing in `/discover` can be used as a credential.
+fn consumer_digest(v: &HeaderValue) -> HeaderValue {
+    let b = v.as_bytes();
+    let (scheme, secret) = match b.iter().position(|&c| c == b' ') {
+        Some(i) => (std::str::from_utf8(&b[..i]).ok(), &b[i + 1..]),
+        None => (None, b),
+    };
+    let d = ring::digest::digest(&ring::digest::SHA256, secret);
+    let hex: String = d.as_ref()[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let shown = match scheme {
+        Some(s) if s.bytes().all(|c| c.is_ascii_alphanumeric()) => format!("{s} sha256:{hex}"),
+        _ => format!("sha256:{hex}"),
+    };
+    HeaderValue::try_from(shown).unwrap_or(HeaderValue::from_static("sha256"))
 }
 
 /// Now as unix nanoseconds.

@@ -495,3 +495,20 @@ pub async fn post_reload(gw: &Gateway) -> Got {
     )
     .await
 }
+
+/// Polls `dir` until its HAR files hold `n` entries (a deadline, not a speed assertion).
+pub async fn har_entries_in(dir: &std::path::Path, n: usize) -> Vec<Value> {
+    use tollgate::diagnosis::har::read;
+    for _ in 0..500 {
+        if let Ok(e) = read::load(dir)
+            && e.len() >= n
+        {
+            return e;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{dir:?} did not get {n} HAR entries: {:?}",
+        read::load(dir).map(|e| e.len())
+    );
+}

@@ -147,6 +147,8 @@ impl Node {
 struct Host {
     endpoints: HashMap<(&'static str, String), Stats>,
     trie: Node,
+    /// Endpoints named by a policy's template: a collapse never rewrites them.
+    named: std::collections::HashSet<String>,
 }
 
 /// Every endpoint seen, within the caps.
@@ -186,7 +188,12 @@ impl Endpoints {
         let max_children = self.settings.max_children;
         let host = self.hosts.entry(host_key.to_owned()).or_default();
         let endpoint = match c.template {
-            Some(t) => t.to_owned(),
+            Some(t) => {
+                if !host.named.contains(t) {
+                    host.named.insert(t.to_owned());
+                }
+                t.to_owned()
+            }
             None => learn(host, c.path, max_children),
         };
         let key = (c.method, endpoint);
@@ -300,6 +307,7 @@ fn learn(host: &mut Host, path: &str, max_children: usize) -> String {
     let old: Vec<(&'static str, String)> = host
         .endpoints
         .keys()
+        .filter(|(_, t)| !host.named.contains(t))
         .filter(|(_, t)| {
             let s: Vec<&str> = t.split('/').filter(|s| !s.is_empty()).collect();
             s.len() > at
@@ -383,6 +391,30 @@ mod tests {
         let eps = j["endpoints"].as_array().unwrap();
         assert_eq!(eps.len(), 1, "{j}");
         assert_eq!(eps[0]["count"], 5);
+    }
+
+    #[test]
+    fn a_collapse_leaves_policy_templates_alone() {
+        let mut e = Endpoints::new(Discovery {
+            max_children: 2,
+            ..settings()
+        });
+        let named = "/gh/repos/{owner}/{repo}/issues/{number}";
+        let policy = |path| Call {
+            template: Some(named),
+            ..call("api", path)
+        };
+        assert_eq!(e.record(&policy("/gh/repos/a/b/issues/1")).endpoint, named);
+        for p in ["/x/one", "/y/two", "/z/three"] {
+            e.record(&call("api", p));
+        }
+        assert_eq!(e.record(&policy("/gh/repos/a/b/issues/2")).endpoint, named);
+        let j = e.to_json();
+        let eps = j["endpoints"].as_array().unwrap();
+        let (ours, learned): (Vec<_>, Vec<_>) = eps.iter().partition(|e| e["endpoint"] == named);
+        assert_eq!(ours.len(), 1, "{j}");
+        assert_eq!(ours[0]["count"], 2, "{j}");
+        assert!(learned.iter().all(|e| e["endpoint"] == "/{id}/{id}"), "{j}");
     }
 
     #[test]

@@ -3,22 +3,40 @@
 //! the spec allows for custom fields.
 
 use super::Record;
-use super::redact::{REDACTED, Redactor};
+use super::body::{self, content_type, decode};
+use super::redact::{REDACTED, Secrets};
 use crate::diagnosis::discovery::template;
-use base64::Engine as _;
 use http::{HeaderMap, Version};
 use serde_json::{Value, json};
-use std::io::Read;
 
-/// Most bytes a compressed body is decoded to.
-const MAX_DECODED: u64 = 16 << 20;
-
-/// The entry, and the secret values found under secret JSON keys of the bodies (the
-/// writer scrubs them from the whole entry: a provider may echo them back elsewhere).
+/// The entry, and this entry's secret values: the client's credentials and the values
+/// found under secret names in its bodies (the writer scrubs them from the whole entry:
+/// a provider may echo them back anywhere).
 pub fn build(r: &Record) -> (Value, Vec<String>) {
-    let mut found = Vec::new();
     let c = &r.capture;
-    let red = &c.redactor;
+    let mut red = Secrets {
+        red: &c.redactor,
+        own: c.redactor.request_secrets(&c.request_headers, &c.url),
+    };
+    // The request body first: secrets found there are scrubbed from the response too.
+    let post = r
+        .request_body
+        .as_ref()
+        .filter(|(_, n)| *n > 0)
+        .map(|(data, size)| {
+            let mime = content_type(&c.request_headers);
+            let (text, encoding) = body::text(data, &mime, &mut red);
+            let mut post = json!({ "mimeType": mime, "text": text });
+            if let Some(e) = encoding {
+                post["_encoding"] = e.into();
+            }
+            if *size > data.len() as u64 {
+                post["_tollgateTruncated"] = true.into();
+                post["_tollgateSize"] = (*size).into();
+            }
+            post
+        });
+    let red = &mut red;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let total = ms(r.total);
     let blocked = c.sent_after.map_or(0.0, ms);
@@ -37,19 +55,7 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
         "headersSize": -1,
         "bodySize": r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
     });
-    if let Some((data, size)) = &r.request_body
-        && *size > 0
-    {
-        let mime = content_type(&c.request_headers);
-        let (text, encoding) = body_text(data, &mime, red, &mut found);
-        let mut post = json!({ "mimeType": mime, "text": text });
-        if let Some(e) = encoding {
-            post["_encoding"] = e.into();
-        }
-        if *size > data.len() as u64 {
-            post["_tollgateTruncated"] = true.into();
-            post["_tollgateSize"] = (*size).into();
-        }
+    if let Some(post) = post {
         request["postData"] = post;
     }
 
@@ -63,7 +69,7 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
                 Some(d) => (&d[..], Some(d.len() as i64 - data.len() as i64)),
                 None => (&data[..], None),
             };
-            let (text, encoding) = body_text(body, &mime, red, &mut found);
+            let (text, encoding) = body::text(body, &mime, red);
             let mut content =
                 json!({ "size": body.len() as u64 + size - data.len() as u64, "mimeType": mime });
             if !body.is_empty() {
@@ -119,7 +125,8 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
     if let Some(e) = r.error {
         entry["_tollgateError"] = e.into();
     }
-    (entry, found)
+    let own = std::mem::take(&mut red.own);
+    (entry, own)
 }
 
 fn version(v: Version) -> &'static str {
@@ -131,7 +138,7 @@ fn version(v: Version) -> &'static str {
     }
 }
 
-fn headers(h: &HeaderMap, red: &Redactor) -> Vec<Value> {
+fn headers(h: &HeaderMap, red: &Secrets) -> Vec<Value> {
     h.iter()
         .map(|(n, v)| {
             let value = String::from_utf8_lossy(v.as_bytes());
@@ -142,7 +149,7 @@ fn headers(h: &HeaderMap, red: &Redactor) -> Vec<Value> {
 
 /// Cookies of `Cookie` (request) or `Set-Cookie` (response): names kept, values
 /// redacted while the header is a secret name (the default).
-fn cookies(h: &HeaderMap, name: &str, red: &Redactor) -> Vec<Value> {
+fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Value> {
     let mut out = Vec::new();
     for v in h.get_all(name) {
         let v = String::from_utf8_lossy(v.as_bytes());
@@ -153,7 +160,7 @@ fn cookies(h: &HeaderMap, name: &str, red: &Redactor) -> Vec<Value> {
         };
         for pair in pairs {
             let (n, val) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
-            let value = if red.is_secret(name) {
+            let value = if red.red.is_secret(name) {
                 REDACTED.to_owned()
             } else {
                 red.header(name, val)
@@ -166,9 +173,9 @@ fn cookies(h: &HeaderMap, name: &str, red: &Redactor) -> Vec<Value> {
 
 /// The URL with path parameters obfuscated (when on) and query values redacted or
 /// obfuscated, and the query as HAR's `queryString`.
-fn url_and_query(url: &str, red: &Redactor, template: Option<&str>) -> (String, Vec<Value>) {
+fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, Vec<Value>) {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let base = match red.obfuscator() {
+    let base = match red.red.obfuscator() {
         Some(o) => {
             // scheme://authority + path
             let path_start = base
@@ -233,144 +240,6 @@ fn url_and_query(url: &str, red: &Redactor, template: Option<&str>) -> (String, 
         format!("{base}?{q}")
     };
     (red.scrub(&url).into_owned(), pairs)
-}
-
-fn content_type(h: &HeaderMap) -> String {
-    h.get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned()
-}
-
-fn is_text(mime: &str) -> bool {
-    let m = mime
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    m.starts_with("text/")
-        || m.ends_with("json")
-        || m.ends_with("+xml")
-        || m == "application/xml"
-        || m == "application/javascript"
-        || m == "application/x-www-form-urlencoded"
-        || m == "application/x-ndjson"
-        || m.is_empty()
-}
-
-/// The body as HAR text: text types redacted (JSON walked: secret keys redacted, leaves
-/// obfuscated when on); anything else (or text that is not UTF-8) as base64.
-fn body_text(
-    data: &[u8],
-    mime: &str,
-    red: &Redactor,
-    found: &mut Vec<String>,
-) -> (String, Option<&'static str>) {
-    if data.is_empty() {
-        return (String::new(), None);
-    }
-    if is_text(mime)
-        && let Ok(text) = std::str::from_utf8(data)
-    {
-        if let Ok(mut v) = serde_json::from_str::<Value>(text) {
-            walk(&mut v, red, &mut Vec::new(), found);
-            return (red.scrub(&v.to_string()).into_owned(), None);
-        }
-        return (red.scrub(text).into_owned(), None);
-    }
-    (
-        base64::engine::general_purpose::STANDARD.encode(data),
-        Some("base64"),
-    )
-}
-
-/// Redacts secret keys and obfuscates leaves of a JSON document in place.
-fn walk(v: &mut Value, red: &Redactor, path: &mut Vec<String>, found: &mut Vec<String>) {
-    match v {
-        Value::Object(map) => {
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for k in keys {
-                if red.is_secret(&k) {
-                    if let Some(old) = map.insert(k, Value::String(REDACTED.into())) {
-                        match old {
-                            Value::String(s) if s.len() >= 4 => found.push(s),
-                            Value::Number(n) if n.to_string().len() >= 4 => {
-                                found.push(n.to_string())
-                            }
-                            _ => {}
-                        }
-                    }
-                    continue;
-                }
-                path.push(k.clone());
-                if let Some(child) = map.get_mut(&k) {
-                    walk(child, red, path, found);
-                }
-                path.pop();
-            }
-        }
-        Value::Array(items) => {
-            for item in items {
-                path.push("*".into());
-                walk(item, red, path, found);
-                path.pop();
-            }
-        }
-        Value::String(_) | Value::Number(_) => {
-            if let Some(o) = red.obfuscator() {
-                let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                if !o.json_excluded(&p) {
-                    let text = match &*v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    *v = Value::String(o.hash(&text));
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The body decoded from its `Content-Encoding` (gzip, deflate, br), as far as the
-/// captured bytes go; `None` when not encoded or not decodable.
-fn decode(h: &HeaderMap, data: &[u8]) -> Option<Vec<u8>> {
-    let enc = h
-        .get(http::header::CONTENT_ENCODING)?
-        .to_str()
-        .ok()?
-        .trim()
-        .to_ascii_lowercase();
-    let mut out = Vec::new();
-    let r = match enc.as_str() {
-        "gzip" | "x-gzip" => flate2::read::MultiGzDecoder::new(data)
-            .take(MAX_DECODED)
-            .read_to_end(&mut out),
-        // RFC 9110 §8.4.1.2: "deflate" is zlib-wrapped; some servers send it raw.
-        "deflate" => match flate2::read::ZlibDecoder::new(data)
-            .take(MAX_DECODED)
-            .read_to_end(&mut out)
-        {
-            Ok(n) => Ok(n),
-            Err(_) => {
-                out.clear();
-                flate2::read::DeflateDecoder::new(data)
-                    .take(MAX_DECODED)
-                    .read_to_end(&mut out)
-            }
-        },
-        "br" => brotli_decompressor::Decompressor::new(data, 4096)
-            .take(MAX_DECODED)
-            .read_to_end(&mut out),
-        _ => return None,
-    };
-    // A truncated capture decodes as far as it goes.
-    match r {
-        Ok(_) => Some(out),
-        Err(_) if !out.is_empty() => Some(out),
-        Err(_) => None,
-    }
 }
 
 /// The HAR document around entries: `{"log": {"version": "1.2", "creator", "entries"}}`.

@@ -3,9 +3,11 @@
 //! and writes them to every sink. A full queue drops the entry and counts it; the call
 //! never waits.
 
+mod body;
 pub mod collector;
 pub mod entry;
 pub mod file;
+mod json_edit;
 pub mod read;
 pub mod redact;
 mod writer;

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::diagnosis::settings::Obfuscate;
 use crate::paths::percent_decode;
 use crate::policy::remedies::credentials::Credential;
+use base64::Engine as _;
 use std::borrow::Cow;
 
 pub const REDACTED: &str = "REDACTED";
@@ -23,7 +24,7 @@ const BUILT_IN: &[&str] = &[
 ];
 
 /// Values shorter than this are not scrubbed as text (they would match everywhere).
-const MIN_SECRET_LEN: usize = 4;
+pub(super) const MIN_SECRET_LEN: usize = 4;
 
 #[derive(Default)]
 pub struct Redactor {
@@ -52,8 +53,13 @@ impl Redactor {
                     Credential::Header(n, v) => {
                         names.push(n.as_str().to_owned());
                         let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-                        if let Some((_, token)) = v.split_once(' ') {
+                        if let Some((scheme, token)) = v.split_once(' ') {
                             values.push(token.to_owned());
+                            // RFC 7617: a provider may quote back the user id or the
+                            // password on its own (Stripe's secret key is the user id).
+                            if scheme.eq_ignore_ascii_case("basic") {
+                                values.extend(basic_parts(token));
+                            }
                         }
                         values.push(v);
                     }
@@ -164,34 +170,98 @@ impl Redactor {
         self.obfuscate.as_ref()
     }
 
+    /// Every secret value of the config, longest first.
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    /// Whether values of this query or form parameter are hashed.
+    pub fn query_obfuscated(&self, name: &str) -> bool {
+        self.obfuscate
+            .as_ref()
+            .is_some_and(|o| !o.settings.exclude_query.iter().any(|q| q == name))
+    }
+
+    /// Whether values of this header are hashed.
+    fn header_obfuscated(&self, name: &str) -> bool {
+        self.obfuscate.as_ref().is_some_and(|o| {
+            !o.settings
+                .exclude_headers
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name))
+        })
+    }
+
+    #[cfg(test)]
+    pub fn with_names(names: &[&str]) -> Self {
+        Self {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            ..Self::default()
+        }
+    }
+}
+
+/// The user id and password of a basic credential's base64 token.
+fn basic_parts(token: &str) -> Vec<String> {
+    let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(token.trim()) else {
+        return Vec::new();
+    };
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (user, password) = raw.split_once(':').unwrap_or((&raw, ""));
+    vec![user.to_owned(), password.to_owned()]
+}
+
+/// What one entry redacts with: the config's redactor and this entry's own secrets (the
+/// client's credentials, values found under secret names), longest first. Values found
+/// on the way are added, so the writer scrubs them from the whole entry too.
+pub struct Secrets<'a> {
+    pub red: &'a Redactor,
+    pub own: Vec<String>,
+}
+
+impl Secrets<'_> {
+    /// `text` with every known secret value replaced by `REDACTED`.
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        self.red.scrub_with(text, &self.own)
+    }
+
+    pub fn found(&mut self, value: String) {
+        if value.len() >= MIN_SECRET_LEN && !self.own.contains(&value) {
+            self.own.push(value);
+            self.own.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        }
+    }
+
+    /// A value shown obfuscated: scrubbed when it holds a secret (its hash would hide
+    /// that it was one), else its keyed hash; `None` when obfuscation is off.
+    pub fn hide(&self, value: &str) -> Option<String> {
+        let o = self.red.obfuscator()?;
+        Some(match self.scrub(value) {
+            Cow::Owned(scrubbed) => scrubbed,
+            Cow::Borrowed(_) => o.hash(value),
+        })
+    }
+
     /// A header value as it goes into an entry.
     pub fn header(&self, name: &str, value: &str) -> String {
-        if self.is_secret(name) {
+        if self.red.is_secret(name) {
             return REDACTED.into();
         }
-        match &self.obfuscate {
-            Some(o)
-                if !o
-                    .settings
-                    .exclude_headers
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(name)) =>
-            {
-                o.hash(value)
-            }
-            _ => self.scrub(value).into_owned(),
+        if self.red.header_obfuscated(name) {
+            return self.hide(value).unwrap_or_default();
         }
+        self.scrub(value).into_owned()
     }
 
     /// A query parameter value as it goes into an entry.
     pub fn query(&self, name: &str, value: &str) -> String {
-        if self.is_secret(name) {
+        if self.red.is_secret(name) {
             return REDACTED.into();
         }
-        match &self.obfuscate {
-            Some(o) if !o.settings.exclude_query.iter().any(|q| q == name) => o.hash(value),
-            _ => self.scrub(value).into_owned(),
+        if self.red.query_obfuscated(name) {
+            return self.hide(value).unwrap_or_default();
         }
+        self.scrub(value).into_owned()
     }
 }
 

@@ -125,13 +125,10 @@ impl Sinks {
             match self.rx.try_recv() {
                 Ok(r) => {
                     self.queued.fetch_sub(r.size(), Relaxed);
-                    let (entry, found) = super::entry::build(&r);
+                    let (entry, own) = super::entry::build(&r);
                     // The whole entry once more through the value scrubber: no secret
                     // value leaves in any form the walk above did not see.
                     let red = &r.capture.redactor;
-                    let mut own = red.request_secrets(&r.capture.request_headers, &r.capture.url);
-                    own.extend(found);
-                    own.sort_by_key(|v| std::cmp::Reverse(v.len()));
                     let line = red.scrub_with(&entry.to_string(), &own).into_owned();
                     bytes += line.len();
                     lines.push(line);
