@@ -38,6 +38,41 @@ fn unknown_keys_are_rejected_with_path_and_location() {
 }
 
 #[test]
+fn a_duplicate_key_is_pointed_at_where_it_is_written_again() {
+    for (yaml, path, first, at) in [
+        // Two `policies:` — what appending two `tollgate har mock` outputs used to give.
+        (
+            "policies:\n  - name: a\n    match: { host: a.com }\n    mock: { status: 200 }\n# more\npolicies:\n  - name: b\n    match: { host: b.com }\n    mock: { status: 200 }\n",
+            "",
+            1,
+            (6, 1),
+        ),
+        (
+            "listen:\n  address: 127.0.0.1:1\nadmin:\n  address: 127.0.0.1:2\n  # again\n  address: 127.0.0.1:3\n",
+            "admin",
+            4,
+            (6, 3),
+        ),
+        (
+            "policies:\n  - name: a\n    match: { host: a.com, host: b.com }\n    mock: { status: 200 }\n",
+            "policies[0].match",
+            3,
+            (3, 27),
+        ),
+    ] {
+        let e = errors(yaml);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].path, path, "{e:?}");
+        assert_eq!(e[0].location, Some(at), "{yaml}\n{}", e[0]);
+        assert!(
+            e[0].message.contains(&format!("first at line {first}")),
+            "{}",
+            e[0]
+        );
+    }
+}
+
+#[test]
 fn type_errors_name_the_field() {
     let e = errors("upstream:\n  pool:\n    max_idle_per_host: lots\n");
     assert_eq!(e[0].path, "upstream.pool.max_idle_per_host");

@@ -567,6 +567,31 @@ async fn a_captured_entry_becomes_a_mock_policy() {
         replay.header("content-encoding").is_none(),
         "the mock body is the decoded text"
     );
+    // The documented workflow, twice into one dev config: both mocks land under its one
+    // `policies:` list, the user's comments stay, and the second gets its own name.
+    let dev = dir.path().join("dev.yaml");
+    std::fs::write(&dev, "# my dev config\nlisten:\n  address: 127.0.0.1:0\n").unwrap();
+    for which in ["1", id] {
+        let code =
+            tollgate::diagnosis::commands::har(tollgate::diagnosis::commands::HarCommand::Mock {
+                path: dir.path().to_owned(),
+                entry: which.into(),
+                append: Some(dev.clone()),
+            });
+        assert_eq!(code, std::process::ExitCode::SUCCESS);
+    }
+    let text = std::fs::read_to_string(&dev).unwrap();
+    assert!(text.starts_with("# my dev config\n"), "{text}");
+    assert_eq!(text.matches("policies:").count(), 1, "{text}");
+    let c = tollgate::Config::from_yaml(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+    let names: Vec<String> = c
+        .policies
+        .policies
+        .iter()
+        .map(|p| p.name.to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "{text}");
+    assert_eq!(names[1], format!("{}-2", names[0]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

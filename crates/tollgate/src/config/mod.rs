@@ -214,12 +214,74 @@ pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
                         .into();
             }
         }
+        // The parser places a duplicate key at the start of its mapping (line 1 for a
+        // top-level key): point at the second one, and at where the first one is.
+        if let Some(key) = message
+            .strip_prefix("duplicate field `")
+            .and_then(|m| m.strip_suffix('`'))
+            && let Some((first, second)) = location.and_then(|at| duplicate(text, at, key))
+        {
+            location = Some(second);
+            message = format!(
+                "`{key}` is written twice (first at line {}): keep one; to add to its list or section, write under the first",
+                first.0
+            );
+        }
         vec![ConfigError {
             path: if path == "." { String::new() } else { path },
             message: humanize(&message),
             location,
         }]
     })
+}
+
+/// Where `key` is written first and second in the mapping that starts at `at` (line and
+/// column, 1-based): a block mapping's keys at that column, or a flow mapping `{…}`'s.
+fn duplicate(
+    text: &str,
+    at: (usize, usize),
+    key: &str,
+) -> Option<((usize, usize), (usize, usize))> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (line, col) = (at.0.checked_sub(1)?, at.1.checked_sub(1)?);
+    let is_key = |rest: &str| {
+        let rest = rest
+            .strip_prefix(key)
+            .or_else(|| rest.strip_prefix(&format!("\"{key}\"")))
+            .or_else(|| rest.strip_prefix(&format!("'{key}'")));
+        rest.is_some_and(|r| r.trim_start().starts_with(':'))
+    };
+    let mut found = Vec::new();
+    if lines.get(line)?.get(col..)?.starts_with('{') {
+        // A flow mapping: keys follow `{` or `,`.
+        for (i, l) in lines.iter().enumerate().skip(line) {
+            let from = if i == line { col } else { 0 };
+            for (j, c) in l.char_indices().filter(|(j, _)| *j >= from) {
+                if (c == '{' || c == ',') && is_key(l[j + 1..].trim_start()) {
+                    let k = j + 1 + (l[j + 1..].len() - l[j + 1..].trim_start().len());
+                    found.push((i + 1, k + 1));
+                }
+            }
+            if found.len() >= 2 || l.contains('}') {
+                break;
+            }
+        }
+    } else {
+        for (i, l) in lines.iter().enumerate().skip(line) {
+            let indent = l.len() - l.trim_start().len();
+            let blank = l.trim().is_empty() || l.trim_start().starts_with('#');
+            if i > line && !blank && indent < col {
+                break;
+            }
+            if (i == line || indent == col) && l.get(col..).is_some_and(is_key) {
+                found.push((i + 1, col + 1));
+            }
+            if found.len() >= 2 {
+                break;
+            }
+        }
+    }
+    (found.len() >= 2).then(|| (found[0], found[1]))
 }
 
 /// `line L column C` at the start of `s`.

@@ -33,18 +33,25 @@ pub enum HarCommand {
         /// The entry's number in `list`, or its request id.
         entry: String,
     },
-    /// Print a mock policy (YAML) answering the entry's request with its response.
+    /// Print a config with a mock policy answering the entry's request with its response,
+    /// or add that policy to a config file's `policies:` (`--append`).
     Mock {
         path: PathBuf,
         /// The entry's number in `list`, or its request id.
         entry: String,
+        /// Add the policy to this config file (created if missing), under its
+        /// `policies:` list; comments and formatting are kept, a taken name gets a suffix.
+        #[arg(long, value_name = "FILE")]
+        append: Option<PathBuf>,
     },
 }
 
 pub fn har(cmd: HarCommand) -> ExitCode {
     let (path, which) = match &cmd {
         HarCommand::List { path } => (path, None),
-        HarCommand::Show { path, entry } | HarCommand::Mock { path, entry } => (path, Some(entry)),
+        HarCommand::Show { path, entry } | HarCommand::Mock { path, entry, .. } => {
+            (path, Some(entry))
+        }
     };
     let entries = match read::load(path) {
         Ok(e) => e,
@@ -65,16 +72,19 @@ pub fn har(cmd: HarCommand) -> ExitCode {
         return ExitCode::FAILURE;
     };
     match cmd {
-        HarCommand::Mock { .. } => match read::mock(entry) {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
+        HarCommand::Mock { append, .. } => {
+            let done = match append {
+                Some(file) => append_to(&file, entry),
+                None => read::mock(entry).map(|yaml| print!("{yaml}")),
+            };
+            match done {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         _ => {
             println!(
                 "{}",
@@ -83,6 +93,33 @@ pub fn har(cmd: HarCommand) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Adds the entry's mock policy to `file`, written whole or not at all (a temporary file
+/// renamed over it).
+fn append_to(file: &std::path::Path, entry: &Value) -> Result<(), String> {
+    let policy = read::mock_policy(entry)?;
+    let config = match std::fs::read_to_string(file) {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let out = super::har::append::append(&config, policy)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if let Err(errors) = crate::config::parse(&out) {
+        let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        return Err(format!(
+            "{} would not parse with the mock added, so it is left as it was: {}",
+            file.display(),
+            shown.join("; ")
+        ));
+    }
+    let tmp = file.with_extension("tollgate-tmp");
+    std::fs::write(&tmp, &out)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    eprintln!("added a mock policy to {}", file.display());
+    Ok(())
 }
 
 pub async fn discover(args: DiscoverArgs) -> ExitCode {

@@ -3,6 +3,7 @@
 //! and writes them to every sink. A full queue drops the entry and counts it; the call
 //! never waits.
 
+pub mod append;
 mod body;
 pub mod collector;
 pub mod entry;

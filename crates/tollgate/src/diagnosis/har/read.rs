@@ -71,8 +71,24 @@ fn kept(name: &str, value: &str) -> bool {
         && value != super::redact::REDACTED
 }
 
-/// A policy that answers this entry's request with its response, as YAML.
+/// A config holding one policy that answers this entry's request with its response, as
+/// YAML.
 pub fn mock(e: &Value) -> Result<String, String> {
+    let doc = std::collections::BTreeMap::from([("policies", [mock_policy(e)?])]);
+    yaml_serde::to_string(&doc).map_err(|e| e.to_string())
+}
+
+/// A mock policy, its keys in the order a person writes them.
+#[derive(serde::Serialize)]
+pub struct MockPolicy {
+    pub name: String,
+    #[serde(rename = "match")]
+    pub matches: Value,
+    pub mock: Value,
+}
+
+/// The policy that answers this entry's request with its response.
+pub fn mock_policy(e: &Value) -> Result<MockPolicy, String> {
     let url: http::Uri = e["request"]["url"]
         .as_str()
         .ok_or("the entry has no request.url")?
@@ -120,12 +136,9 @@ pub fn mock(e: &Value) -> Result<String, String> {
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join("-");
-    let policy = json!({
-        "policies": [{
-            "name": name,
-            "match": { "host": host, "path": url.path(), "methods": [method] },
-            "mock": mock,
-        }]
-    });
-    yaml_serde::to_string(&policy).map_err(|e| e.to_string())
+    Ok(MockPolicy {
+        name,
+        matches: json!({ "host": host, "path": url.path(), "methods": [method] }),
+        mock,
+    })
 }
