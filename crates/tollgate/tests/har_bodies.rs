@@ -221,3 +221,53 @@ diagnosis:
     assert!(values.contains(&&Value::from("REDACTED")), "{echoed:#}");
     assert!(!serde_json::to_string(&entries).unwrap().contains(BEARER));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_file_lists_entries_in_start_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream(|req: Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        }
+        answer(200, &[], "ok")
+    })
+    .await;
+    let gw = gateway(&format!(
+        "diagnosis:\n  har:\n    enabled: true\n    file: {{ dir: {} }}\n",
+        dir.path().display()
+    ))
+    .await;
+    // The slow call starts first and completes last: the fast ones are written (in their
+    // own batches) before it.
+    let slow = get_via(&gw, up.addr, "/slow", &[]);
+    let fast = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        for _ in 0..3 {
+            assert_eq!(get_via(&gw, up.addr, "/fast", &[]).await.status, 200);
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+    };
+    let (s, ()) = tokio::join!(slow, fast);
+    assert_eq!(s.status, 200);
+    har_entries_in(dir.path(), 4).await;
+    gw.shutdown();
+    gw.wait().await;
+    let files = tollgate::diagnosis::har::file::har_files(dir.path()).unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].to_string_lossy().ends_with(".har"), "{files:?}");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let urls: Vec<&str> = doc["log"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e["request"]["url"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(urls, ["slow", "fast", "fast", "fast"]);
+}

@@ -7,7 +7,8 @@
 //! can open it, though a read racing a write may see it cut). It is renamed to `.har`
 //! (atomic, RFC-less but POSIX `rename(2)`) when it is closed: past `max_bytes` or
 //! `max_age`, at shutdown, or — left by a crash — at the next start, cut back first to its
-//! last complete entry. A write that fails (a full disk) is undone: the file is cut back
+//! last complete entry. Entries are appended as calls complete; a closed file is put in
+//! start order (HAR viewers show entries as a timeline). A write that fails (a full disk) is undone: the file is cut back
 //! to the entries it held before, so what follows starts clean; if even that fails the
 //! file is left for the repair a later rotation runs.
 
@@ -22,6 +23,8 @@ const PREFIX: &str = "tollgate-";
 const SUFFIX: &str = ".har";
 /// The file being written: not a `.har` until it is complete for good.
 const LIVE: &str = ".har.partial";
+/// A closed file being rewritten in start order (the extension replacing `partial`).
+const SORTING: &str = "sorting";
 
 pub struct FileSink {
     settings: HarFile,
@@ -211,11 +214,89 @@ impl Current {
         Ok(())
     }
 
-    /// Flushes to disk and renames to `.har`.
+    /// Flushes to disk and renames to `.har`, its entries put in start order first.
     fn publish(&self) -> std::io::Result<()> {
         self.file.sync_data()?;
-        std::fs::rename(&self.path, published(&self.path))
+        publish(&self.path)
     }
+}
+
+/// Renames a closed, complete `….har.partial` to `.har`, its entries put in start order.
+fn publish(live: &Path) -> std::io::Result<()> {
+    let dest = published(live);
+    if let Err(e) = write_in_start_order(live, &dest) {
+        // The file is whole as it is: published in completion order.
+        tracing::warn!("HAR file {}: not put in start order ({e})", live.display());
+    }
+    match std::fs::rename(live, &dest) {
+        // Sorted into `dest` already.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && dest.exists() => Ok(()),
+        r => r,
+    }
+}
+
+/// HAR viewers expect entries in start order; they are written as calls complete. When
+/// the closed file at `live` is out of order, writes its entries sorted by
+/// `startedDateTime` (ties in completion order) to `dest` through a temporary file, and
+/// removes `live`. Memory: an offset and a timestamp per entry.
+fn write_in_start_order(live: &Path, dest: &Path) -> std::io::Result<()> {
+    let mut r = BufReader::new(File::open(live)?);
+    let mut line = Vec::new();
+    let mut offset = r.read_until(b'\n', &mut line)? as u64;
+    // (startedDateTime, offset, length without the separator)
+    let mut entries: Vec<([u8; 24], u64, usize)> = Vec::new();
+    loop {
+        line.clear();
+        let n = r.read_until(b'\n', &mut line)?;
+        if n == 0 || line.first() != Some(&b'{') {
+            break;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let entry = text.strip_suffix(b",").unwrap_or(text);
+        entries.push((started(entry), offset, entry.len()));
+        offset += n as u64;
+    }
+    if entries.windows(2).all(|w| w[0].0 <= w[1].0) {
+        return Ok(());
+    }
+    entries.sort_by_key(|e| e.0);
+    let tmp = live.with_extension(SORTING);
+    let written = (|| {
+        let mut out = std::io::BufWriter::new(File::create(&tmp)?);
+        let mut src = r.into_inner();
+        out.write_all(head().as_bytes())?;
+        let mut buf = Vec::new();
+        for (i, (_, at, len)) in entries.iter().enumerate() {
+            buf.resize(*len, 0);
+            src.seek(SeekFrom::Start(*at))?;
+            std::io::Read::read_exact(&mut src, &mut buf)?;
+            out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+            out.write_all(&buf)?;
+        }
+        out.write_all(CLOSE.as_bytes())?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+        std::fs::rename(&tmp, dest)
+    })();
+    match written {
+        Ok(()) => std::fs::remove_file(live),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// An entry's `startedDateTime` (fixed width, so the bytes sort as the times do). The
+/// key is found as written at the top level: inside a body's text its quotes are escaped.
+fn started(entry: &[u8]) -> [u8; 24] {
+    const KEY: &[u8] = b"\"startedDateTime\":\"";
+    let mut out = [0u8; 24];
+    if let Some(i) = memchr::memmem::find(entry, KEY) {
+        let v = &entry[i + KEY.len()..];
+        let n = v.iter().take(24).take_while(|&&b| b != b'"').count();
+        out[..n].copy_from_slice(&v[..n]);
+    }
+    out
 }
 
 fn head() -> String {
@@ -243,6 +324,11 @@ fn repair_all(dir: &Path) {
         return;
     };
     for p in files.filter_map(|e| e.ok()).map(|e| e.path()) {
+        // A sort cut short: the `.har.partial` it came from is still there.
+        if p.extension().is_some_and(|e| e == SORTING) {
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
         if is_live(&p)
             && let Err(e) = repair(&p)
         {
@@ -265,7 +351,7 @@ fn repair(path: &Path) -> std::io::Result<()> {
             file.seek(SeekFrom::Start(len))?;
             file.write_all(CLOSE.as_bytes())?;
             file.sync_data()?;
-            std::fs::rename(path, published(path))
+            publish(path)
         }
     }
 }
@@ -377,5 +463,37 @@ mod tests {
         let fixed = format!("{}{CLOSE}", &cut[..at(cut).unwrap() as usize]);
         let doc: serde_json::Value = serde_json::from_str(&fixed).unwrap();
         assert_eq!(doc["log"]["entries"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_closed_file_is_published_in_start_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |t: &str, body: &str| {
+            format!(
+                r#"{{"request":{{"postData":{{"text":"{{\"startedDateTime\":\"0000\"}}{body}"}}}},"startedDateTime":"2026-11-23T10:00:{t}Z","time":1}}"#
+            )
+        };
+        let (a, b, c) = (
+            entry("01.000", "a"),
+            entry("02.500", "b"),
+            entry("02.400", "c"),
+        );
+        let live = dir.path().join(format!("{PREFIX}x-000001{LIVE}"));
+        let text = format!("{}\n{b},\n{a},\n{c}{CLOSE}", head());
+        std::fs::write(&live, &text).unwrap();
+        publish(&live).unwrap();
+        assert!(!live.exists());
+        let out = std::fs::read_to_string(published(&live)).unwrap();
+        assert_eq!(out, format!("{}\n{a},\n{c},\n{b}{CLOSE}", head()));
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(doc["log"]["entries"].as_array().unwrap().len(), 3);
+        // Already in order: renamed as it is.
+        let live = dir.path().join(format!("{PREFIX}y-000002{LIVE}"));
+        let text = format!("{}\n{a},\n{b}{CLOSE}", head());
+        std::fs::write(&live, &text).unwrap();
+        publish(&live).unwrap();
+        assert_eq!(std::fs::read_to_string(published(&live)).unwrap(), text);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 2, "no temporary file left");
     }
 }

@@ -117,6 +117,7 @@ impl Sinks {
     /// and about [`BATCH_BYTES`]), so what is held at once stays bounded.
     pub fn drain(&mut self) -> Drained {
         let mut lines: Vec<String> = Vec::new();
+        let mut starts: Vec<String> = Vec::new();
         let mut bytes = 0;
         let open = loop {
             if lines.len() >= BATCH_ENTRIES || bytes >= BATCH_BYTES {
@@ -131,6 +132,7 @@ impl Sinks {
                     let red = &r.capture.redactor;
                     let line = red.scrub_with(&entry.to_string(), &own).into_owned();
                     bytes += line.len();
+                    starts.push(entry["startedDateTime"].as_str().unwrap_or("").to_owned());
                     lines.push(line);
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break true,
@@ -138,6 +140,13 @@ impl Sinks {
             }
         };
         let more = lines.len() >= BATCH_ENTRIES || bytes >= BATCH_BYTES;
+        // Calls complete out of order: each batch goes out in start order (a closed file
+        // is sorted whole, see `file`).
+        if starts.windows(2).any(|w| w[0] > w[1]) {
+            let mut pairs: Vec<(String, String)> = starts.into_iter().zip(lines).collect();
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            lines = pairs.into_iter().map(|(_, l)| l).collect();
+        }
         self.written.inc_by(lines.len() as u64);
         if let Some(f) = &mut self.file {
             if let Err(e) = f.append(&lines) {
