@@ -1,12 +1,16 @@
 //! Aggregated endpoints against real in-process backends: the merge rules, parallel
 //! fan-out (checked by the order of events, not by wall time), partial answers, the error
 //! contract when every backend fails, what passes from the client to the backends,
-//! sequential backends, and the no-op relay.
+//! sequential backends, and the no-op relay; and what a KrakenD user moving over relies
+//! on: `*` headers and query, a `User-Agent` on backend calls, gzip answers inflated,
+//! numbers kept as written, `{resp0_…}` reading the shaped answer, arrays as `1,2,3`, and
+//! service-level defaults (`endpoint_defaults`).
 
 mod support;
 
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
@@ -20,7 +24,12 @@ async fn get(gw: &tollgate::Gateway, path_and_query: &str, headers: &[(&str, &st
 }
 
 fn json_answer(v: Value) -> http::Response<tollgate::body::Body> {
-    answer(200, &[("content-type", "application/json")], &v.to_string())
+    json_text(&v.to_string())
+}
+
+/// A JSON answer as written (numbers, spacing).
+fn json_text(v: &str) -> http::Response<tollgate::body::Body> {
+    answer(200, &[("content-type", "application/json")], v)
 }
 
 #[tokio::test]
@@ -582,4 +591,199 @@ endpoints:
         "endpoints[3].backends[0].url",
         "TOLLGATE_TEST_UNSET_BACKEND_HOST",
     );
+}
+
+/// The echo's header names and values.
+fn seen_headers(seen: &Value) -> Vec<(String, String)> {
+    seen["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h[0].as_str().unwrap().into(), h[1].as_str().unwrap().into()))
+        .collect()
+}
+
+#[tokio::test]
+async fn star_passes_every_end_to_end_header_and_the_whole_query() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /me\n    headers: ['*']\n    query: ['*']\n    backends:\n      - url: http://{}/users?fixed=1\n",
+        echo.addr
+    ))
+    .await;
+    let got = get(
+        &gw,
+        "/me?page=2&page%5Bsize%5D=5&x",
+        &[
+            ("authorization", "Bearer t"),
+            ("x-custom", "y"),
+            ("user-agent", "my-app/1.0"),
+            ("x-tollgate-note", "for tollgate"),
+            ("proxy-authorization", "Basic cHJveHk6cA=="),
+            ("accept-encoding", "br"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    let seen = got.json();
+    assert_eq!(seen["path"], "/users?fixed=1&page=2&page%5Bsize%5D=5&x");
+    let h = seen_headers(&seen);
+    let has = |n: &str| h.iter().any(|(k, _)| k == n);
+    for n in ["authorization", "x-custom", "user-agent"] {
+        assert!(has(n), "{n} passed: {h:?}");
+    }
+    for n in [
+        "x-tollgate-note",
+        "proxy-authorization",
+        "x-hop",
+        "connection",
+    ] {
+        assert!(!has(n), "{n} not passed: {h:?}");
+    }
+    // The client's own User-Agent is kept; tollgate asks for what it can decode.
+    assert!(
+        h.contains(&("user-agent".into(), "my-app/1.0".into())),
+        "{h:?}"
+    );
+    assert!(
+        h.contains(&("accept-encoding".into(), "gzip".into())),
+        "{h:?}"
+    );
+}
+
+#[tokio::test]
+async fn backend_calls_carry_a_user_agent_and_gzip_answers_are_inflated() {
+    let echo = echo_upstream().await;
+    // A backend that always answers gzip, whatever it is asked.
+    let gz = upstream(|_| async {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(br#"{"zipped": true}"#).unwrap();
+        let mut r = http::Response::new(tollgate::body::full(e.finish().unwrap()));
+        r.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        r.headers_mut()
+            .insert("content-encoding", "gzip".parse().unwrap());
+        r
+    })
+    .await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /a\n    backends:\n      - url: http://{e}/e\n        group: echo\n      - url: http://{g}/g\n  - path: /b\n    user_agent: acme-gateway/2\n    backends:\n      - url: http://{e}/e\n",
+        e = echo.addr,
+        g = gz.addr
+    ))
+    .await;
+    let got = get(&gw, "/a", &[("user-agent", "not-passed/1")]).await;
+    assert_eq!(got.header("x-tollgate-completed"), Some("true"));
+    let body = got.json();
+    assert_eq!(body["zipped"], true);
+    let h = seen_headers(&body["echo"]);
+    let ua = format!("tollgate/{}", env!("CARGO_PKG_VERSION"));
+    assert!(h.contains(&("user-agent".into(), ua)), "{h:?}");
+    let got = get(&gw, "/b", &[]).await.json();
+    assert!(
+        seen_headers(&got).contains(&("user-agent".into(), "acme-gateway/2".into())),
+        "{got}"
+    );
+}
+
+#[tokio::test]
+async fn numbers_are_merged_as_written() {
+    let a = upstream(|_| async {
+        json_text(r#"{"big": 123456789012345678901234567890, "p": 0.1000000000000000055511151231257827, "e": 1E3, "price": 19.990}"#)
+    })
+    .await;
+    let b =
+        upstream(|_| async { json_text(r#"{"items": [1.50, -0.0, 12345678901234567890123]}"#) })
+            .await;
+    let gw = gateway(&format!(
+        "endpoints:\n  - path: /n\n    backends:\n      - url: http://{}/a\n      - url: http://{}/b\n        group: b\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let got = get(&gw, "/n", &[]).await;
+    // Every digit kept (Lura keeps them too); only an exponent is spelled `e+3`.
+    assert_eq!(
+        String::from_utf8(got.body.to_vec()).unwrap(),
+        r#"{"b":{"items":[1.50,-0.0,12345678901234567890123]},"big":123456789012345678901234567890,"e":1e+3,"p":0.1000000000000000055511151231257827,"price":19.990}"#
+    );
+}
+
+#[tokio::test]
+async fn a_sequential_backend_reads_the_shaped_answer_and_arrays_as_lists() {
+    let orders = upstream(|_| async {
+        json_text(r#"{"customer_id": "c7", "item_ids": [3, 4, 5], "internal": 1}"#)
+    })
+    .await;
+    let echo = echo_upstream().await;
+    // As KrakenD writes it: the grouped backend's field under its group.
+    let gw = gateway(&format!(
+        r#"
+endpoints:
+  - path: /orders/{{id}}
+    backends:
+      - url: http://{orders}/orders/{{id}}
+        group: order
+        deny: [internal]
+      - url: http://{echo}/customers/{{resp0_order.customer_id}}?items={{resp0.order.item_ids}}&raw={{resp0.customer_id}}
+        group: customer
+        allow: [path]
+"#,
+        orders = orders.addr,
+        echo = echo.addr
+    ))
+    .await;
+    let got = get(&gw, "/orders/9", &[]).await;
+    assert_eq!(
+        got.header("x-tollgate-completed"),
+        Some("true"),
+        "{:?}",
+        got.json()
+    );
+    let body = got.json();
+    assert_eq!(body["customer"]["path"], "/customers/c7?items=3,4,5&raw=c7");
+    assert_eq!(
+        body["order"],
+        json!({"customer_id": "c7", "item_ids": [3, 4, 5]})
+    );
+}
+
+#[tokio::test]
+async fn endpoint_defaults_apply_where_an_endpoint_says_nothing() {
+    let echo = echo_upstream().await;
+    let gw = gateway(&format!(
+        r#"
+endpoint_defaults:
+  host: http://{echo}
+  timeout: 2s
+  cache_ttl: 1m
+endpoints:
+  - path: /a
+    backends:
+      - url: /users/a
+  - path: /b
+    timeout: 500ms
+    cache_ttl: 5s
+    backends:
+      - url: http://{echo}/users/b
+"#,
+        echo = echo.addr
+    ))
+    .await;
+    let a = get(&gw, "/a", &[]).await;
+    assert_eq!(a.json()["path"], "/users/a");
+    assert_eq!(a.header("cache-control"), Some("public, max-age=60"));
+    let b = get(&gw, "/b", &[]).await;
+    assert_eq!(b.header("cache-control"), Some("public, max-age=5"));
+    let effective = admin_get(&gw, "/config").await.json();
+    assert_eq!(effective["endpoints"][0]["timeout"], "2s");
+    assert_eq!(effective["endpoints"][1]["timeout"], "500ms");
+    // A path URL needs the default host.
+    let e = tollgate::Config::from_yaml(
+        "endpoints:\n  - path: /a\n    backends:\n      - url: /users/a\n",
+    )
+    .unwrap_err();
+    assert_eq!(e[0].path, "endpoints[0].backends[0].url");
+    assert!(e[0].message.contains("endpoint_defaults.host"), "{}", e[0]);
 }

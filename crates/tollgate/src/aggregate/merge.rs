@@ -1,9 +1,10 @@
-//! What happens to each backend's JSON answer before merging, in this order (KrakenD's
-//! order): an array is wrapped under the backend's `collection` key; `target` takes a
-//! sub-object; `allow` keeps and `deny` drops fields (dotted paths into nested objects);
-//! `mapping` renames top-level fields; `group` nests the result under a key. The results
-//! are merged into one object in declaration order: on a key two backends both produce,
-//! the later backend's value wins.
+//! What happens to each backend's JSON answer before merging, in this order: an array is
+//! wrapped under the backend's `collection` key; `target` takes a sub-object; `allow`
+//! keeps and then `deny` drops fields (dotted paths into nested objects; KrakenD uses
+//! `allow` alone when both are set, here both apply); `mapping` renames top-level fields;
+//! `group` nests the result under a key. The results are merged into one object in
+//! declaration order: on a key two backends both produce, the later backend's value wins
+//! (KrakenD's winner depends on which answer arrives first).
 
 use serde_json::{Map, Value};
 

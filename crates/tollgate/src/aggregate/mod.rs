@@ -3,6 +3,7 @@
 //! URLs use), and merging their JSON answers; or, with `encoding: no-op`, relaying one
 //! backend's response untouched. docs/aggregation.md is the user's guide.
 
+mod inflate;
 pub mod merge;
 pub mod outcome;
 mod run;
@@ -42,7 +43,13 @@ pub struct Endpoint {
     pub timeout: Duration,
     pub cache_ttl: Option<Duration>,
     pub headers: Vec<HeaderName>,
+    /// `headers: ["*"]`: every end-to-end client header goes on.
+    pub all_headers: bool,
     pub query: Vec<String>,
+    /// `query: ["*"]`: the whole client query goes on.
+    pub all_query: bool,
+    /// Sent unless the client's `User-Agent` is passed on.
+    pub user_agent: http::HeaderValue,
     pub noop: bool,
     pub errors_key: Option<String>,
     pub max_body_bytes: usize,
@@ -118,8 +125,9 @@ impl Endpoints {
                         "method": e.method.as_str(),
                         "timeout": crate::config::units::format_duration(e.timeout),
                         "cache_ttl": e.cache_ttl.map(crate::config::units::format_duration),
-                        "headers": e.headers.iter().map(|h| h.as_str()).collect::<Vec<_>>(),
-                        "query": e.query,
+                        "headers": if e.all_headers { vec!["*"] } else { e.headers.iter().map(|h| h.as_str()).collect::<Vec<_>>() },
+                        "query": if e.all_query { vec!["*".to_owned()] } else { e.query.clone() },
+                        "user_agent": e.user_agent.to_str().unwrap_or(""),
                         "encoding": if e.noop { "no-op" } else { "json" },
                         "errors_key": e.errors_key,
                         "max_body_bytes": e.max_body_bytes,

@@ -6,6 +6,7 @@
 //! contract when every backend failed.
 
 use super::outcome::{self, BackendOutcome, Outcome};
+use super::template::Answer;
 use super::{Backend, Endpoint, carries_body};
 use crate::body::{Body, ReadError, full, read_capped};
 use crate::error::ProxyError;
@@ -49,21 +50,27 @@ impl Call {
         headers_in: &http::HeaderMap,
         uri: &Uri,
     ) -> Self {
-        let headers = e
-            .headers
-            .iter()
-            .flat_map(|n| {
-                headers_in
-                    .get_all(n)
-                    .iter()
-                    .map(move |v| (n.clone(), v.clone()))
-            })
-            .collect();
+        let headers = if e.all_headers {
+            every_header(headers_in)
+        } else {
+            e.headers
+                .iter()
+                .flat_map(|n| {
+                    headers_in
+                        .get_all(n)
+                        .iter()
+                        .map(move |v| (n.clone(), v.clone()))
+                })
+                .collect()
+        };
         let query = uri
             .query()
             .map(|q| {
                 q.split('&')
                     .filter(|kv| {
+                        if e.all_query {
+                            return !kv.is_empty();
+                        }
                         // Declared names are matched decoded: `page%5Bnumber%5D` is
                         // `page[number]`, as requests and browsers send it.
                         let raw = kv.split_once('=').map_or(*kv, |(k, _)| k);
@@ -87,6 +94,36 @@ impl Call {
             content_length,
         }
     }
+}
+
+/// `headers: ["*"]` (KrakenD's `input_headers: ["*"]`): the client's end-to-end
+/// headers, in order — never hop-by-hop ones, tollgate's own `x-tollgate-*` or
+/// `Proxy-Authorization`, nor `Host`, the framing (`Content-Length`, `Expect`; the body's
+/// type goes on with the body) or `Accept-Encoding` (tollgate reads the answers, so it
+/// asks for what it can decode).
+fn every_header(headers_in: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    let mut h = headers_in.clone();
+    crate::headers::strip_for_upstream(&mut h);
+    let mut out = Vec::with_capacity(h.len());
+    let mut name: Option<HeaderName> = None;
+    for (n, v) in h {
+        if let Some(n) = n {
+            name = Some(n);
+        }
+        let Some(n) = &name else { continue };
+        let skip = [
+            header::HOST,
+            header::CONTENT_LENGTH,
+            header::CONTENT_TYPE,
+            header::EXPECT,
+            header::ACCEPT_ENCODING,
+        ]
+        .contains(n);
+        if !skip {
+            out.push((n.clone(), v));
+        }
+    }
+    out
 }
 
 /// Why a backend did not contribute.
@@ -162,9 +199,12 @@ pub async fn run(
         f.body = Some(client_body(body, e, deadline).await?);
     }
     let rounds = e.backends.iter().map(|b| b.round).max().unwrap_or(0);
-    let mut answers: Vec<Option<Value>> = vec![None; e.backends.len()];
-    let mut failures: Vec<Option<Failure>> = (0..e.backends.len()).map(|_| None).collect();
-    let mut took = vec![Duration::ZERO; e.backends.len()];
+    let n = e.backends.len();
+    // What later URLs read (only for the backends they use), and what is merged.
+    let mut answers: Vec<Answer> = vec![Answer::default(); n];
+    let mut parts: Vec<Option<Map<String, Value>>> = vec![None; n];
+    let mut failures: Vec<Option<Failure>> = (0..n).map(|_| None).collect();
+    let mut took = vec![Duration::ZERO; n];
     for round in 0..=rounds {
         let calls: Vec<_> = e
             .backends
@@ -175,13 +215,31 @@ pub async fn run(
             .collect();
         for (i, r, t) in futures_util::future::join_all(calls).await {
             took[i] = t;
-            match r {
-                Ok(v) => answers[i] = Some(v),
-                Err(fail) => failures[i] = Some(fail),
+            let v = match r {
+                Ok(v) => v,
+                Err(fail) => {
+                    failures[i] = Some(fail);
+                    continue;
+                }
+            };
+            let used = e.backends.iter().any(|o| o.url.needs().any(|k| k == i));
+            let raw = used.then(|| v.clone());
+            // A backend whose answer cannot be shaped (not an object or array) failed.
+            match e.backends[i].shape.apply(v) {
+                Ok(part) => {
+                    if used {
+                        answers[i] = Answer {
+                            shaped: Some(Value::Object(part.clone())),
+                            raw,
+                        };
+                    }
+                    parts[i] = Some(part);
+                }
+                Err(m) => failures[i] = Some(Failure::Failed(m.into())),
             }
         }
     }
-    respond(e, answers, failures, &took, report)
+    respond(e, parts, failures, &took, report)
 }
 
 /// The client's body, read whole (it goes to several backends) within the endpoint's
@@ -219,23 +277,11 @@ struct Fanout<'a> {
 /// The merged answer, partial or complete, or the error when every backend failed.
 fn respond(
     e: &Endpoint,
-    answers: Vec<Option<Value>>,
-    mut failures: Vec<Option<Failure>>,
+    parts: Vec<Option<Map<String, Value>>>,
+    failures: Vec<Option<Failure>>,
     took: &[Duration],
     report: &mut Outcome,
 ) -> Result<Response<Body>, ProxyError> {
-    // A backend whose answer cannot be shaped (its `target` is missing, …) failed too.
-    let mut parts: Vec<Option<Map<String, Value>>> = Vec::with_capacity(answers.len());
-    for ((b, answer), failure) in e.backends.iter().zip(answers).zip(failures.iter_mut()) {
-        parts.push(match answer.map(|a| b.shape.apply(a)) {
-            Some(Ok(part)) => Some(part),
-            Some(Err(m)) => {
-                *failure = Some(Failure::Failed(m.into()));
-                None
-            }
-            None => None,
-        });
-    }
     report.backends.extend(
         e.backends
             .iter()
@@ -379,12 +425,12 @@ impl Fanout<'_> {
         &self,
         b: &Backend,
         i: usize,
-        answers: &[Option<Value>],
+        answers: &[Answer],
     ) -> (usize, Result<Value, Failure>, Duration) {
         let started = Instant::now();
         let limit = self.limit(b);
         let Some(pq) = b.url.render(&self.call.params, answers) else {
-            let why = if b.url.needs().any(|n| answers[n].is_none()) {
+            let why = if b.url.needs().any(|n| !answers[n].answered()) {
                 "a backend its URL uses did not answer"
             } else {
                 "a field its URL uses is missing from an earlier answer"
@@ -422,6 +468,7 @@ impl Fanout<'_> {
         if !status.is_success() {
             return Err(Failure::Failed(format!("answered {}", status.as_u16())));
         }
+        let encoding = resp.headers().get(header::CONTENT_ENCODING).cloned();
         let buf = read_capped(resp.into_body(), e.max_body_bytes)
             .await
             .map_err(|err| match err {
@@ -431,6 +478,8 @@ impl Fanout<'_> {
                 )),
                 ReadError::Failed(err) => Failure::Failed(format!("reading the answer: {err}")),
             })?;
+        let buf =
+            super::inflate::decoded(&encoding, buf, e.max_body_bytes).map_err(Failure::Failed)?;
         serde_json::from_slice(&buf)
             .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
     }
@@ -461,6 +510,15 @@ impl Fanout<'_> {
         *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
         let h = req.headers_mut();
         h.append(header::VIA, worker.local().via.clone());
+        // A backend such as GitHub's API refuses a request without one (Lura sends one).
+        if !h.contains_key(header::USER_AGENT) {
+            h.insert(header::USER_AGENT, self.e.user_agent.clone());
+        }
+        // The answer is read and merged, so ask only for what can be decoded; a `no-op`
+        // relay passes the client's choice through untouched.
+        if !self.e.noop {
+            h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        }
         if carries_body(&b.method) {
             // The body's type describes it, declared or not.
             if let Some(ct) = &call.content_type

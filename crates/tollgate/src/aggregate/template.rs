@@ -141,7 +141,8 @@ impl UrlTemplate {
 
     fn piece(name: &str, params: &[&str], index: usize) -> Result<Piece, String> {
         if let Some(field) = name.strip_prefix("resp") {
-            let (n, path) = field.split_once('.').unwrap_or((field, ""));
+            // `{resp0.a.b}`, or KrakenD's `{resp0_a.b}`.
+            let (n, path) = field.split_once(['.', '_']).unwrap_or((field, ""));
             if let Ok(n) = n.parse::<usize>() {
                 if n >= index {
                     return Err(format!(
@@ -186,25 +187,65 @@ impl UrlTemplate {
 
     /// The path and query for one call; `None` when a named answer field is missing or
     /// not a string, number or boolean.
-    pub fn render<S: AsRef<str>>(&self, params: &[S], answers: &[Option<Value>]) -> Option<String> {
+    /// The path and query with every piece filled in; `None` when a field it uses is
+    /// missing (or is an object).
+    pub fn render<S: AsRef<str>>(&self, params: &[S], answers: &[Answer]) -> Option<String> {
         let mut out = String::new();
         for p in &self.pieces {
             match p {
                 Piece::Literal(l) => out.push_str(l),
                 Piece::Param(i) => out.push_str(params.get(*i)?.as_ref()),
                 Piece::Answer(n, path) => {
-                    let v = field(answers.get(*n)?.as_ref()?, path)?;
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => b.to_string(),
-                        _ => return None,
-                    };
-                    encode_into(&mut out, &text);
+                    let v = answers.get(*n)?.field(path)?;
+                    match v {
+                        // KrakenD inserts an array's values as `1,2,3`.
+                        Value::Array(items) => {
+                            for (k, item) in items.iter().enumerate() {
+                                if k > 0 {
+                                    out.push(',');
+                                }
+                                encode_into(&mut out, &scalar(item)?);
+                            }
+                        }
+                        v => encode_into(&mut out, &scalar(v)?),
+                    }
                 }
             }
         }
         Some(out)
+    }
+}
+
+/// A scalar as text in a URL (a string without its quotes).
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// An earlier backend's answer as a later backend's URL reads it.
+#[derive(Debug, Default, Clone)]
+pub struct Answer {
+    /// After that backend's own `target`/`allow`/`deny`/`mapping`/`group` (what KrakenD's
+    /// `{resp0_…}` reads).
+    pub shaped: Option<Value>,
+    /// As it came, kept only when a later URL uses this backend: a field the shaping
+    /// dropped or moved is still found at its original path.
+    pub raw: Option<Value>,
+}
+
+impl Answer {
+    pub fn answered(&self) -> bool {
+        self.shaped.is_some()
+    }
+
+    /// The field at `path`: in the shaped answer, else in the raw one.
+    pub fn field(&self, path: &[String]) -> Option<&Value> {
+        let shaped = self.shaped.as_ref().and_then(|v| field(v, path));
+        shaped.or_else(|| field(self.raw.as_ref()?, path))
     }
 }
 
@@ -259,12 +300,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.needs().collect::<Vec<_>>(), [0, 0]);
-        let answers = [Some(json!({"customer": {"id": 7}, "name": "a b/c"}))];
+        let raw = |v| Answer {
+            shaped: Some(v),
+            raw: None,
+        };
+        let answers = [raw(json!({"customer": {"id": 7}, "name": "a b/c"}))];
         assert_eq!(
             t.render(&["42"], &answers).unwrap(),
             "/orders/42/customer/7?q=a%20b%2Fc"
         );
-        assert_eq!(t.render(&["42"], &[Some(json!({}))]), None, "missing field");
+        assert_eq!(t.render(&["42"], &[raw(json!({}))]), None, "missing field");
         let e = UrlTemplate::parse("/x/{nope}", &["id"], 0).unwrap_err();
         assert!(
             e.contains("`{nope}` is not a parameter") && e.contains("`{id}`"),
@@ -272,5 +317,28 @@ mod tests {
         );
         let e = UrlTemplate::parse("/x/{resp1.id}", &[], 1).unwrap_err();
         assert!(e.contains("earlier backend"), "{e}");
+    }
+
+    #[test]
+    fn answers_are_read_shaped_first_and_arrays_join_with_commas() {
+        // KrakenD's spelling, on a backend grouped under `order`.
+        let t = UrlTemplate::parse("/c/{resp0_order.customer_id}?ids={resp0.ids}", &[], 1).unwrap();
+        let a = Answer {
+            shaped: Some(json!({"order": {"customer_id": "c 1"}})),
+            raw: Some(json!({"customer_id": "raw", "ids": [1, "x/y", 3]})),
+        };
+        assert_eq!(
+            t.render::<&str>(&[], std::slice::from_ref(&a)).unwrap(),
+            "/c/c%201?ids=1,x%2Fy,3"
+        );
+        // The raw path still works (what tollgate read before).
+        let t = UrlTemplate::parse("/c/{resp0.customer_id}", &[], 1).unwrap();
+        assert_eq!(t.render::<&str>(&[], &[a]).unwrap(), "/c/raw");
+        let nested = Answer {
+            shaped: Some(json!({"ids": [[1]]})),
+            raw: None,
+        };
+        let t = UrlTemplate::parse("/c/{resp0.ids}", &[], 1).unwrap();
+        assert_eq!(t.render::<&str>(&[], &[nested]), None);
     }
 }

@@ -38,6 +38,8 @@ pub struct RawConfig {
     pub routes: Vec<RawRoute>,
     /// Aggregated endpoints: a path on the listener answered by calling several backends in parallel and merging their JSON answers (docs/aggregation.md). Tried before routes.
     pub endpoints: Vec<RawEndpoint>,
+    /// What aggregated endpoints take when they do not say: `timeout`, `cache_ttl`, `user_agent`, and the `host` of backend URLs written as a path.
+    pub endpoint_defaults: RawEndpointDefaults,
     /// Policies: which traffic remedies apply to (matched by host, path template and method on the upstream request; the first match applies), and the remedies.
     pub policies: Vec<RawPolicy>,
     /// Rate limits shared by name: `rate_limit: NAME` in any number of policies counts against one limit.

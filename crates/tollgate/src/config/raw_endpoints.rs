@@ -16,18 +16,21 @@ pub struct RawEndpoint {
     /// HTTP method the endpoint answers (default `GET`).
     #[serde(default = "get")]
     pub method: String,
-    /// Deadline for the whole fan-out, from the request's arrival (default `3s`; 1ms to 1h). Backends still running at the deadline count as timed out.
-    #[serde(default = "three_seconds")]
-    pub timeout: String,
-    /// Sets `Cache-Control: public, max-age=…` on complete answers (absent: no header).
+    /// Deadline for the whole fan-out, from the request's arrival (default: `endpoint_defaults.timeout`, else `3s`; 1ms to 1h). Backends still running at the deadline count as timed out.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Sets `Cache-Control: public, max-age=…` on complete answers (default: `endpoint_defaults.cache_ttl`, else no header).
     #[serde(default)]
     pub cache_ttl: Option<String>,
-    /// Client request headers passed to every backend, by name (default: none; every other header is dropped — list `Authorization` here to pass it).
+    /// Client request headers passed to every backend, by name (default: none; every other header is dropped — list `Authorization` here to pass it). `["*"]` passes every header but hop-by-hop ones, `Host`, framing, `Accept-Encoding` and tollgate's own `x-tollgate-*`.
     #[serde(default)]
     pub headers: Vec<String>,
-    /// Client query parameters passed to every backend, by name (default: none; every other parameter is dropped).
+    /// Client query parameters passed to every backend, by name, matched decoded (default: none; every other parameter is dropped). `["*"]` passes them all.
     #[serde(default)]
     pub query: Vec<String>,
+    /// `User-Agent` of the backend calls when the client's is not passed on (default: `endpoint_defaults.user_agent`, else `tollgate/<version>`).
+    #[serde(default)]
+    pub user_agent: Option<String>,
     /// `json` (default): merge the backends' JSON objects. `no-op`: one backend, its response relayed untouched (status, headers, streamed body, any content type).
     #[serde(default = "json")]
     pub encoding: String,
@@ -45,7 +48,7 @@ pub struct RawEndpoint {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
-    /// URL template: `http(s)://host[:port]/path?query` (`${VAR}` is replaced from the environment first), where `{name}` is a parameter of the endpoint path and `{respN.a.b}` a field of backend N's answer (N earlier in the list; this backend then waits for it).
+    /// URL template: `http(s)://host[:port]/path?query`, or `/path?query` on `endpoint_defaults.host` (`${VAR}` is replaced from the environment first), where `{name}` is a parameter of the endpoint path and `{respN.a.b}` (or KrakenD's `{respN_a.b}`) a field of backend N's answer as shaped by its own `target`/`allow`/`deny`/`mapping`/`group`, else as it came (N earlier in the list; this backend then waits for it).
     pub url: String,
     /// Name in `x-tollgate-failed-backends`, the errors object and metrics (default: its `group`, else `backend<index>`).
     #[serde(default)]
@@ -76,11 +79,27 @@ pub struct RawBackend {
     pub collection: String,
 }
 
+/// What every aggregated endpoint takes when it does not say (KrakenD's service-level
+/// `timeout`, `cache_ttl` and `host`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndpointDefaults {
+    /// Each endpoint's `timeout` when it sets none (default `3s`; 1ms to 1h).
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Each endpoint's `cache_ttl` when it sets none (default: none).
+    #[serde(default)]
+    pub cache_ttl: Option<String>,
+    /// `http(s)://host[:port]` that backend URLs written as a path (`/users/{id}`) go to.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Each endpoint's `user_agent` when it sets none (default `tollgate/<version>`).
+    #[serde(default)]
+    pub user_agent: Option<String>,
+}
+
 fn get() -> String {
     "GET".into()
-}
-fn three_seconds() -> String {
-    "3s".into()
 }
 fn json() -> String {
     "json".into()

@@ -323,7 +323,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         }
     }
 
-    let endpoints = super::validate_endpoints::endpoints(&mut e, &raw.endpoints);
+    let endpoints =
+        super::validate_endpoints::endpoints(&mut e, &raw.endpoints, &raw.endpoint_defaults);
     let policies = super::validate_policy::policies(&mut e, raw);
 
     let json = match raw.log.format.as_str() {

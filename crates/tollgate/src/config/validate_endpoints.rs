@@ -10,7 +10,88 @@ use crate::aggregate::{Backend, Endpoint, Endpoints};
 use crate::target::{Scheme, Target};
 use http::Method;
 
-pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
+/// The defaults, validated.
+struct Defaults {
+    timeout: std::time::Duration,
+    cache_ttl: Option<std::time::Duration>,
+    /// `scheme://authority` for backend URLs written as a path.
+    host: Option<String>,
+    user_agent: http::HeaderValue,
+}
+
+fn defaults(e: &mut Errors, d: &RawEndpointDefaults) -> Defaults {
+    let p = |f: &str| format!("endpoint_defaults.{f}");
+    let host = d.host.as_ref().and_then(|h| {
+        let h = e.env(&p("host"), h)?;
+        let h = h.trim_end_matches('/').to_owned();
+        match split_url(&h) {
+            Ok((_, pq)) if pq == "/" => Some(h),
+            Ok(_) => {
+                e.fail(
+                    &p("host"),
+                    format!("`{h}`: write the scheme and host only (`https://api.example.com`); paths go in each backend's `url`"),
+                );
+                None
+            }
+            Err(m) => {
+                e.fail(&p("host"), m);
+                None
+            }
+        }
+    });
+    Defaults {
+        timeout: d
+            .timeout
+            .as_ref()
+            .map_or(DEFAULT_TIMEOUT, |t| e.duration(&p("timeout"), t, MS, HOUR)),
+        cache_ttl: d
+            .cache_ttl
+            .as_ref()
+            .map(|t| cache_ttl(e, &p("cache_ttl"), t)),
+        host,
+        user_agent: d
+            .user_agent
+            .as_ref()
+            .and_then(|ua| user_agent(e, &p("user_agent"), ua))
+            .unwrap_or_else(|| {
+                http::HeaderValue::from_static(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
+            }),
+    }
+}
+
+/// An endpoint's deadline when neither it nor `endpoint_defaults` sets one.
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+fn cache_ttl(e: &mut Errors, path: &str, t: &str) -> std::time::Duration {
+    e.duration(path, t, MS, super::validate::DAY * 365)
+}
+
+fn user_agent(e: &mut Errors, path: &str, ua: &str) -> Option<http::HeaderValue> {
+    e.check(
+        path,
+        http::HeaderValue::from_str(ua)
+            .map_err(|_| format!("`{ua}` cannot be a header value (no control characters)")),
+    )
+}
+
+/// `["*"]`: everything; `*` beside names is refused (it would silently mean all).
+fn all(e: &mut Errors, path: &str, names: &[String]) -> bool {
+    let star = names.iter().any(|n| n == "*");
+    if star && names.len() > 1 {
+        e.fail(
+            path,
+            "`*` passes everything: write `[\"*\"]` alone, or list names without it".into(),
+        );
+    }
+    star
+}
+
+pub(super) fn endpoints(
+    e: &mut Errors,
+    raw: &[RawEndpoint],
+    raw_defaults: &RawEndpointDefaults,
+) -> Endpoints {
+    let defaults = defaults(e, raw_defaults);
     let mut list: Vec<Endpoint> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let p = |f: &str| format!("endpoints[{i}].{f}");
@@ -30,7 +111,10 @@ pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
                 ),
             );
         }
-        let timeout = e.duration(&p("timeout"), &r.timeout, MS, HOUR);
+        let timeout = r
+            .timeout
+            .as_ref()
+            .map_or(defaults.timeout, |t| e.duration(&p("timeout"), t, MS, HOUR));
         let noop = match r.encoding.as_str() {
             "json" => false,
             "no-op" => true,
@@ -60,7 +144,7 @@ pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
         let mut places: Vec<usize> = Vec::new();
         for (j, b) in r.backends.iter().enumerate() {
             let bp = |f: &str| format!("endpoints[{i}].backends[{j}].{f}");
-            if let Some(backend) = backend(e, b, j, &params, timeout, &bp) {
+            if let Some(backend) = backend(e, b, j, &params, timeout, &defaults, &bp) {
                 if noop && backend.url.needs().next().is_some() {
                     e.fail(
                         &bp("url"),
@@ -87,14 +171,23 @@ pub(super) fn endpoints(e: &mut Errors, raw: &[RawEndpoint]) -> Endpoints {
             cache_ttl: r
                 .cache_ttl
                 .as_ref()
-                .map(|t| e.duration(&p("cache_ttl"), t, MS, super::validate::DAY * 365)),
+                .map(|t| cache_ttl(e, &p("cache_ttl"), t))
+                .or(defaults.cache_ttl),
+            all_headers: all(e, &p("headers"), &r.headers),
             headers: r
                 .headers
                 .iter()
                 .enumerate()
+                .filter(|(_, h)| *h != "*")
                 .filter_map(|(k, h)| e.header_name(&format!("endpoints[{i}].headers[{k}]"), h))
                 .collect(),
-            query: r.query.clone(),
+            all_query: all(e, &p("query"), &r.query),
+            query: r.query.iter().filter(|q| *q != "*").cloned().collect(),
+            user_agent: r
+                .user_agent
+                .as_ref()
+                .and_then(|ua| user_agent(e, &p("user_agent"), ua))
+                .unwrap_or_else(|| defaults.user_agent.clone()),
             noop,
             errors_key: r.errors_key.clone(),
             max_body_bytes: e.size(
@@ -139,10 +232,21 @@ fn backend(
     index: usize,
     params: &[&str],
     endpoint_timeout: std::time::Duration,
+    defaults: &Defaults,
     p: &dyn Fn(&str) -> String,
 ) -> Option<Backend> {
     // `${VAR}` from the environment first, as in routes' upstreams; `{name}` stays a template.
-    let text = e.env(&p("url"), &b.url)?;
+    let mut text = e.env(&p("url"), &b.url)?;
+    if text.starts_with('/') {
+        let Some(host) = &defaults.host else {
+            e.fail(
+                &p("url"),
+                format!("`{text}` is a path: write the whole URL (`https://api.example.com{text}`), or set `endpoint_defaults.host`"),
+            );
+            return None;
+        };
+        text = format!("{host}{text}");
+    }
     let (target, pq) = e.check(&p("url"), split_url(&text))?;
     let url = e.check(&p("url"), UrlTemplate::parse(&pq, params, index))?;
     let timeout = match &b.timeout {

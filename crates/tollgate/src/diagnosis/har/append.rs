@@ -106,13 +106,11 @@ fn indent(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
     fn mock(name: &str) -> MockPolicy {
         MockPolicy {
             name: name.into(),
-            matches: json!({ "host": "h.com" }),
-            mock: json!({ "status": 200 }),
+            matches: yaml_serde::from_str("host: h.com").unwrap(),
+            mock: yaml_serde::from_str("status: 200").unwrap(),
         }
     }
 

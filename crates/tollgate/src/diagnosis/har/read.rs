@@ -83,8 +83,36 @@ pub fn mock(e: &Value) -> Result<String, String> {
 pub struct MockPolicy {
     pub name: String,
     #[serde(rename = "match")]
-    pub matches: Value,
-    pub mock: Value,
+    pub matches: yaml_serde::Value,
+    pub mock: yaml_serde::Value,
+}
+
+/// A JSON value as YAML; `None` when a number would not be written back as it is
+/// (serde_json keeps numbers as text, which YAML's serializer cannot take as they are).
+fn yaml(v: &Value) -> Option<yaml_serde::Value> {
+    use yaml_serde::Value as Y;
+    Some(match v {
+        Value::Null => Y::Null,
+        Value::Bool(b) => Y::Bool(*b),
+        Value::String(s) => Y::String(s.clone()),
+        Value::Number(n) => {
+            let text = n.to_string();
+            if let Some(i) = n.as_i64().filter(|i| i.to_string() == text) {
+                Y::Number(i.into())
+            } else if let Some(u) = n.as_u64().filter(|u| u.to_string() == text) {
+                Y::Number(u.into())
+            } else {
+                let f = n.as_f64().filter(|f| f.to_string() == text)?;
+                Y::Number(f.into())
+            }
+        }
+        Value::Array(a) => Y::Sequence(a.iter().map(yaml).collect::<Option<_>>()?),
+        Value::Object(o) => Y::Mapping(
+            o.iter()
+                .map(|(k, v)| Some((Y::String(k.clone()), yaml(v)?)))
+                .collect::<Option<_>>()?,
+        ),
+    })
 }
 
 /// The policy that answers this entry's request with its response.
@@ -117,8 +145,10 @@ pub fn mock_policy(e: &Value) -> Result<MockPolicy, String> {
                     .into(),
             );
         }
+        // JSON as a YAML mapping when YAML can carry every number as written;
+        // else the text as it is (a 30-digit id, `19.990`).
         mock["body"] = match serde_json::from_str::<Value>(text) {
-            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+            Ok(v @ (Value::Object(_) | Value::Array(_))) if yaml(&v).is_some() => v,
             _ => text.into(),
         };
     }
@@ -136,9 +166,37 @@ pub fn mock_policy(e: &Value) -> Result<MockPolicy, String> {
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join("-");
+    let matches = json!({ "host": host, "path": url.path(), "methods": [method] });
     Ok(MockPolicy {
         name,
-        matches: json!({ "host": host, "path": url.path(), "methods": [method] }),
-        mock,
+        matches: yaml(&matches).ok_or("the request cannot be written as YAML")?,
+        mock: yaml(&mock).ok_or("the response cannot be written as YAML")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mock_body_keeps_its_numbers() {
+        let e = json!({
+            "request": {"url": "https://api.example.com/v1/x", "method": "GET"},
+            "response": {"status": 200, "headers": [], "content": {
+                "text": r#"{"price": 19.990, "id": 123456789012345678901234567890, "n": 7, "s": "x"}"#
+            }},
+        });
+        let yaml = mock(&e).unwrap();
+        assert!(!yaml.contains("serde_json"), "{yaml}");
+        let c = crate::Config::from_yaml(&yaml).unwrap_or_else(|err| panic!("{err:?}\n{yaml}"));
+        assert_eq!(c.policies.policies.len(), 1);
+        for kept in ["19.990", "123456789012345678901234567890", "status: 200"] {
+            assert!(yaml.contains(kept), "{kept} in {yaml}");
+        }
+        // Numbers YAML carries as written: the body as a mapping.
+        let mut e = e;
+        e["response"]["content"]["text"] = r#"{"n": 7, "f": 1.5}"#.into();
+        let yaml = mock(&e).unwrap();
+        assert!(yaml.contains("n: 7") && yaml.contains("f: 1.5"), "{yaml}");
+    }
 }
