@@ -423,3 +423,139 @@ fn har_to_stdout_and_files_then_discover_and_har_commands() {
     signal(&provider, "-TERM");
     let _ = provider.wait();
 }
+
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    // `tollgate schema | head -c 10`: the reader leaves after 10 bytes.
+    let mut child = tollgate()
+        .arg("schema")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped: further writes get EPIPE.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once() {
+    // An upstream that accepts and never answers: the drain waits for its request.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &cfg,
+        "log: { level: debug }\nshutdown: { drain_timeout: 10m }\nupstream: { response_timeout: 10m }\n",
+    )
+    .unwrap();
+    let mut child = run_on_ephemeral_ports(&cfg)
+        .args(["--threads", "1"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let proxy = loop {
+        let l = lines.next().expect("the listening line").unwrap();
+        if let Some(rest) = l.split("proxy http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines {
+            let _ = tx.send(l.unwrap_or_default());
+        }
+    });
+    let _held = std::thread::spawn(move || {
+        let _ = get(
+            &proxy,
+            "/hang",
+            &[("x-tollgate-host", &silent_addr.to_string())],
+        );
+    });
+    let _conn = silent.accept().unwrap();
+    signal(&child, "-INT");
+    // Wait for the drain to start, then the second signal.
+    let mut logged = Vec::new();
+    while !logged.iter().any(|l: &String| l.contains("draining")) {
+        logged.push(
+            rx.recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the drain is logged"),
+        );
+    }
+    signal(&child, "-INT");
+    let mut exited = None;
+    for _ in 0..600 {
+        if let Some(s) = child.try_wait().unwrap() {
+            exited = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = exited else {
+        let _ = child.kill();
+        panic!("a second Ctrl-C did not end the drain (10 minutes long)");
+    };
+    assert!(!status.success(), "exited without draining: {status:?}");
+    logged.extend(rx.try_iter());
+    let text = logged.join("\n");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no colour codes in a pipe: {text:?}"
+    );
+}
+
+#[test]
+fn check_env_optional_reports_unset_variables_as_warnings() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/openai.yaml");
+    let strict = tollgate()
+        .args(["check", example])
+        .env_remove("OPENAI_KEY_A")
+        .env_remove("OPENAI_KEY_B")
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        stderr.contains("OPENAI_KEY_A") && stderr.contains("--env-optional"),
+        "{stderr}"
+    );
+    let lenient = tollgate()
+        .args(["check", "--env-optional", example])
+        .env_remove("OPENAI_KEY_A")
+        .env_remove("OPENAI_KEY_B")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert_eq!(lenient.status.code(), Some(0), "{stderr}");
+    for name in ["OPENAI_KEY_A", "OPENAI_KEY_B"] {
+        assert!(
+            stderr.contains("warning: policies[0].credentials.accounts") && stderr.contains(name),
+            "{stderr}"
+        );
+    }
+    assert!(String::from_utf8_lossy(&lenient.stdout).contains("valid"));
+    // Other errors still fail.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "policies:\n  - name: p\n    credentials: {bearer: '${NOPE_UNSET}'}\n    rate_limit: {limit: 0, window: hour}\n").unwrap();
+    let out = tollgate()
+        .args(["check", "--env-optional"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rate_limit.limit"), "{stderr}");
+    assert!(
+        !stderr.contains("NOPE_UNSET"),
+        "unset is not an error: {stderr}"
+    );
+}

@@ -72,12 +72,13 @@ fn authorised(shared: &Shared, req: &Request<Incoming>) -> bool {
 async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     if !matches!(path, "/healthz" | "/readyz") && !authorised(shared, &req) {
-        let mut r = json(
+        let mut r = text(
             StatusCode::UNAUTHORIZED,
-            serde_json::json!({
-                "error": "unauthorized",
-                "message": "this admin endpoint needs `Authorization: Bearer <admin.token>`",
-            }),
+            "application/json",
+            crate::error::body(
+                "unauthorized",
+                "this admin endpoint needs `Authorization: Bearer <admin.token>`",
+            ),
         );
         r.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -27,6 +27,10 @@ pub enum Command {
     Check {
         /// The config file to validate.
         file: PathBuf,
+        /// Report `${VARS}` that are not set as warnings, not errors (CI checking a file
+        /// whose secrets exist only where it runs); their values are placeholders.
+        #[arg(long)]
+        env_optional: bool,
     },
     /// Print the JSON Schema of the config file.
     Schema,
@@ -81,9 +85,9 @@ pub fn main() -> ExitCode {
 pub fn dispatch(command: Command) -> ExitCode {
     match command {
         Command::Run(args) => run(args),
-        Command::Check { file } => check(&file),
+        Command::Check { file, env_optional } => check(&file, env_optional),
         Command::Schema => {
-            print!("{}", config::json_schema());
+            crate::stdout::out(&config::json_schema());
             ExitCode::SUCCESS
         }
         Command::Discover(args) => block_on(Some(1), crate::diagnosis::commands::discover(args)),
@@ -105,9 +109,17 @@ pub fn dispatch(command: Command) -> ExitCode {
     }
 }
 
-fn check(file: &std::path::Path) -> ExitCode {
-    match Config::load(file) {
-        Ok(config) => {
+fn check(file: &std::path::Path, env_optional: bool) -> ExitCode {
+    let loaded = if env_optional {
+        Config::load_env_optional(file)
+    } else {
+        Config::load(file).map(|c| (c, Vec::new()))
+    };
+    match loaded {
+        Ok((config, unset)) => {
+            for u in unset {
+                eprintln!("warning: {u} (checked with a placeholder value)");
+            }
             // `check` builds what `run` builds: the compiled policy chains too.
             let store: std::sync::Arc<dyn crate::policy::store::Store> =
                 std::sync::Arc::new(crate::policy::store::memory::Memory::default());
@@ -128,7 +140,7 @@ fn check(file: &std::path::Path) -> ExitCode {
             for w in config.policies.shadowed() {
                 eprintln!("warning: {w}");
             }
-            println!("{}: valid", file.display());
+            crate::stdout::out(&format!("{}: valid\n", file.display()));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -195,10 +207,15 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         spawn_sighup(gateway.shared().clone());
         shutdown_signal().await;
-        tracing::info!("shutdown signal received");
+        tracing::info!("shutdown signal received: draining (a second one exits at once)");
         gateway.shutdown();
-        gateway.wait().await;
-        ExitCode::SUCCESS
+        tokio::select! {
+            () = gateway.wait() => ExitCode::SUCCESS,
+            () = shutdown_signal() => {
+                eprintln!("second shutdown signal: exiting without waiting for the drain");
+                ExitCode::FAILURE
+            }
+        }
     })
 }
 

@@ -1,5 +1,5 @@
 //! Proxy-made errors and the one place that turns them into HTTP responses
-//! (status, `x-tollgate-error`, JSON body `{"error", "message"}`).
+//! (status, `x-tollgate-error`, JSON body `{"error": {"type", "code", "message"}}`).
 //!
 //! Provider responses never pass through here: a provider's own 4xx/5xx is relayed
 //! untouched and never carries `x-tollgate-error`.
@@ -70,6 +70,20 @@ pub enum ProxyError {
     /// A request body a remedy must read whole is larger than its cap.
     #[error("the request body is larger than {limit} bytes ({what})")]
     BodyTooLarge { limit: usize, what: &'static str },
+    /// A request that retry sent again, or judged retryable and stopped, still ending in
+    /// one of tollgate's own errors: that error, and what the client must know of retry.
+    #[error("{}", .0.error)]
+    Retried(Box<Retried>),
+}
+
+/// See [`ProxyError::Retried`].
+#[derive(Debug)]
+pub struct Retried {
+    pub error: ProxyError,
+    /// Attempts after the first (`x-tollgate-retries`).
+    pub retries: u32,
+    /// Retry stopped on a retryable failure (`x-should-retry: false`).
+    pub declined: bool,
 }
 
 /// Which remedy refused a request: its code and status.
@@ -140,6 +154,7 @@ impl ProxyError {
             ProxyError::BackendsFailed { .. } => "upstream_error",
             ProxyError::Rejected(r) => r.kind.code(),
             ProxyError::BodyTooLarge { .. } => "body_too_large",
+            ProxyError::Retried(r) => r.error.code(),
         }
     }
 
@@ -164,12 +179,16 @@ impl ProxyError {
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Rejected(r) => r.kind.status(),
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Retried(r) => r.error.status(),
         }
     }
 
     /// Whether the request's target was refused or never validated: its host is then
     /// client input that must not become a metric label (it could be anything).
     pub fn target_rejected(&self) -> bool {
+        if let ProxyError::Retried(r) = self {
+            return r.error.target_rejected();
+        }
         matches!(
             self,
             ProxyError::MissingTarget
@@ -184,13 +203,35 @@ impl ProxyError {
         )
     }
 
-    /// The error response. `request_id` is echoed like on every response.
-    /// The error response's JSON body.
-    pub fn body_json(&self) -> String {
-        serde_json::json!({ "error": self.code(), "message": self.to_string() }).to_string()
+    /// The error itself, without what retry added (for callers that classify it).
+    pub fn unretried(self) -> ProxyError {
+        match self {
+            ProxyError::Retried(r) => r.error,
+            e => e,
+        }
     }
 
+    /// The error response's JSON body.
+    pub fn body_json(&self) -> String {
+        body(self.code(), &self.to_string())
+    }
+
+    /// The error response. `request_id` is echoed like on every response.
     pub fn to_response(&self, request_id: &HeaderValue) -> Response<Body> {
+        if let ProxyError::Retried(r) = self {
+            let mut resp = r.error.to_response(request_id);
+            let h = resp.headers_mut();
+            if r.retries > 0 {
+                h.insert(crate::headers::X_TOLLGATE_RETRIES, r.retries.into());
+            }
+            if r.declined {
+                h.insert(
+                    crate::headers::X_SHOULD_RETRY,
+                    HeaderValue::from_static("false"),
+                );
+            }
+            return resp;
+        }
         let mut resp = Response::new(full(self.body_json()));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();
@@ -219,4 +260,15 @@ impl ProxyError {
         }
         resp
     }
+}
+
+/// An error body the major SDKs parse: `{"error": {"type", "code", "message"}}`. The
+/// OpenAI, Anthropic and Stripe SDKs read `error` as an object and raise their own error
+/// type carrying its `code` and `message`; a string there crashed stripe-python
+/// (`'str' object has no attribute 'get'`) and hid the message from openai-python.
+pub fn body(code: &str, message: &str) -> String {
+    serde_json::json!({
+        "error": { "type": "tollgate_error", "code": code, "message": message }
+    })
+    .to_string()
 }

@@ -15,6 +15,16 @@ impl HostGlob {
         if p.is_empty() {
             return Err("empty host pattern".into());
         }
+        // `host:port` (one colon, not an IPv6 literal) would never match: targets are
+        // matched by host alone.
+        if let Some((host, port)) = p.split_once(':')
+            && !port.contains(':')
+            && !p.starts_with('[')
+        {
+            return Err(format!(
+                "`{pattern}` has a port; a policy matches a host on every port: write `{host}`"
+            ));
+        }
         // An IP literal matches its canonical form, which is how targets spell it
         // (`127.1`, `[::ffff:127.0.0.1]` and `2130706433` all become `127.0.0.1`).
         if let Some(ip) = crate::egress::canonical_ip(&p) {

@@ -16,6 +16,10 @@ pub const X_TOLLGATE_GENERATED: HeaderName = HeaderName::from_static("x-tollgate
 pub const X_TOLLGATE_CACHE: HeaderName = HeaderName::from_static("x-tollgate-cache");
 /// Attempts after the first, on responses of a policy that retried.
 pub const X_TOLLGATE_RETRIES: HeaderName = HeaderName::from_static("x-tollgate-retries");
+/// `x-should-retry: false` (honoured by the OpenAI and Anthropic SDKs) on an answer
+/// tollgate already retried or declined to retry: the SDK's own retries would multiply
+/// tollgate's (4 attempts × 3 became 12 provider calls).
+pub const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const CONTROL_PREFIX: &str = "x-tollgate-";

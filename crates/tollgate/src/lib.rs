@@ -30,6 +30,7 @@ pub mod routes;
 pub mod secret;
 pub mod server;
 pub mod state;
+pub mod stdout;
 pub mod stream_watch;
 pub mod target;
 pub mod tunnel;

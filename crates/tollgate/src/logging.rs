@@ -6,8 +6,11 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber once; later calls (tests, reloads) are no-ops.
 pub fn init(log: &Log) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    // Colours only on a terminal: a file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if log.json {
         builder.json().try_init()

@@ -80,6 +80,12 @@ async fn open(
             allowed: ports.to_string(),
         });
     }
+    // A tunnel to a host a policy matches bypasses it: say so.
+    if let Some(i) = rt.config.policies.for_host(&target.host) {
+        rt.engine.views[i]
+            .tunnelled
+            .note(&rt.config.policies.policies[i].name, &target.host);
+    }
     let upstream = rt
         .client
         .connector

@@ -220,14 +220,14 @@ endpoints:
     let got = get(&gw, "/failed", &[]).await;
     assert_eq!(got.status, StatusCode::BAD_GATEWAY);
     assert_eq!(got.error_code().as_deref(), Some("upstream_error"));
-    let message = got.json()["message"].as_str().unwrap().to_owned();
+    let message = got.error_message();
     assert!(message.contains("backend0: answered 503"), "{message}");
     // The backends answered: no connection failed, and the sentence says so.
     assert!(!message.contains("connection failed"), "{message}");
     let got = get(&gw, "/late", &[]).await;
     assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(got.error_code().as_deref(), Some("upstream_timeout"));
-    let message = got.json()["message"].as_str().unwrap().to_owned();
+    let message = got.error_message();
     assert!(
         message.starts_with("every backend of endpoint `/late` ") && !message.contains("``"),
         "{message}"
@@ -452,10 +452,7 @@ endpoints:
     assert_eq!(got.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(got.error_code().as_deref(), Some("body_too_large"));
     assert!(
-        got.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_body_bytes"),
+        got.error_message().contains("max_body_bytes"),
         "the error names the setting to raise"
     );
 }

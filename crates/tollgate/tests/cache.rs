@@ -258,3 +258,41 @@ async fn vary_keeps_variants_apart() {
     );
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn each_callers_authorization_has_its_own_entries() {
+    let (up, hits) = counting_upstream(|req, _| async move {
+        let who = req
+            .headers()
+            .get("authorization")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        answer(
+            200,
+            &[("cache-control", "private, max-age=60")],
+            &format!("repos of {who}"),
+        )
+    })
+    .await;
+    let gw =
+        gateway("policies:\n  - name: gh\n    match: {host: 127.0.0.1}\n    cache: {ttl: 60s}\n")
+            .await;
+    let get = |auth: &'static str| {
+        let gw = &gw;
+        let addr = up.addr;
+        async move { get_via(gw, addr, "/user/repos", &[("authorization", auth)]).await }
+    };
+    assert_eq!(
+        get("Bearer alice").await.body,
+        "repos of Bearer alice".as_bytes()
+    );
+    // Before: Bob was served Alice's repositories from the cache.
+    assert_eq!(
+        get("Bearer bob").await.body,
+        "repos of Bearer bob".as_bytes()
+    );
+    let again = get("Bearer alice").await;
+    assert_eq!(again.body, "repos of Bearer alice".as_bytes());
+    assert_eq!(again.header("x-tollgate-cache"), Some("hit"));
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

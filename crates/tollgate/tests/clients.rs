@@ -129,7 +129,7 @@ assert codes == [200, 200, 429], codes
 assert r.headers["x-tollgate-error"] == "rate_limited", r.headers
 assert 1 <= int(r.headers["Retry-After"]) <= 86400, r.headers
 assert r.headers["RateLimit-Limit"] == "2", r.headers
-assert r.json()["error"] == "rate_limited", r.text
+assert r.json()["error"]["code"] == "rate_limited", r.text
 print("ok")
 "#;
 

@@ -107,6 +107,35 @@ fn validation_reports_every_error_with_its_path() {
 }
 
 #[test]
+fn match_keys_that_could_never_apply_are_refused_with_what_to_write() {
+    for (m, path, says) in [
+        (
+            "{ host: '127.0.0.5:8443' }",
+            "policies[0].match.host",
+            "write `127.0.0.5`",
+        ),
+        (
+            "{ host: api.example.com, path: '/v1/items?page=2' }",
+            "policies[0].match.path",
+            "write `/v1/items`",
+        ),
+    ] {
+        let e = errors(&format!(
+            "policies:\n  - name: p\n    match: {m}\n    mock: {{ status: 200 }}\n"
+        ));
+        assert_eq!(e[0].path, path, "{e:?}");
+        assert!(e[0].message.contains(says), "{}", e[0]);
+    }
+    // IPv6 literals keep their colons.
+    assert!(
+        tollgate::Config::from_yaml(
+            "policies:\n  - name: p\n    match: { host: '[::1]' }\n    mock: { status: 200 }\n"
+        )
+        .is_ok()
+    );
+}
+
+#[test]
 fn env_substitution_and_missing_variables() {
     let e = errors(
         "routes:\n  - prefix: /x\n    upstream: https://${TOLLGATE_SURELY_UNSET_VAR}.example.com\n",

@@ -549,6 +549,8 @@ impl Fanout<'_> {
                 engine::run(x, rt, timer, &mut diag)
                     .await
                     .map(|d| d.response)
+                    // The backend's outcome is classified by the error itself.
+                    .map_err(ProxyError::unretried)
             }
             None => {
                 let sent = Instant::now();

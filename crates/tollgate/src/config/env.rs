@@ -7,6 +7,22 @@ pub fn expand(text: &str) -> Result<String, String> {
     expand_with(text, |name| std::env::var(name).ok())
 }
 
+/// [`expand`] for `check --env-optional`: a variable that is not set is passed to
+/// `unset` and replaced by a placeholder (`unset-NAME`), so the rest is still checked.
+pub fn expand_lenient(text: &str, mut unset: impl FnMut(&str)) -> Result<String, String> {
+    let names = std::cell::RefCell::new(Vec::new());
+    let out = expand_with(text, |name| {
+        std::env::var(name).ok().or_else(|| {
+            names.borrow_mut().push(name.to_owned());
+            Some(format!("unset-{name}"))
+        })
+    })?;
+    for n in names.into_inner() {
+        unset(&n);
+    }
+    Ok(out)
+}
+
 fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     if !text.contains("${") {
         return Ok(text.to_owned());
@@ -32,7 +48,9 @@ fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
             ));
         }
         let value =
-            lookup(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
+            lookup(name).ok_or_else(|| format!(
+                "environment variable `{name}` is not set (in CI without secrets, `tollgate check --env-optional` makes this a warning)"
+            ))?;
         out.push_str(&value);
         rest = &after[end + 1..];
     }

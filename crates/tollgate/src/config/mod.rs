@@ -141,6 +141,16 @@ impl std::error::Error for ConfigErrors {}
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        Self::read(path, false).map(|(c, _)| c)
+    }
+
+    /// [`Config::load`] for `check --env-optional` (CI checking a file whose secrets are
+    /// set only where it runs): unset `${VARS}` come back as warnings, not errors.
+    pub fn load_env_optional(path: &Path) -> Result<(Config, Vec<String>), ConfigErrors> {
+        Self::read(path, true)
+    }
+
+    fn read(path: &Path, env_optional: bool) -> Result<(Config, Vec<String>), ConfigErrors> {
         let source = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
             source: source.clone(),
@@ -150,7 +160,9 @@ impl Config {
                 location: None,
             }],
         })?;
-        Self::from_yaml(&text).map_err(|errors| ConfigErrors { source, errors })
+        parse(&text)
+            .and_then(|raw| validate::validate_env(&raw, env_optional))
+            .map_err(|errors| ConfigErrors { source, errors })
     }
 
     /// Parses and validates YAML text.

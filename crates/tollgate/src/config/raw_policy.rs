@@ -230,6 +230,9 @@ pub struct RawRateLimit {
     pub max_groups: usize,
     /// Hold requests over the limit until the next window instead of rejecting them.
     pub queue: Option<RawQueue>,
+    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    #[serde(default)]
+    pub refund_on: Vec<u16>,
 }
 
 fn allow() -> String {
@@ -279,6 +282,9 @@ pub struct RawQuota {
     pub parent: Option<String>,
     /// This quota's share of the parent's limit (`"25%"`).
     pub share: Option<String>,
+    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    #[serde(default)]
+    pub refund_on: Vec<u16>,
 }
 
 fn day() -> String {

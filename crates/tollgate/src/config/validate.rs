@@ -14,7 +14,9 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub(super) struct Errors(pub(super) Vec<ConfigError>);
+/// The errors found so far, and (with `check --env-optional`) the unset variables
+/// reported as warnings instead: `path: ${NAME}`.
+pub(super) struct Errors(pub(super) Vec<ConfigError>, pub(super) Option<Vec<String>>);
 
 impl Errors {
     pub(super) fn check<T>(&mut self, path: &str, r: Result<T, String>) -> Option<T> {
@@ -102,7 +104,13 @@ impl Errors {
     }
 
     pub(super) fn env(&mut self, path: &str, s: &str) -> Option<String> {
-        self.check(path, env::expand(s))
+        let r = match &mut self.1 {
+            Some(unset) => env::expand_lenient(s, |name| {
+                unset.push(format!("{path}: environment variable `{name}` is not set"))
+            }),
+            None => env::expand(s),
+        };
+        self.check(path, r)
     }
 
     pub(super) fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
@@ -164,7 +172,16 @@ fn parse_port(p: &RawPort) -> Result<(u16, u16), String> {
 }
 
 pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
-    let mut e = Errors(Vec::new());
+    validate_env(raw, false).map(|(c, _)| c)
+}
+
+/// [`validate`]; with `env_optional`, unset `${VARS}` are warnings (returned) rather
+/// than errors, their values placeholders.
+pub(super) fn validate_env(
+    raw: &RawConfig,
+    env_optional: bool,
+) -> Result<(Config, Vec<String>), Vec<ConfigError>> {
+    let mut e = Errors(Vec::new(), env_optional.then(Vec::new));
     let max_header_bytes = e
         .check(
             "listen.max_header_bytes",
@@ -366,7 +383,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     if !e.0.is_empty() {
         return Err(e.0);
     }
-    Ok(Config {
+    let unset = e.1.unwrap_or_default();
+    let config = Config {
         listen,
         admin,
         upstream,
@@ -379,7 +397,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         metrics,
         diagnosis,
         shutdown,
-    })
+    };
+    Ok((config, unset))
 }
 
 /// The effective config as JSON with defaults filled in and secrets masked.

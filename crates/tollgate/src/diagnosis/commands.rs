@@ -61,7 +61,7 @@ pub fn har(cmd: HarCommand) -> ExitCode {
         }
     };
     let Some(which) = which else {
-        print!("{}", read::list(&entries));
+        crate::stdout::out(&read::list(&entries));
         return ExitCode::SUCCESS;
     };
     let Some(entry) = read::find(&entries, which) else {
@@ -75,7 +75,7 @@ pub fn har(cmd: HarCommand) -> ExitCode {
         HarCommand::Mock { append, .. } => {
             let done = match append {
                 Some(file) => append_to(&file, entry),
-                None => read::mock(entry).map(|yaml| print!("{yaml}")),
+                None => read::mock(entry).map(|yaml| crate::stdout::out(&yaml)),
             };
             match done {
                 Ok(()) => ExitCode::SUCCESS,
@@ -86,10 +86,10 @@ pub fn har(cmd: HarCommand) -> ExitCode {
             }
         }
         _ => {
-            println!(
-                "{}",
+            crate::stdout::out(&format!(
+                "{}\n",
                 serde_json::to_string_pretty(entry).unwrap_or_default()
-            );
+            ));
             ExitCode::SUCCESS
         }
     }
@@ -125,11 +125,14 @@ fn append_to(file: &std::path::Path, entry: &Value) -> Result<(), String> {
 pub async fn discover(args: DiscoverArgs) -> ExitCode {
     match fetch(&args).await {
         Ok(v) if args.json => {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            crate::stdout::out(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&v).unwrap_or_default()
+            ));
             ExitCode::SUCCESS
         }
         Ok(v) => {
-            print!("{}", table(&v));
+            crate::stdout::out(&table(&v));
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -162,6 +162,10 @@ pub struct Exchange {
     pub retries: u32,
     /// Whether the request may be sent again (retry decided it could).
     pub replayable: bool,
+    /// Retry judged the last answer retryable and decided not to send it again (attempts,
+    /// budget or deadline spent, or a `Retry-After` past the cap): a client retry now is
+    /// what tollgate just declined.
+    pub retry_declined: bool,
     /// `x-tollgate-cache` for the response.
     pub cache_status: Option<&'static str>,
     pub cache: Option<crate::policy::remedies::cache::Pending>,
@@ -172,6 +176,12 @@ pub struct Exchange {
     pub retry_deadline: Option<tokio::time::Instant>,
     /// The credentials account the current attempt used.
     pub account: Option<usize>,
+    /// The last attempt's account was told to wait (429) and another is free now: a
+    /// retry goes there at once instead of waiting out the tired account's `Retry-After`.
+    pub fresh_account: bool,
+    /// What a limit with `refund_on` counted this request in, by stage, to give back if
+    /// the answer is one the provider does not charge.
+    pub refunds: Vec<(Stage, Vec<crate::policy::store::Key>)>,
     /// Cancelled at the gateway's drain deadline: queue waits give up (503).
     pub give_up: Option<tokio_util::sync::CancellationToken>,
     pub holds: Vec<Hold>,
@@ -196,9 +206,12 @@ impl Exchange {
             connect_timeout: None,
             retries: 0,
             replayable: false,
+            retry_declined: false,
             cache_status: None,
             cache: None,
             account: None,
+            fresh_account: false,
+            refunds: Vec::new(),
             probe: None,
             retry_deadline: None,
             give_up: None,

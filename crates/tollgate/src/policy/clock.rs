@@ -33,3 +33,10 @@ pub fn instant_at(ms: u64) -> Instant {
 pub fn secs_until(ms: u64) -> u64 {
     ms.saturating_sub(now_ms()).div_ceil(1000).max(1)
 }
+
+/// Seconds from now until `at`, rounded up (for `Retry-After`), at least 1.
+pub fn secs_until_instant(at: Instant) -> u64 {
+    (at.saturating_duration_since(Instant::now()).as_millis() as u64)
+        .div_ceil(1000)
+        .max(1)
+}

@@ -18,7 +18,7 @@ use super::remedies::quota::{Quota, QuotaResource};
 use super::remedies::rate_limit::{RateLimit, RateLimitResource};
 use super::remedies::retry::{Retry, RetryStage};
 use super::remedies::throttle::Throttle;
-use super::remedies::{breaker, cache, concurrency, quota, rate_limit, retry, throttle};
+use super::remedies::{breaker, cache, concurrency, mock, quota, rate_limit, retry, throttle};
 use super::spec::{QuotaSpec, Resource};
 use super::store::{Key, Store};
 use crate::config::Config;
@@ -49,6 +49,8 @@ pub struct View {
     pub throttle: Option<Arc<Throttle>>,
     pub credentials: Option<Arc<Credentials>>,
     pub retry: Option<Arc<Retry>>,
+    /// CONNECT tunnels that bypassed the policy.
+    pub tunnelled: super::tunnelled::Tunnelled,
 }
 
 /// A definition's fingerprint: state kept under it survives reloads that leave the
@@ -148,7 +150,10 @@ impl Engine {
                 remedies.push(Arc::new(t.clone()));
             }
             if let Some(m) = &s.mock {
-                remedies.push(Arc::new(m.clone()));
+                remedies.push(Arc::new(mock::MockStage {
+                    mock: m.clone(),
+                    actions: actions("mock", mock::ACTIONS),
+                }));
             }
             if let Some(t) = &s.request {
                 remedies.push(Arc::new(t.clone()));

@@ -44,7 +44,18 @@ pub async fn run(
         None => phases(&mut x, rt, timer).await,
     };
     *diag = x.diag.take();
-    let (response, upstream) = result?;
+    let (response, upstream) = result.map_err(|error| {
+        // Tell the client what retry did, on tollgate's own error too.
+        if x.retries > 0 || x.retry_declined {
+            ProxyError::Retried(Box::new(crate::error::Retried {
+                error,
+                retries: x.retries,
+                declined: x.retry_declined,
+            }))
+        } else {
+            error
+        }
+    })?;
     let (parts, body) = response.into_parts();
     let body = Ending {
         inner: body,

@@ -33,6 +33,8 @@ pub struct LimitSpec {
     pub limit: u64,
     pub window: Window,
     pub groups: Option<Groups>,
+    /// Response statuses that give a counted request back (`refund_on`).
+    pub refund_on: Vec<u16>,
 }
 
 /// Why a request does not fit, and when it would.
@@ -123,7 +125,19 @@ impl Limit {
     }
 
     /// Counts one request if it fits its group's share, the total and the parent's.
+    /// With `refund_on`, what it was counted in comes back in [`Taken::counted`].
     pub async fn take(&self, h: &HeaderMap) -> Result<Taken, Refused> {
+        self.take_keeping(h, !self.spec.refund_on.is_empty()).await
+    }
+
+    /// Gives back a request [`Limit::take`] counted (the provider did not charge it).
+    pub fn refund(&self, counted: &[Key]) {
+        for k in counted {
+            self.store.release(k, 1);
+        }
+    }
+
+    async fn take_keeping(&self, h: &HeaderMap, keep: bool) -> Result<Taken, Refused> {
         let now = clock::now_ms();
         let (window, end) = self.spec.window.bounds(now);
         let refused = |limit, blocked| Refused {
@@ -152,7 +166,10 @@ impl Limit {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("{e}; request let through");
-                return Ok(Taken { remaining: 0 });
+                return Ok(Taken {
+                    remaining: 0,
+                    counted: Vec::new(),
+                });
             }
         };
         if !added.taken {
@@ -161,17 +178,26 @@ impl Limit {
             }
             return Err(refused(self.spec.limit, false));
         }
-        if let Some(parent) = &self.parent
-            && let Err(r) = Box::pin(parent.take(h)).await
-        {
-            let _ = self.store.sub(&total, 1).await;
-            if let Some(k) = &group {
-                let _ = self.store.sub(k, 1).await;
+        let mut counted = Vec::new();
+        if let Some(parent) = &self.parent {
+            match Box::pin(parent.take_keeping(h, keep)).await {
+                Ok(t) => counted = t.counted,
+                Err(r) => {
+                    let _ = self.store.sub(&total, 1).await;
+                    if let Some(k) = &group {
+                        let _ = self.store.sub(k, 1).await;
+                    }
+                    return Err(r);
+                }
             }
-            return Err(r);
+        }
+        if keep {
+            counted.push(total);
+            counted.extend(group);
         }
         Ok(Taken {
             remaining: self.spec.limit - added.count,
+            counted,
         })
     }
 
@@ -185,6 +211,9 @@ impl Limit {
 
 pub struct Taken {
     pub remaining: u64,
+    /// The counters this request went into (its parent's too), kept only with
+    /// `refund_on`: empty, and no allocation, otherwise.
+    pub counted: Vec<Key>,
 }
 
 #[cfg(test)]
@@ -199,6 +228,7 @@ mod tests {
             limit: 2,
             window: Window::Fixed(60_000),
             groups: None,
+            refund_on: Vec::new(),
         };
         let l = Limit::new(spec, Arc::from("t"), None, Arc::new(Memory::default()));
         let h = HeaderMap::new();
@@ -227,6 +257,7 @@ mod tests {
                 default: DefaultGroup::Share(10),
                 max_groups: 10_000,
             }),
+            refund_on: Vec::new(),
         };
         let store = Arc::new(Memory::default());
         let l = Limit::new(spec, Arc::from("t"), None, store.clone());

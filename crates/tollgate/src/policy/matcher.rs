@@ -25,6 +25,12 @@ impl PathTemplate {
         let body = template
             .strip_prefix('/')
             .ok_or_else(|| format!("path template `{template}` must start with `/`"))?;
+        // The query is not part of the path a template is matched against.
+        if let Some((path, _)) = template.split_once(['?', '#']) {
+            return Err(format!(
+                "`{template}` has a query; a template matches the path only: write `{path}`"
+            ));
+        }
         let (body, rest) = match body.strip_suffix('*') {
             Some(b) => (b.strip_suffix('/').unwrap_or(b), true),
             None => (body, false),

@@ -19,6 +19,7 @@ pub mod remedies;
 pub mod spec;
 pub mod state;
 pub mod store;
+pub mod tunnelled;
 pub mod window;
 
 pub use compile::Engine;
@@ -48,6 +49,14 @@ impl PolicySet {
         self.policies
             .iter()
             .position(|p| p.matcher.matches(host, method, path))
+    }
+
+    /// The first policy whose host pattern matches `host`, whatever the path and method
+    /// (what a CONNECT tunnel to that host bypasses).
+    pub fn for_host(&self, host: &str) -> Option<usize> {
+        self.policies
+            .iter()
+            .position(|p| p.matcher.host.as_ref().is_none_or(|h| h.matches(host)))
     }
 
     /// Policies an earlier one matches entirely (they never apply), as warnings.

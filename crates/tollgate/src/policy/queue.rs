@@ -48,6 +48,8 @@ impl QueueSpec {
 pub enum Left {
     Full,
     TimedOut,
+    /// The next free slot (a new window) comes after the deadline: waiting cannot help.
+    NotInTime(Instant),
     /// The gateway's drain deadline passed while waiting.
     ShuttingDown,
 }
@@ -64,6 +66,9 @@ pub struct Queue {
 struct Waiting {
     order: BTreeMap<(u8, u64), Arc<Notify>>,
     seq: u64,
+    /// When the head last learned capacity frees next (a new window); `None` once it got
+    /// through or capacity was given back.
+    opens_at: Option<Instant>,
 }
 
 /// When capacity may free next, as the taker sees it after failing.
@@ -93,6 +98,28 @@ impl Queue {
         self.len() == 0
     }
 
+    /// When capacity frees next, as the head last learned it: the real time to tell a
+    /// client in `Retry-After`. `None` when unknown (a slot frees when a request ends).
+    pub fn opens_at(&self) -> Option<Instant> {
+        if self.is_empty() {
+            return None;
+        }
+        let at = self.waiting.lock().ok()?.opens_at?;
+        (at > Instant::now()).then_some(at)
+    }
+
+    /// Capacity was given back before the next window (a refund): what the head learned
+    /// no longer holds, and it tries again now.
+    pub fn freed(&self) {
+        if self.is_empty() {
+            return;
+        }
+        if let Ok(mut w) = self.waiting.lock() {
+            w.opens_at = None;
+        }
+        self.wake();
+    }
+
     /// Wakes the head: capacity may have freed.
     pub fn wake(&self) {
         if self.is_empty() {
@@ -107,7 +134,9 @@ impl Queue {
 
     /// Waits in the queue until `take` succeeds as its head. `take` returns whether it
     /// took capacity and, if not, when to try again.
-    /// Leaves with [`Left::ShuttingDown`] when `give_up` is cancelled.
+    /// Leaves with [`Left::ShuttingDown`] when `give_up` is cancelled, and at once with
+    /// [`Left::NotInTime`] when capacity frees only after `deadline` (a client told the
+    /// real time to come back beats one held for `max_wait` and then refused).
     pub async fn wait<'f>(
         &self,
         priority: u8,
@@ -140,12 +169,23 @@ impl Queue {
             if head {
                 match take().await {
                     Ok(()) => {
+                        if let Ok(mut w) = self.waiting.lock() {
+                            w.opens_at = None;
+                        }
                         drop(entry);
                         let waited = started.elapsed();
                         self.wait.observe(waited.as_secs_f64());
                         return Ok(waited);
                     }
-                    Err(Retry::At(at)) => next = Some(at),
+                    Err(Retry::At(at)) => {
+                        if let Ok(mut w) = self.waiting.lock() {
+                            w.opens_at = Some(at);
+                        }
+                        if at > deadline {
+                            return Err(Left::NotInTime(at));
+                        }
+                        next = Some(at);
+                    }
                     Err(Retry::OnWake) => {}
                 }
             }
@@ -226,6 +266,21 @@ mod tests {
             })
             .await;
         assert_eq!(never, Err(Left::TimedOut));
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leaves_at_once_when_capacity_frees_after_the_deadline() {
+        let q = queue(4);
+        let start = Instant::now();
+        let open_at = start + Duration::from_secs(2400);
+        let left = q
+            .wait(0, start + Duration::from_secs(30), None, || {
+                Box::pin(async move { Err(Retry::At(open_at)) })
+            })
+            .await;
+        assert_eq!(left, Err(Left::NotInTime(open_at)));
+        assert_eq!(Instant::now(), start, "no time spent waiting");
         assert!(q.is_empty());
     }
 }

@@ -105,6 +105,9 @@ async fn policy(p: &Policy, v: &View) -> Value {
             }),
         );
     }
+    if let Some(t) = v.tunnelled.to_json() {
+        state.insert("tunnelled".into(), t);
+    }
     json!({
         "name": p.name,
         "match": m.to_json(),

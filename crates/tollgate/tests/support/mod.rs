@@ -220,13 +220,19 @@ impl Got {
     /// The `x-tollgate-error` code, asserting the JSON body says the same.
     pub fn error_code(&self) -> Option<String> {
         let code = self.header("x-tollgate-error")?.to_owned();
-        assert_eq!(self.json()["error"], code.as_str(), "body and header agree");
-        assert!(
-            self.json()["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty())
-        );
+        let error = &self.json()["error"];
+        assert_eq!(error["code"], code.as_str(), "body and header agree");
+        assert_eq!(error["type"], "tollgate_error");
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
         Some(code)
+    }
+
+    /// The sentence of tollgate's own error body (`error.message`).
+    pub fn error_message(&self) -> String {
+        self.json()["error"]["message"]
+            .as_str()
+            .expect("an error body with error.message")
+            .to_owned()
     }
 }
 
@@ -511,4 +517,42 @@ pub async fn har_entries_in(dir: &std::path::Path, n: usize) -> Vec<Value> {
         "{dir:?} did not get {n} HAR entries: {:?}",
         read::load(dir).map(|e| e.len())
     );
+}
+
+/// A tool the tests install themselves (an SDK from PyPI, a validator from npm), once
+/// under target/`name`, however many tests ask at once: the first to create the lock
+/// file runs `install(dir)` (true on success), the others wait for `.installed`.
+/// Panics with `needs` when the install fails or never finishes.
+pub fn install_once(
+    name: &str,
+    needs: &str,
+    install: impl FnOnce(&std::path::Path) -> bool,
+) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(name);
+    let done = dir.join(".installed");
+    let lock = dir.with_extension("lock");
+    std::fs::create_dir_all(&dir).unwrap();
+    for _ in 0..1800 {
+        if done.exists() {
+            return dir;
+        }
+        if std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+            .is_ok()
+        {
+            let ok = install(&dir);
+            if ok {
+                std::fs::write(&done, "").unwrap();
+            }
+            std::fs::remove_file(&lock).unwrap();
+            assert!(ok, "installing {name} failed: {needs}");
+            return dir;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("installing {name} did not finish");
 }

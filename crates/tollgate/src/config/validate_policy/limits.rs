@@ -35,6 +35,19 @@ pub(super) fn queue(e: &mut Errors, path: &str, q: &Option<RawQueue>) -> Option<
     })
 }
 
+/// `refund_on`: statuses a provider does not charge.
+fn refund_on(e: &mut Errors, path: &str, statuses: &[u16]) -> Vec<u16> {
+    for (i, s) in statuses.iter().enumerate() {
+        if !(100..=599).contains(s) {
+            e.fail(
+                &format!("{path}.refund_on[{i}]"),
+                format!("`{s}` is not an HTTP status: write one from 100 to 599, e.g. 304"),
+            );
+        }
+    }
+    statuses.to_vec()
+}
+
 pub(super) fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec {
     let limit = e.count(&format!("{path}.limit"), r.limit);
     let groups = match &r.group_by {
@@ -94,6 +107,7 @@ pub(super) fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLi
             limit,
             window: window(e, &format!("{path}.window"), &r.window),
             groups,
+            refund_on: refund_on(e, path, &r.refund_on),
         },
         queue: queue(e, &format!("{path}.queue"), &r.queue),
     }
@@ -184,6 +198,7 @@ pub(super) fn quota(
                     limit: ((p.spec.limit.limit as f64) * f).floor() as u64,
                     window: p.spec.limit.window.clone(),
                     groups: None,
+                    refund_on: refund_on(e, path, &q.refund_on),
                 },
                 parent: Some(p),
             }
@@ -204,6 +219,7 @@ pub(super) fn quota(
                     limit,
                     window,
                     groups: None,
+                    refund_on: refund_on(e, path, &q.refund_on),
                 },
                 parent: None,
             }

@@ -102,7 +102,10 @@ pub struct Concurrency {
     pub actions: Actions,
 }
 
-pub use super::rate_limit::ACTIONS;
+/// A rate limit's actions but its last, `refunded`: a slot is always given back.
+pub const ACTIONS: &[&str] = super::rate_limit::ACTIONS
+    .split_at(super::rate_limit::ACTIONS.len() - 1)
+    .0;
 
 impl Remedy for Concurrency {
     fn stage(&self) -> Stage {

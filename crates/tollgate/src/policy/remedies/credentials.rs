@@ -1,7 +1,8 @@
 //! Credentials: a bearer token, basic auth, an API-key header or query parameter, set on
 //! every attempt (the last stage, so no secret reaches a cache key, a log line or a
 //! metric). Several accounts rotate round robin; an account the provider answered 429 is
-//! skipped until its `Retry-After` (or the cooldown) has passed.
+//! skipped until its `Retry-After` (or the cooldown) has passed, and a retry after that
+//! 429 goes at once to an account that is not cooling down.
 
 use crate::body::Body;
 use crate::error::ProxyError;
@@ -101,6 +102,12 @@ impl Credentials {
             })
     }
 
+    /// Whether some account other than `i` is not cooling down now.
+    fn another_free(&self, i: usize) -> bool {
+        let now = clock::now_ms();
+        (0..self.accounts.len()).any(|k| k != i && self.cooling[k].load(Ordering::Relaxed) <= now)
+    }
+
     /// Live state for `GET /policies`: each account's masked description and cooldown.
     pub fn state(&self) -> serde_json::Value {
         let now = clock::now_ms();
@@ -144,13 +151,15 @@ impl Remedy for Credentials {
     }
 
     fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+        x.fresh_account = false;
         if let (Ok(head), Some(i)) = (o, x.account)
             && head.status == StatusCode::TOO_MANY_REQUESTS
             && self.accounts.len() > 1
         {
             let wait = provider_hints::retry_after(&head.headers).unwrap_or(self.cooldown);
-            let until = clock::now_ms() + wait.as_millis() as u64;
+            let until = clock::now_ms().saturating_add(wait.as_millis() as u64);
             self.cooling[i].fetch_max(until, Ordering::Relaxed);
+            x.fresh_account = self.another_free(i);
         }
         Box::pin(std::future::ready(()))
     }

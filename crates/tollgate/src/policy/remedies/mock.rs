@@ -5,6 +5,7 @@
 use crate::body::full;
 use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_GENERATED;
+use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
@@ -45,16 +46,27 @@ impl Mock {
     }
 }
 
-impl Remedy for Mock {
+/// A policy's mock, counted: each answer it makes is an `answered` action in
+/// `tollgate_remedy_actions_total` and `/remedy-stats`, like any remedy's.
+pub struct MockStage {
+    pub mock: Mock,
+    pub actions: Actions,
+}
+
+pub const ACTIONS: &[&str] = &["answered"];
+
+impl Remedy for MockStage {
     fn stage(&self) -> Stage {
         Stage::Mock
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        let flow = if self.applies(x) {
-            let mut resp = Response::new(full(self.body.clone()));
-            *resp.status_mut() = self.status;
-            *resp.headers_mut() = self.headers.clone();
+        let m = &self.mock;
+        let flow = if m.applies(x) {
+            self.actions.record(x, "answered");
+            let mut resp = Response::new(full(m.body.clone()));
+            *resp.status_mut() = m.status;
+            *resp.headers_mut() = m.headers.clone();
             resp.headers_mut()
                 .insert(X_TOLLGATE_GENERATED, HeaderValue::from_static("true"));
             Flow::Answer(resp)

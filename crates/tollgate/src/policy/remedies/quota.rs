@@ -3,10 +3,12 @@
 //! fit both). Over quota: 429 `quota_exceeded` with `Retry-After` to the renewal.
 
 use super::rate_limit::refusal;
+use crate::body::Body;
 use crate::error::{ProxyError, Reject};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::limit::Limit;
+use http::Response;
 use std::sync::Arc;
 
 pub struct QuotaResource {
@@ -22,7 +24,7 @@ pub struct Quota {
     pub actions: Actions,
 }
 
-pub const ACTIONS: &[&str] = &["allowed", "rejected"];
+pub const ACTIONS: &[&str] = &["allowed", "rejected", "refunded"];
 
 impl Remedy for Quota {
     fn stage(&self) -> Stage {
@@ -36,6 +38,9 @@ impl Remedy for Quota {
                 Ok(t) => {
                     r.remaining.set(t.remaining as i64);
                     self.actions.record(x, "allowed");
+                    if !t.counted.is_empty() {
+                        x.refunds.push((Stage::Quota, t.counted));
+                    }
                     Ok(Flow::Continue)
                 }
                 Err(refused) => {
@@ -45,5 +50,12 @@ impl Remedy for Quota {
                 }
             }
         })
+    }
+
+    fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        if super::rate_limit::refund(x, Stage::Quota, &self.resource.limit, resp.status()) {
+            self.actions.record(x, "refunded");
+        }
+        resp
     }
 }

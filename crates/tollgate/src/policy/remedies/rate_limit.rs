@@ -2,12 +2,15 @@
 //! group with shares; over the limit a request is refused (429 `rate_limited` with
 //! `Retry-After` and `RateLimit-*` headers) or, with a queue, held until a later window.
 
+use crate::body::Body;
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::clock;
 use crate::policy::limit::{Limit, Refused};
 use crate::policy::queue::{Left, Queue, Retry};
+use crate::policy::store::Key;
+use http::Response;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -27,7 +30,8 @@ pub struct RateLimit {
     pub actions: Actions,
 }
 
-/// The actions of a limit that can queue (rate limits and concurrency limits).
+/// A rate limit's actions (`refunded`, given back under `refund_on`, last: a concurrency
+/// limit has the others).
 pub const ACTIONS: &[&str] = &[
     "allowed",
     "rejected",
@@ -35,6 +39,7 @@ pub const ACTIONS: &[&str] = &[
     "dequeued",
     "timed_out",
     "queue_full",
+    "refunded",
 ];
 
 pub fn refusal(kind: Reject, what: &str, r: &Refused) -> ProxyError {
@@ -55,7 +60,25 @@ pub fn refusal(kind: Reject, what: &str, r: &Refused) -> ProxyError {
     })
 }
 
-/// Takes a limit, waiting in its queue when it has one.
+/// Over the limit with a queue, but the next window starts after the wait's deadline:
+/// refused at once with the real time to come back, not held for `max_wait` first.
+fn not_in_time(kind: Reject, what: &str, limit: u64, q: &Queue, at: Instant) -> ProxyError {
+    let secs = clock::secs_until_instant(at);
+    let message = format!(
+        "{what}: {limit} requests per window used; the next window starts in {secs}s, \
+         after the queue's max_wait ({:?}): refused without waiting",
+        q.spec.max_wait
+    );
+    ProxyError::Rejected(Rejection {
+        kind,
+        message,
+        retry_after: Some(secs),
+        rate: Some((limit, 0, secs)),
+    })
+}
+
+/// Takes a limit, waiting in its queue when it has one. Returns what the request was
+/// counted in when the limit has `refund_on` (see [`crate::policy::limit::Taken`]).
 pub async fn take_or_wait(
     x: &mut Exchange,
     limit: &Limit,
@@ -63,7 +86,7 @@ pub async fn take_or_wait(
     actions: &Actions,
     kind: Reject,
     what: &str,
-) -> Result<(), ProxyError> {
+) -> Result<Vec<Key>, ProxyError> {
     let (headers, deadline, diag) = (&x.parts.headers, x.deadline, &mut x.diag);
     let give_up = x.give_up.as_ref();
     let first = match queue {
@@ -71,9 +94,9 @@ pub async fn take_or_wait(
         _ => Some(limit.take(headers).await),
     };
     let refused = match (first, queue) {
-        (Some(Ok(_)), _) => {
+        (Some(Ok(t)), _) => {
             actions.note(diag, "allowed");
-            return Ok(());
+            return Ok(t.counted);
         }
         (Some(Err(r)), None) => {
             actions.note(diag, "rejected");
@@ -87,20 +110,39 @@ pub async fn take_or_wait(
         (None, None) => unreachable!("no first try only with a queue"),
     };
     let q = refused.1;
-    actions.note(diag, "queued");
     let deadline = wait_deadline(deadline, q);
+    // When the next window is known to start after the deadline, waiting cannot help.
+    let opens = match refused.0 {
+        Some(Err(r)) => Some(clock::instant_at(r.reset_ms)),
+        _ => q.opens_at(),
+    };
+    if let Some(at) = opens.filter(|&at| at > deadline) {
+        actions.note(diag, "rejected");
+        return Err(not_in_time(kind, what, limit.spec.limit, q, at));
+    }
+    actions.note(diag, "queued");
+    let counted = std::sync::Mutex::new(Vec::new());
     let waited = q
         .wait(q.spec.priority(headers), deadline, give_up, || {
+            let counted = &counted;
             Box::pin(async move {
-                limit
+                let t = limit
                     .take(headers)
                     .await
-                    .map(|_| ())
-                    .map_err(|r| Retry::At(clock::instant_at(r.reset_ms)))
+                    .map_err(|r| Retry::At(clock::instant_at(r.reset_ms)))?;
+                if let Ok(mut c) = counted.lock() {
+                    *c = t.counted;
+                }
+                Ok(())
             })
         })
         .await;
-    queue_outcome(waited, actions, diag, q, what)
+    if let Err(Left::NotInTime(at)) = waited {
+        actions.note(diag, "rejected");
+        return Err(not_in_time(kind, what, limit.spec.limit, q, at));
+    }
+    queue_outcome(waited, actions, diag, q, what)?;
+    Ok(counted.into_inner().unwrap_or_default())
 }
 
 /// The queue's deadline: `max_wait`, or the exchange's own when that is sooner.
@@ -116,35 +158,46 @@ pub fn queue_outcome(
     q: &Queue,
     what: &str,
 ) -> Result<(), ProxyError> {
-    match waited {
+    // The real time to the next slot when the queue knows it (a rate limit's next
+    // window); a concurrency slot frees whenever a request ends, so 1 s there.
+    let retry_after = || q.opens_at().map_or(1, clock::secs_until_instant);
+    let (kind, action, message) = match waited {
         Ok(_) => {
             actions.note(diag, "dequeued");
-            Ok(())
-        }
-        Err(Left::Full) => {
-            actions.note(diag, "queue_full");
-            Err(ProxyError::Rejected(Rejection {
-                kind: Reject::QueueFull,
-                message: format!("{what}: the queue is full ({} waiting)", q.spec.size),
-                retry_after: Some(1),
-                rate: None,
-            }))
+            return Ok(());
         }
         // Never sent: the client may send it again to another instance.
-        Err(Left::ShuttingDown) => Err(ProxyError::ShuttingDown),
-        Err(Left::TimedOut) => {
-            actions.note(diag, "timed_out");
-            Err(ProxyError::Rejected(Rejection {
-                kind: Reject::QueueTimeout,
-                message: format!(
-                    "{what}: waited in the queue for {:?} (max_wait) without capacity",
-                    q.spec.max_wait
-                ),
-                retry_after: Some(1),
-                rate: None,
-            }))
-        }
-    }
+        Err(Left::ShuttingDown) => return Err(ProxyError::ShuttingDown),
+        Err(Left::Full) => (
+            Reject::QueueFull,
+            "queue_full",
+            format!("{what}: the queue is full ({} waiting)", q.spec.size),
+        ),
+        Err(Left::TimedOut) => (
+            Reject::QueueTimeout,
+            "timed_out",
+            format!(
+                "{what}: waited in the queue for {:?} (max_wait) without capacity",
+                q.spec.max_wait
+            ),
+        ),
+        Err(Left::NotInTime(at)) => (
+            Reject::QueueTimeout,
+            "timed_out",
+            format!(
+                "{what}: capacity frees in {}s, after the queue's max_wait ({:?})",
+                clock::secs_until_instant(at),
+                q.spec.max_wait
+            ),
+        ),
+    };
+    actions.note(diag, action);
+    Err(ProxyError::Rejected(Rejection {
+        kind,
+        message,
+        retry_after: Some(retry_after()),
+        rate: None,
+    }))
 }
 
 impl Remedy for RateLimit {
@@ -155,7 +208,7 @@ impl Remedy for RateLimit {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let r = &self.resource;
-            take_or_wait(
+            let counted = take_or_wait(
                 x,
                 &r.limit,
                 r.queue.as_ref(),
@@ -164,7 +217,35 @@ impl Remedy for RateLimit {
                 &r.what,
             )
             .await?;
+            if !counted.is_empty() {
+                x.refunds.push((Stage::RateLimit, counted));
+            }
             Ok(Flow::Continue)
         })
     }
+
+    fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        let r = &self.resource;
+        if refund(x, Stage::RateLimit, &r.limit, resp.status()) {
+            if let Some(q) = &r.queue {
+                q.freed();
+            }
+            self.actions.record(x, "refunded");
+        }
+        resp
+    }
+}
+
+/// Gives back what `stage` counted when the provider's answer is one of the limit's
+/// `refund_on` statuses (it did not charge the request). Whether it did.
+pub fn refund(x: &mut Exchange, stage: Stage, limit: &Limit, status: http::StatusCode) -> bool {
+    if !limit.spec.refund_on.contains(&status.as_u16()) {
+        return false;
+    }
+    let Some(i) = x.refunds.iter().position(|(s, _)| *s == stage) else {
+        return false;
+    };
+    let (_, counted) = x.refunds.swap_remove(i);
+    limit.refund(&counted);
+    true
 }

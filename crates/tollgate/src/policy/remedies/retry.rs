@@ -16,7 +16,7 @@
 
 use crate::body::Body;
 use crate::error::ProxyError;
-use crate::headers::X_TOLLGATE_RETRIES;
+use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::clock;
@@ -145,15 +145,13 @@ impl Retry {
             }
         };
         if !x.replayable || x.retries + 1 >= s.attempts {
-            self.actions.record(x, "gave_up");
-            return None;
+            return self.give_up(x);
         }
         // A provider asking for longer than the cap gets its answer relayed instead.
         let wait = match asked {
-            Some(d) if d > s.max_delay => {
-                self.actions.record(x, "gave_up");
-                return None;
-            }
+            // The wait was the tired account's; another one is free now.
+            _ if x.fresh_account => Duration::ZERO,
+            Some(d) if d > s.max_delay => return self.give_up(x),
             Some(d) => d,
             None => {
                 let exp = s
@@ -166,15 +164,22 @@ impl Retry {
         if let Some(d) = x.retry_deadline
             && tokio::time::Instant::now() + wait >= d
         {
-            self.actions.record(x, "gave_up");
-            return None;
+            return self.give_up(x);
         }
         if !self.take_budget().await {
             self.actions.record(x, "budget_exhausted");
+            x.retry_declined = true;
             return None;
         }
         self.actions.record(x, "retried");
         Some(wait)
+    }
+
+    /// Stops here: the answer is relayed, and the client told not to retry it.
+    fn give_up(&self, x: &mut Exchange) -> Option<Duration> {
+        self.actions.record(x, "gave_up");
+        x.retry_declined = true;
+        None
     }
 }
 
@@ -202,6 +207,10 @@ impl Remedy for RetryStage {
         if x.retries > 0 {
             resp.headers_mut()
                 .insert(X_TOLLGATE_RETRIES, x.retries.into());
+        }
+        if x.retry_declined && self.0.spec.statuses.contains(resp.status().as_u16()) {
+            resp.headers_mut()
+                .insert(X_SHOULD_RETRY, http::HeaderValue::from_static("false"));
         }
         resp
     }

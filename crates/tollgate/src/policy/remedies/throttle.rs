@@ -107,7 +107,7 @@ impl Remedy for Throttle {
                 && let Some(pause) = self.pause(head)
             {
                 self.actions.record(x, "throttled");
-                let until = clock::now_ms() + pause.as_millis() as u64;
+                let until = clock::now_ms().saturating_add(pause.as_millis() as u64);
                 let _ = self.store.raise(&self.key, until, until).await;
             }
         })

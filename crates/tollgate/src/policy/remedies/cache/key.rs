@@ -3,6 +3,11 @@
 //! canonicalised first: object keys sorted, no whitespace, so neither changes the key).
 //! Built from the request as the application sent it (after request transforms, before
 //! credentials), so no secret tollgate injects is ever part of a key.
+//!
+//! A client's own `Authorization` puts a SHA-256 of it in the key: a gateway serves
+//! many callers, and one caller's answer (its repositories, its customers) must not be
+//! served to another that sent another credential. Callers sending the same credential,
+//! or none, share entries.
 
 use http::{HeaderMap, HeaderName, Method, Uri};
 use std::fmt::Write;
@@ -28,6 +33,18 @@ pub fn key(
         for v in headers.get_all(name) {
             k.push_str(&String::from_utf8_lossy(v.as_bytes()));
             k.push(',');
+        }
+    }
+    let callers = headers.get_all(http::header::AUTHORIZATION);
+    if callers.iter().next().is_some() {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        for v in callers {
+            ctx.update(v.as_bytes());
+            ctx.update(b"\n");
+        }
+        k.push_str("\ncaller:");
+        for byte in &ctx.finish().as_ref()[..16] {
+            let _ = write!(k, "{byte:02x}");
         }
     }
     if let Some(b) = body {
@@ -63,5 +80,25 @@ mod tests {
             k(&u2, br#"{"messages":[1,2],"model":"x"}"#)
         );
         assert_ne!(k(&u1, br#"{"model":"x"}"#), k(&u1, br#"{"model":"y"}"#));
+    }
+
+    #[test]
+    fn each_callers_credential_has_its_own_entries() {
+        let u: Uri = "/user/repos".parse().unwrap();
+        let with = |auth: Option<&str>| {
+            let mut h = HeaderMap::new();
+            if let Some(a) = auth {
+                h.insert(http::header::AUTHORIZATION, a.parse().unwrap());
+            }
+            key(&Method::GET, "api", &u, &h, &[], None)
+        };
+        let alice = with(Some("Bearer ghp_alice"));
+        assert_ne!(alice, with(Some("Bearer ghp_bob")));
+        assert_ne!(alice, with(None));
+        assert_eq!(alice, with(Some("Bearer ghp_alice")));
+        assert!(
+            !alice.contains("ghp_alice"),
+            "the credential itself is not in the key"
+        );
     }
 }

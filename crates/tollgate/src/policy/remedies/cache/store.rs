@@ -88,6 +88,10 @@ impl MemoryCache {
             cache: moka::sync::Cache::builder()
                 .max_capacity(max_bytes)
                 .weigher(|k: &String, e: &Arc<Entry>| e.weight(k))
+                // Least recently used out, as documented. moka's default (TinyLFU) admits
+                // a newcomer only if it is used more than what it would evict: a full
+                // cache then stopped storing new responses at all.
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .expire_after(KeepUntil)
                 .build(),
         }
@@ -107,5 +111,52 @@ impl CacheStore for MemoryCache {
     fn size(&self) -> (u64, u64) {
         self.cache.run_pending_tasks();
         (self.cache.entry_count(), self.cache.weighted_size())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(body: &'static str) -> Arc<Entry> {
+        let now = crate::policy::clock::now_ms();
+        Arc::new(Entry {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(body.as_bytes()),
+            stored_ms: now,
+            fresh_until_ms: now + 60_000,
+            keep_until_ms: now + 60_000,
+            initial_age: 0,
+            vary: Vec::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_full_cache_stores_the_newcomer_and_evicts_the_least_recently_used() {
+        let one = entry("x").weight("k0") as u64;
+        let c = MemoryCache::new(3 * one);
+        for k in ["k0", "k1", "k2"] {
+            c.put(k.into(), entry("x")).await.unwrap();
+        }
+        // Often read: under TinyLFU admission they would keep a newcomer out for good.
+        for _ in 0..5 {
+            for k in ["k0", "k1", "k2"] {
+                assert!(c.get(k).await.unwrap().is_some());
+            }
+        }
+        assert!(c.get("k1").await.unwrap().is_some());
+        assert!(c.get("k2").await.unwrap().is_some());
+        c.put("k3".into(), entry("x")).await.unwrap();
+        c.cache.run_pending_tasks();
+        assert!(
+            c.get("k3").await.unwrap().is_some(),
+            "the newcomer is stored"
+        );
+        assert!(
+            c.get("k0").await.unwrap().is_none(),
+            "the least recently used left"
+        );
+        assert_eq!(c.size().0, 3);
     }
 }
