@@ -444,6 +444,7 @@ fn a_closed_pipe_ends_a_command_quietly() {
 
 #[test]
 fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once() {
+    // (Also: a CONNECT past a policy is warned about in the log.)
     // An upstream that accepts and never answers: the drain waits for its request.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
@@ -451,7 +452,7 @@ fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once(
     let cfg = dir.path().join("tollgate.yaml");
     std::fs::write(
         &cfg,
-        "log: { level: debug }\nshutdown: { drain_timeout: 10m }\nupstream: { response_timeout: 10m }\n",
+        "log: { level: debug }\nshutdown: { drain_timeout: 10m }\nupstream: { response_timeout: 10m }\negress: { connect_ports: [1] }\npolicies:\n  - name: local\n    match: { host: localhost }\n    provider_throttling: {}\n",
     )
     .unwrap();
     let mut child = run_on_ephemeral_ports(&cfg)
@@ -473,6 +474,13 @@ fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once(
             let _ = tx.send(l.unwrap_or_default());
         }
     });
+    // A tunnel to the policy's host (nothing listens on port 1: the warning comes first).
+    let mut tunnel = std::net::TcpStream::connect(&proxy).unwrap();
+    tunnel
+        .write_all(b"CONNECT localhost:1 HTTP/1.1\r\nHost: localhost:1\r\n\r\n")
+        .unwrap();
+    let mut answer = [0u8; 12];
+    tunnel.read_exact(&mut answer).unwrap();
     let _held = std::thread::spawn(move || {
         let _ = get(
             &proxy,
@@ -509,6 +517,12 @@ fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once(
     assert!(
         !text.contains('\u{1b}'),
         "no colour codes in a pipe: {text:?}"
+    );
+    assert!(
+        text.contains(
+            "CONNECT to `localhost` is an opaque TLS tunnel: policy `local` cannot apply"
+        ),
+        "{text}"
     );
 }
 
