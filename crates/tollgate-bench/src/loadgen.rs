@@ -322,8 +322,8 @@ async fn worker(
             let now = Instant::now();
             if now < at {
                 // Not tokio's sleep: its 1 ms tick would send interleaved targets in
-                // bursts (see `tollgate::provider::timer`).
-                tollgate::provider::timer::sleep_until(at).await;
+                // bursts (see `tollgate_provider::timer`).
+                tollgate_provider::timer::sleep_until(at).await;
                 // On time (or late only by the timer's granularity): measure from the
                 // actual send, so timer resolution is not counted as server latency.
                 from = Some(Instant::now());

@@ -1,6 +1,10 @@
-//! The `tollgate` binary: the core commands live in the library (`tollgate::cli`), the
-//! benchmarks in `tollgate-bench`; this file only joins them.
+//! The `tollgate` binary: the command line over the gateway library (`tollgate`), the
+//! provider emulator (`tollgate-provider`) and, with the default `bench` feature, the
+//! benchmarks (`tollgate-bench`).
 #![forbid(unsafe_code)]
+
+mod cli;
+mod client;
 
 use clap::{Parser, Subcommand};
 
@@ -18,15 +22,26 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Top {
     #[command(flatten)]
-    Core(tollgate::cli::Command),
+    Core(cli::Command),
     /// Benchmarks: latency footprint per percentile, correlation with provider delay, capacity.
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(tollgate_bench::BenchCommand),
 }
 
 fn main() -> std::process::ExitCode {
     match Cli::parse().command {
-        Top::Core(c) => tollgate::cli::dispatch(c),
+        Top::Core(c) => cli::dispatch(c),
+        #[cfg(feature = "bench")]
         Top::Bench(b) => tollgate_bench::main(b),
     }
+}
+
+/// Writes a command's output to standard output. A reader that closed the pipe
+/// (`tollgate schema | head`) has what it wanted: no panic, no message (`print!` panics
+/// on `EPIPE`, and with `panic = "abort"` that was exit 134).
+fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
 }

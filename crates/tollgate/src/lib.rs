@@ -1,13 +1,14 @@
 //! tollgate: an API egress gateway. A compact proxy next to an application that carries
 //! its outgoing calls to third-party APIs, with remedies and diagnosis on top.
 //!
-//! The binary is a thin shell over [`cli::main`]; tests start [`Gateway`] in-process.
+//! The binary (crate `tollgate-cli`) is a thin command line over this library; tests
+//! start [`Gateway`] in-process.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod aggregate;
 pub mod body;
-pub mod cli;
+pub mod check;
 pub mod config;
 pub mod conns;
 pub mod diagnosis;
@@ -22,7 +23,6 @@ pub mod metrics;
 pub mod observe;
 pub mod paths;
 pub mod policy;
-pub mod provider;
 pub mod proxy;
 pub mod reload;
 pub mod request_id;
@@ -30,7 +30,6 @@ pub mod routes;
 pub mod secret;
 pub mod server;
 pub mod state;
-pub mod stdout;
 pub mod stream_watch;
 pub mod target;
 pub mod tunnel;

@@ -521,7 +521,7 @@ endpoints:
     assert_eq!(listed[1]["endpoint"], "/quiet");
     assert_eq!(listed[1]["count"], 0, "declared, not yet called");
     // `tollgate discover` prints them after the discovered endpoints (discovery is off).
-    let table = tollgate::diagnosis::commands::table(&discover);
+    let table = tollgate::diagnosis::discovery::table::table(&discover);
     assert!(table.contains("endpoint discovery is off"), "{table}");
     let row = table.lines().find(|l| l.contains("/mixed/{id}")).unwrap();
     let cols: Vec<&str> = row.split_whitespace().collect();

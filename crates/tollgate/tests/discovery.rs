@@ -185,7 +185,7 @@ diagnosis:
     assert!(!m.contains("cus_9s6XKzkNRiz8i3"), "no raw path in a label");
 
     // The CLI table, from the same JSON.
-    let table = tollgate::diagnosis::commands::table(&d);
+    let table = tollgate::diagnosis::discovery::table::table(&d);
     assert!(
         table.lines().nth(1).unwrap().contains("/users/{id}"),
         "{table}"
@@ -229,7 +229,7 @@ async fn discovery_off_says_how_to_turn_it_on() {
     let d = admin_get(&gw, "/discover").await.json();
     assert_eq!(d["enabled"], false);
     assert!(d["message"].as_str().unwrap().contains("discovery"));
-    assert!(tollgate::diagnosis::commands::table(&d).contains("enabled: true"));
+    assert!(tollgate::diagnosis::discovery::table::table(&d).contains("enabled: true"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -551,14 +551,11 @@ async fn a_captured_entry_becomes_a_mock_policy() {
     // `policies:` list, the user's comments stay, and the second gets its own name.
     let dev = dir.path().join("dev.yaml");
     std::fs::write(&dev, "# my dev config\nlisten:\n  address: 127.0.0.1:0\n").unwrap();
+    // (`tollgate har mock DIR ENTRY --append FILE` does this; tollgate-cli's tests drive it.)
+    let entries = read::load(dir.path()).unwrap();
     for which in ["1", id] {
-        let code =
-            tollgate::diagnosis::commands::har(tollgate::diagnosis::commands::HarCommand::Mock {
-                path: dir.path().to_owned(),
-                entry: which.into(),
-                append: Some(dev.clone()),
-            });
-        assert_eq!(code, std::process::ExitCode::SUCCESS);
+        let entry = read::find(&entries, which).unwrap();
+        tollgate::diagnosis::har::append::append_to_file(&dev, entry).unwrap();
     }
     let text = std::fs::read_to_string(&dev).unwrap();
     assert!(text.starts_with("# my dev config\n"), "{text}");

@@ -5,7 +5,7 @@ mod support;
 use http::{Request, StatusCode};
 use std::io::Read;
 use support::*;
-use tollgate::provider::{Provider, STATIC_BODY};
+use tollgate_provider::{Provider, STATIC_BODY};
 
 async fn get(p: &Provider, path: &str) -> Got {
     send(

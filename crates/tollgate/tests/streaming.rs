@@ -105,7 +105,7 @@ async fn request_chunks_are_relayed_one_by_one() {
 
 #[tokio::test]
 async fn provider_drip_passes_through_chunked() {
-    let provider = tollgate::provider::Provider::start(local0()).await.unwrap();
+    let provider = tollgate_provider::Provider::start(local0()).await.unwrap();
     let gw = gateway("").await;
     let resp = client()
         .request(

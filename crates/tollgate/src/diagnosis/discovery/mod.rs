@@ -6,6 +6,7 @@
 //! them calls count under host or endpoint `other`.
 
 pub mod metrics;
+pub mod table;
 pub mod template;
 
 use crate::diagnosis::settings::Discovery;

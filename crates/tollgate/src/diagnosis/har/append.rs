@@ -103,6 +103,32 @@ fn indent(text: &str, n: usize) -> String {
     text.lines().map(|l| format!("{pad}{l}\n")).collect()
 }
 
+/// Adds the entry's mock policy to `file`, written whole or not at all (a temporary file
+/// renamed over it).
+pub fn append_to_file(file: &std::path::Path, entry: &serde_json::Value) -> Result<(), String> {
+    let policy = super::read::mock_policy(entry)?;
+    let config = match std::fs::read_to_string(file) {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let out = append(&config, policy).map_err(|e| format!("{}: {e}", file.display()))?;
+    if let Err(errors) = crate::config::parse(&out) {
+        let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        return Err(format!(
+            "{} would not parse with the mock added, so it is left as it was: {}",
+            file.display(),
+            shown.join("; ")
+        ));
+    }
+    let tmp = file.with_extension("tollgate-tmp");
+    std::fs::write(&tmp, &out)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    eprintln!("added a mock policy to {}", file.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,10 @@
 //! `tollgate provider`: a fast, httpbin-compatible provider emulator for tests, demos and
 //! benchmarks. Same hyper stack as the proxy, no logging on the request path, so it is
-//! never the bottleneck of a benchmark.
+//! never the bottleneck of a benchmark. A crate of its own: the gateway library does not
+//! carry it.
+#![forbid(unsafe_code)]
 
+pub mod body;
 mod echo;
 mod streams;
 pub mod timer;

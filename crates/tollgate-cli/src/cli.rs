@@ -1,23 +1,12 @@
-//! The command line: `tollgate run | check | schema | provider | discover | har`.
+//! The core commands: `tollgate run | check | schema | provider | discover | har`.
 
-use crate::config::{self, Config};
-use crate::server::{Gateway, StartOptions};
-use crate::state::Overrides;
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "tollgate",
-    version,
-    about = "API egress gateway: forwards your outgoing API calls with remedies and diagnosis"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
+use tollgate::config::{self, Config};
+use tollgate::server::{Gateway, StartOptions};
+use tollgate::state::Overrides;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -35,10 +24,10 @@ pub enum Command {
     /// Print the JSON Schema of the config file.
     Schema,
     /// Show the endpoints a running gateway discovered (`GET /discover`), most called first.
-    Discover(crate::diagnosis::commands::DiscoverArgs),
+    Discover(crate::client::DiscoverArgs),
     /// Read captured HAR files: list entries, show one, turn one into a mock policy.
     #[command(subcommand)]
-    Har(crate::diagnosis::commands::HarCommand),
+    Har(crate::client::HarCommand),
     /// Run the built-in provider emulator (httpbin-compatible paths) for tests, demos and benchmarks.
     Provider {
         /// Address to listen on.
@@ -77,24 +66,20 @@ fn threads(s: &str) -> Result<usize, String> {
     }
 }
 
-pub fn main() -> ExitCode {
-    dispatch(Cli::parse().command)
-}
-
 /// Runs one of the core commands (the binary adds `bench` on top).
 pub fn dispatch(command: Command) -> ExitCode {
     match command {
         Command::Run(args) => run(args),
         Command::Check { file, env_optional } => check(&file, env_optional),
         Command::Schema => {
-            crate::stdout::out(&config::json_schema());
+            crate::out(&config::json_schema());
             ExitCode::SUCCESS
         }
-        Command::Discover(args) => block_on(Some(1), crate::diagnosis::commands::discover(args)),
-        Command::Har(cmd) => crate::diagnosis::commands::har(cmd),
+        Command::Discover(args) => block_on(Some(1), crate::client::discover(args)),
+        Command::Har(cmd) => crate::client::har(cmd),
         Command::Provider { listen, threads } => block_on(threads, async move {
-            crate::logging::init(&Config::default().log);
-            match crate::provider::Provider::start(listen).await {
+            tollgate::logging::init(&Config::default().log);
+            match tollgate_provider::Provider::start(listen).await {
                 Ok(p) => {
                     eprintln!("tollgate provider listening on http://{}", p.addr);
                     shutdown_signal().await;
@@ -120,27 +105,18 @@ fn check(file: &std::path::Path, env_optional: bool) -> ExitCode {
             for u in unset {
                 eprintln!("warning: {u} (checked with a placeholder value)");
             }
-            // `check` builds what `run` builds: the compiled policy chains too.
-            let store: std::sync::Arc<dyn crate::policy::store::Store> =
-                std::sync::Arc::new(crate::policy::store::memory::Memory::default());
-            crate::policy::Engine::build(
-                &config,
-                None,
-                &store,
-                &crate::metrics::Metrics::default(),
-            );
-            let writable = match &config.log.access_log_file {
-                Some(p) => crate::observe::check_access_log(p),
-                None => Ok(()),
-            };
-            if let Err(e) = writable.and_then(|_| crate::diagnosis::check(&config)) {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
+            match tollgate::check::check(&config) {
+                Ok(warnings) => {
+                    for w in warnings {
+                        eprintln!("warning: {w}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
             }
-            for w in config.policies.shadowed() {
-                eprintln!("warning: {w}");
-            }
-            crate::stdout::out(&format!("{}: valid\n", file.display()));
+            crate::out(&format!("{}: valid\n", file.display()));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -183,7 +159,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 .unwrap_or_else(|_| Config::default().log),
             None => Config::default().log,
         };
-        crate::logging::init(&log_config);
+        tollgate::logging::init(&log_config);
         let opts = StartOptions {
             config_path: args.config,
             config: None,
@@ -220,20 +196,20 @@ pub fn run(args: RunArgs) -> ExitCode {
 }
 
 #[cfg(unix)]
-fn spawn_sighup(shared: std::sync::Arc<crate::state::Shared>) {
+fn spawn_sighup(shared: std::sync::Arc<tollgate::state::Shared>) {
     use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
         let Ok(mut hup) = signal(SignalKind::hangup()) else {
             return;
         };
         while hup.recv().await.is_some() {
-            let _ = crate::reload::reload(&shared).await;
+            let _ = tollgate::reload::reload(&shared).await;
         }
     });
 }
 
 #[cfg(not(unix))]
-fn spawn_sighup(_: std::sync::Arc<crate::state::Shared>) {}
+fn spawn_sighup(_: std::sync::Arc<tollgate::state::Shared>) {}
 
 async fn shutdown_signal() {
     #[cfg(unix)]

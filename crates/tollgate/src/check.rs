@@ -1,0 +1,18 @@
+//! `tollgate check`: a config is valid when everything `run` builds from it builds — the
+//! compiled policy chains, a writable access log, the diagnosis sinks — not only when it
+//! parses.
+
+use crate::config::Config;
+
+/// Builds what `run` would from `config`. `Ok` carries warnings (policies that never
+/// apply); `Err` the first thing `run` could not build.
+pub fn check(config: &Config) -> Result<Vec<String>, String> {
+    let store: std::sync::Arc<dyn crate::policy::store::Store> =
+        std::sync::Arc::new(crate::policy::store::memory::Memory::default());
+    crate::policy::Engine::build(config, None, &store, &crate::metrics::Metrics::default());
+    if let Some(p) = &config.log.access_log_file {
+        crate::observe::check_access_log(p)?;
+    }
+    crate::diagnosis::check(config)?;
+    Ok(config.policies.shadowed())
+}

@@ -1,0 +1,113 @@
+//! `GET /discover` as text: the endpoints most called first, then the aggregated ones
+//! (what `tollgate discover` prints).
+
+use serde_json::Value;
+
+/// Milliseconds with one decimal, `-` when absent.
+fn ms(x: &Value) -> String {
+    x.as_f64().map_or("-".to_owned(), |f| format!("{f:.1}"))
+}
+
+/// Endpoints as a table, most called first; then the aggregated endpoints, if any.
+pub fn table(v: &Value) -> String {
+    let mut out = if v["enabled"] == false {
+        format!(
+            "{}\n",
+            v["message"].as_str().unwrap_or("endpoint discovery is off")
+        )
+    } else {
+        discovered(v)
+    };
+    out.push_str(&aggregated(v));
+    out
+}
+
+/// The aggregated endpoints (`aggregated`), each with a line per backend.
+fn aggregated(v: &Value) -> String {
+    let Some(list) = v["aggregated"].as_array().filter(|l| !l.is_empty()) else {
+        return String::new();
+    };
+    let n = |x: &Value, k: &str| x["results"][k].as_u64().unwrap_or(0);
+    let mut out = format!(
+        "\naggregated endpoints\n{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+        "COUNT",
+        "METHOD",
+        "ENDPOINT / backend",
+        "complete",
+        "partial",
+        "failed",
+        "p50 ms",
+        "p99 ms"
+    );
+    for e in list {
+        out.push_str(&format!(
+            "{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+            e["count"].as_u64().unwrap_or(0),
+            e["method"].as_str().unwrap_or("-"),
+            e["endpoint"].as_str().unwrap_or("-"),
+            n(e, "complete"),
+            n(e, "partial"),
+            n(e, "failed"),
+            ms(&e["latency_ms"]["p50"]),
+            ms(&e["latency_ms"]["p99"]),
+        ));
+        for b in e["backends"].as_array().into_iter().flatten() {
+            let name = format!(
+                "  {} ({})",
+                b["name"].as_str().unwrap_or("-"),
+                b["host"].as_str().unwrap_or("-")
+            );
+            out.push_str(&format!(
+                "{:>8}  {:<7} {:<40} {:>9} {:>8} {:>7} {:>8} {:>8}\n",
+                b["count"].as_u64().unwrap_or(0),
+                "",
+                name,
+                format!("ok {}", n(b, "ok")),
+                format!("fail {}", n(b, "failed") + n(b, "skipped")),
+                format!("t/o {}", n(b, "timeout")),
+                ms(&b["latency_ms"]["p50"]),
+                ms(&b["latency_ms"]["p99"]),
+            ));
+        }
+    }
+    out
+}
+
+/// The discovered endpoints, most called first.
+fn discovered(v: &Value) -> String {
+    let mut out = format!(
+        "{:>8}  {:<7} {:<28} {:<40} {:>6} {:>6} {:>8} {:>8}\n",
+        "COUNT", "METHOD", "HOST", "ENDPOINT", "2xx%", "429", "p50 ms", "p99 ms"
+    );
+    for e in v["endpoints"].as_array().into_iter().flatten() {
+        let count = e["count"].as_u64().unwrap_or(0);
+        let status = e["status"].as_object();
+        let sum = |f: &dyn Fn(u64) -> bool| -> u64 {
+            status
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.parse::<u64>().is_ok_and(f))
+                .map(|(_, n)| n.as_u64().unwrap_or(0))
+                .sum()
+        };
+        let ok = sum(&|s| (200..300).contains(&s));
+        out.push_str(&format!(
+            "{:>8}  {:<7} {:<28} {:<40} {:>6.1} {:>6} {:>8} {:>8}\n",
+            count,
+            e["method"].as_str().unwrap_or("-"),
+            e["host"].as_str().unwrap_or("-"),
+            e["endpoint"].as_str().unwrap_or("-"),
+            100.0 * ok as f64 / count.max(1) as f64,
+            sum(&|s| s == 429),
+            ms(&e["latency_ms"]["p50"]),
+            ms(&e["latency_ms"]["p99"]),
+        ));
+    }
+    if v["folded"].as_u64().unwrap_or(0) > 0 {
+        out.push_str(&format!(
+            "({} calls counted under `other`: a discovery cap was reached)\n",
+            v["folded"]
+        ));
+    }
+    out
+}
