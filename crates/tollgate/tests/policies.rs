@@ -343,3 +343,41 @@ fn the_architecture_table_mirrors_the_stage_order() {
         .collect();
     assert_eq!(rows, stages);
 }
+
+/// Every remedy action (each remedy's `Action` enum) is in policies.md's list of
+/// `tollgate_remedy_actions_total` actions.
+#[test]
+fn the_docs_list_every_remedy_action() {
+    use tollgate::policy::actions::Action;
+    use tollgate::policy::remedies::*;
+    fn names<A: Action>() -> Vec<(&'static str, &'static str)> {
+        A::ALL.iter().map(|a| (A::REMEDY, a.as_str())).collect()
+    }
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/policies.md"
+    ))
+    .unwrap();
+    let listed = doc
+        .split("`tollgate_remedy_actions_total{policy,remedy,action}` (actions:")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("policies.md lists the actions");
+    let all = [
+        names::<mock::Action>(),
+        names::<cache::Action>(),
+        names::<breaker::Action>(),
+        names::<throttle::Action>(),
+        names::<quota::Action>(),
+        names::<rate_limit::Action>(),
+        names::<concurrency::Action>(),
+        names::<retry::Action>(),
+    ]
+    .concat();
+    for (remedy, action) in all {
+        assert!(
+            listed.contains(&format!("`{action}`")),
+            "{remedy}: `{action}` is not in policies.md: {listed}"
+        );
+    }
+}

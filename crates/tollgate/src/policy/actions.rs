@@ -1,77 +1,161 @@
-//! Remedy metrics: `tollgate_remedy_actions_total{policy, remedy, action}`. Each remedy
-//! resolves its counters once, at compile time, so counting is one atomic add.
+//! Remedy actions: each remedy declares its actions as an enum ([`actions!`]), so a
+//! misspelt action does not compile, and counts them in
+//! `tollgate_remedy_actions_total{policy, remedy, action}`. The counters are resolved once,
+//! at compile time, and indexed by the action: counting is one atomic add.
 
 use crate::metrics::{ActionLabels, Metrics};
 use prometheus_client::metrics::counter::Counter;
+use std::marker::PhantomData;
 
-#[derive(Clone, Default)]
-pub struct Actions {
-    remedy: &'static str,
-    counters: Vec<(&'static str, Counter)>,
+/// A remedy's actions.
+pub trait Action: Copy + Send + Sync + 'static {
+    /// The remedy's name in metrics, `/remedy-stats` and HAR (`rate_limit`).
+    const REMEDY: &'static str;
+    /// Every action, in declaration order (`index` is the position here).
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+    fn index(self) -> usize;
 }
 
-impl Actions {
-    pub fn new(
-        metrics: &Metrics,
-        policy: &str,
-        remedy: &'static str,
-        actions: &[&'static str],
-    ) -> Self {
+/// Declares a remedy's action enum: `actions! { pub enum Action for "retry" { Retried =
+/// "retried", … } }`.
+macro_rules! actions {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident for $remedy:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $crate::policy::actions::Action for $name {
+            const REMEDY: &'static str = $remedy;
+            const ALL: &'static [Self] = &[$(Self::$variant),+];
+            fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text),+
+                }
+            }
+            fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+pub(crate) use actions;
+
+/// A policy's counters of one remedy's actions.
+pub struct Actions<A: Action> {
+    counters: Box<[Counter]>,
+    kind: PhantomData<A>,
+}
+
+impl<A: Action> Clone for Actions<A> {
+    fn clone(&self) -> Self {
         Self {
-            remedy,
-            counters: actions
+            counters: self.counters.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+/// Counters registered nowhere (unit tests).
+impl<A: Action> Default for Actions<A> {
+    fn default() -> Self {
+        Self {
+            counters: A::ALL.iter().map(|_| Counter::default()).collect(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<A: Action> Actions<A> {
+    pub fn new(metrics: &Metrics, policy: &str) -> Self {
+        Self {
+            counters: A::ALL
                 .iter()
-                .map(|&action| {
+                .map(|a| {
                     let labels = ActionLabels {
                         policy: policy.to_owned(),
-                        remedy,
-                        action,
+                        remedy: A::REMEDY,
+                        action: a.as_str(),
                     };
-                    (
-                        action,
-                        metrics.remedy_actions.get_or_create(&labels).clone(),
-                    )
+                    metrics.remedy_actions.get_or_create(&labels).clone()
                 })
                 .collect(),
+            kind: PhantomData,
         }
     }
 
     /// Counts an action that belongs to no one request (a breaker closing, an entry stored).
-    pub fn inc(&self, action: &'static str) {
-        if let Some((_, c)) = self.counters.iter().find(|(a, _)| *a == action) {
-            c.inc();
-        }
+    pub fn inc(&self, action: A) {
+        self.counters[action.index()].inc();
     }
 
     /// Counts an action taken on this request, and notes it in the request's diagnosis
     /// (HAR entry, remedy statistics, span events).
-    pub fn record(&self, x: &mut crate::policy::chain::Exchange, action: &'static str) {
+    pub fn record(&self, x: &mut crate::policy::chain::Exchange, action: A) {
         self.note(&mut x.diag, action);
     }
 
     /// [`Actions::record`] where the exchange is borrowed in parts.
-    pub fn note(
-        &self,
-        diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
-        action: &'static str,
-    ) {
+    pub fn note(&self, diag: &mut Option<Box<crate::diagnosis::RequestDiag>>, action: A) {
         self.inc(action);
         if let Some(d) = diag {
             d.acted.push(crate::diagnosis::Acted {
-                remedy: self.remedy,
-                action,
+                remedy: A::REMEDY,
+                action: action.as_str(),
                 at_unix_ns: crate::diagnosis::unix_ns(),
             });
         }
     }
+
+    /// How many times `action` was counted (for `GET /policies`).
+    pub fn get(&self, action: A) -> u64 {
+        self.counters[action.index()].get()
+    }
 }
 
-impl Actions {
-    /// How many times `action` was counted (for `GET /policies`).
-    pub fn get(&self, action: &str) -> u64 {
-        self.counters
-            .iter()
-            .find(|(a, _)| *a == action)
-            .map_or(0, |(_, c)| c.get())
+/// The actions of a limit that can queue (rate limits, concurrency limits), for the
+/// queue outcomes they share.
+pub trait QueueAction: Action {
+    const DEQUEUED: Self;
+    const TIMED_OUT: Self;
+    const QUEUE_FULL: Self;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    actions! {
+        enum Test for "test" {
+            One = "one",
+            Two = "two",
+        }
+    }
+
+    #[test]
+    fn each_action_has_its_own_labelled_counter() {
+        let m = Metrics::default();
+        let a = Actions::<Test>::new(&m, "p");
+        a.inc(Test::Two);
+        a.inc(Test::Two);
+        a.inc(Test::One);
+        assert_eq!((a.get(Test::One), a.get(Test::Two)), (1, 2));
+        let labels = |action| ActionLabels {
+            policy: "p".into(),
+            remedy: "test",
+            action,
+        };
+        assert_eq!(m.remedy_actions.get_or_create(&labels("two")).get(), 2);
+        assert_eq!(
+            Test::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            ["one", "two"]
+        );
     }
 }

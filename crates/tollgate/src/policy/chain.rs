@@ -167,7 +167,7 @@ pub struct Exchange {
     /// what tollgate just declined.
     pub retry_declined: bool,
     /// `x-tollgate-cache` for the response.
-    pub cache_status: Option<&'static str>,
+    pub cache_status: Option<crate::policy::remedies::cache::CacheStatus>,
     pub cache: Option<crate::policy::remedies::cache::Pending>,
     /// This request is one of a half-open breaker's probes (of the opening that ended at
     /// this unix ms), not yet answered.

@@ -14,11 +14,11 @@ use super::remedies::cache::store::MemoryCache;
 use super::remedies::cache::{Cache, CacheStage};
 use super::remedies::concurrency::{Concurrency, ConcurrencyResource};
 use super::remedies::credentials::Credentials;
+use super::remedies::mock;
 use super::remedies::quota::{Quota, QuotaResource};
 use super::remedies::rate_limit::{RateLimit, RateLimitResource};
 use super::remedies::retry::{Retry, RetryStage};
 use super::remedies::throttle::Throttle;
-use super::remedies::{breaker, cache, concurrency, mock, quota, rate_limit, retry, throttle};
 use super::spec::{QuotaSpec, Resource};
 use super::store::{Key, Store};
 use crate::config::Config;
@@ -141,9 +141,6 @@ impl Engine {
         for p in &config.policies.policies {
             let s = &p.spec;
             let name = p.name.as_str();
-            let actions = |remedy: &'static str, list: &[&'static str]| {
-                Actions::new(metrics, name, remedy, list)
-            };
             let mut remedies: Vec<Arc<dyn Remedy>> = Vec::new();
             let mut view = View::default();
             if let Some(t) = &s.timeouts {
@@ -152,7 +149,7 @@ impl Engine {
             if let Some(m) = &s.mock {
                 remedies.push(Arc::new(mock::MockStage {
                     mock: m.clone(),
-                    actions: actions("mock", mock::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 }));
             }
             if let Some(t) = &s.request {
@@ -167,7 +164,7 @@ impl Engine {
                     Cache::new(
                         c.clone(),
                         Arc::new(MemoryCache::new(c.max_size)),
-                        actions("cache", cache::ACTIONS),
+                        Actions::new(metrics, name),
                         b.metrics.cache_entries.get_or_create(&l).clone(),
                         b.metrics.cache_bytes.get_or_create(&l).clone(),
                     )
@@ -194,7 +191,7 @@ impl Engine {
                 view.breaker = Some(res.clone());
                 remedies.push(Arc::new(Breaker {
                     resource: res,
-                    actions: actions("breaker", breaker::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 }));
             }
             if let Some(t) = &s.throttle {
@@ -203,7 +200,7 @@ impl Engine {
                     spec: t.clone(),
                     store: store.clone(),
                     key: Key::new(&Arc::from(id.as_str()), &Arc::from("until"), 0),
-                    actions: actions("provider_throttling", throttle::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 });
                 view.throttle = Some(th.clone());
                 remedies.push(th);
@@ -213,7 +210,7 @@ impl Engine {
                 view.quota = Some(res.clone());
                 remedies.push(Arc::new(Quota {
                     resource: res,
-                    actions: actions("quota", quota::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 }));
             }
             if let Some(r) = &s.rate_limit {
@@ -232,7 +229,7 @@ impl Engine {
                 view.rate_limit = Some(res.clone());
                 remedies.push(Arc::new(RateLimit {
                     resource: res,
-                    actions: actions("rate_limit", rate_limit::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 }));
             }
             if let Some(r) = &s.concurrency {
@@ -249,7 +246,7 @@ impl Engine {
                 view.concurrency = Some(res.clone());
                 remedies.push(Arc::new(Concurrency {
                     resource: res,
-                    actions: actions("concurrency", concurrency::ACTIONS),
+                    actions: Actions::new(metrics, name),
                 }));
             }
             if let Some(t) = &s.response {
@@ -270,7 +267,7 @@ impl Engine {
                         r.clone(),
                         Arc::from(id.as_str()),
                         b.store.clone(),
-                        actions("retry", retry::ACTIONS),
+                        Actions::new(metrics, name),
                     )
                 });
                 view.retry = Some(rt.clone());

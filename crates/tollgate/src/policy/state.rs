@@ -4,6 +4,7 @@
 
 use super::compile::{Engine, View};
 use super::remedies::breaker::State;
+use super::remedies::{cache, retry};
 use super::{Policy, clock};
 use crate::config::Config;
 use serde_json::{Value, json};
@@ -72,7 +73,10 @@ async fn policy(p: &Policy, v: &View) -> Value {
     }
     if let Some(c) = &v.cache {
         let (entries, bytes) = c.store.size();
-        let (hits, misses) = (c.actions.get("hit"), c.actions.get("miss"));
+        let (hits, misses) = (
+            c.actions.get(cache::Action::Hit),
+            c.actions.get(cache::Action::Miss),
+        );
         state.insert(
             "cache".into(),
             json!({
@@ -80,8 +84,8 @@ async fn policy(p: &Policy, v: &View) -> Value {
                 "bytes": bytes,
                 "hits": hits,
                 "misses": misses,
-                "bypassed": c.actions.get("bypass"),
-                "revalidated": c.actions.get("revalidated"),
+                "bypassed": c.actions.get(cache::Action::Bypass),
+                "revalidated": c.actions.get(cache::Action::Revalidated),
                 "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
             }),
         );
@@ -100,8 +104,8 @@ async fn policy(p: &Policy, v: &View) -> Value {
         state.insert(
             "retry".into(),
             json!({
-                "retried": r.actions.get("retried"),
-                "budget_exhausted": r.actions.get("budget_exhausted"),
+                "retried": r.actions.get(retry::Action::Retried),
+                "budget_exhausted": r.actions.get(retry::Action::BudgetExhausted),
             }),
         );
     }

@@ -107,7 +107,7 @@ impl BreakerResource {
     }
 
     /// Lets the attempt through, or refuses it.
-    async fn admit(&self, x: &mut Exchange, actions: &Actions) -> Result<(), ProxyError> {
+    async fn admit(&self, x: &mut Exchange, actions: &Actions<Action>) -> Result<(), ProxyError> {
         let refuse = |retry_after: u64, detail: &str| {
             ProxyError::Rejected(Rejection {
                 kind: Reject::CircuitOpen,
@@ -120,7 +120,7 @@ impl BreakerResource {
             State::Closed => Ok(()),
             State::Open { until } => {
                 self.gauge.set(1);
-                actions.record(x, "rejected");
+                actions.record(x, Action::Rejected);
                 Err(refuse(clock::secs_until(until), "open"))
             }
             State::HalfOpen { opened_until } => {
@@ -133,7 +133,7 @@ impl BreakerResource {
                         Ok(())
                     }
                     _ => {
-                        actions.record(x, "rejected");
+                        actions.record(x, Action::Rejected);
                         Err(refuse(1, "half-open and its probes are in flight"))
                     }
                 }
@@ -162,12 +162,12 @@ impl BreakerResource {
         let _ = self.store.reset(&self.key(CONSECUTIVE, 0)).await;
     }
 
-    async fn record(&self, x: &mut Exchange, o: Outcome<'_>, actions: &Actions) {
+    async fn record(&self, x: &mut Exchange, o: Outcome<'_>, actions: &Actions<Action>) {
         let failed = self.is_failure(&o);
         let s = &self.spec;
         if let Some(opened_until) = x.probe.take() {
             if failed {
-                actions.record(x, "tripped");
+                actions.record(x, Action::Tripped);
                 return self.open().await;
             }
             let ok = self.key(PROBES_OK, opened_until);
@@ -175,7 +175,7 @@ impl BreakerResource {
             if let Ok(a) = self.store.add(&ok, 1, n, 0).await
                 && a.count >= n
             {
-                actions.record(x, "closed");
+                actions.record(x, Action::Closed);
                 self.gauge.set(0);
                 let _ = self
                     .store
@@ -225,7 +225,7 @@ impl BreakerResource {
         if ratio_trips
             || (s.consecutive_failures > 0 && consecutive >= u64::from(s.consecutive_failures))
         {
-            actions.record(x, "tripped");
+            actions.record(x, Action::Tripped);
             self.open().await;
         }
     }
@@ -233,10 +233,17 @@ impl BreakerResource {
 
 pub struct Breaker {
     pub resource: Arc<BreakerResource>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-pub const ACTIONS: &[&str] = &["rejected", "tripped", "closed"];
+crate::policy::actions::actions! {
+    /// What a breaker did.
+    pub enum Action for "breaker" {
+        Rejected = "rejected",
+        Tripped = "tripped",
+        Closed = "closed",
+    }
+}
 
 impl Remedy for Breaker {
     fn stage(&self) -> Stage {
@@ -331,7 +338,7 @@ mod tests {
             Arc::new(Memory::default()),
             Default::default(),
         );
-        let a = Actions::default();
+        let a = Actions::<Action>::default();
         let mut x = exchange();
         let (ok, bad) = (head(200), head(503));
         b.record(&mut x, Ok(&bad), &a).await;

@@ -5,7 +5,7 @@
 
 use super::rate_limit::{queue_outcome, wait_deadline};
 use crate::error::{ProxyError, Reject, Rejection};
-use crate::policy::actions::Actions;
+use crate::policy::actions::{Actions, QueueAction};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::queue::{Queue, Retry};
 use crate::policy::store::{Key, Store};
@@ -99,13 +99,26 @@ impl Drop for Slot {
 
 pub struct Concurrency {
     pub resource: Arc<ConcurrencyResource>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-/// A rate limit's actions but its last, `refunded`: a slot is always given back.
-pub const ACTIONS: &[&str] = super::rate_limit::ACTIONS
-    .split_at(super::rate_limit::ACTIONS.len() - 1)
-    .0;
+crate::policy::actions::actions! {
+    /// What a concurrency limit did with a request.
+    pub enum Action for "concurrency" {
+        Allowed = "allowed",
+        Rejected = "rejected",
+        Queued = "queued",
+        Dequeued = "dequeued",
+        TimedOut = "timed_out",
+        QueueFull = "queue_full",
+    }
+}
+
+impl QueueAction for Action {
+    const DEQUEUED: Self = Action::Dequeued;
+    const TIMED_OUT: Self = Action::TimedOut;
+    const QUEUE_FULL: Self = Action::QueueFull;
+}
 
 impl Remedy for Concurrency {
     fn stage(&self) -> Stage {
@@ -121,12 +134,12 @@ impl Remedy for Concurrency {
                 _ => r.take(&key).await,
             };
             if let Some(slot) = first {
-                self.actions.record(x, "allowed");
+                self.actions.record(x, Action::Allowed);
                 x.holds.push(Box::new(slot));
                 return Ok(Flow::Continue);
             }
             let Some(q) = &r.queue else {
-                self.actions.record(x, "rejected");
+                self.actions.record(x, Action::Rejected);
                 return Err(ProxyError::Rejected(Rejection {
                     kind: Reject::ConcurrencyLimited,
                     message: format!("{}: {} requests already in flight", r.what, r.spec.max),
@@ -134,7 +147,7 @@ impl Remedy for Concurrency {
                     rate: None,
                 }));
             };
-            self.actions.record(x, "queued");
+            self.actions.record(x, Action::Queued);
             let got = std::sync::Mutex::new(None);
             let waited = q
                 .wait(

@@ -50,10 +50,15 @@ impl Mock {
 /// `tollgate_remedy_actions_total` and `/remedy-stats`, like any remedy's.
 pub struct MockStage {
     pub mock: Mock,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-pub const ACTIONS: &[&str] = &["answered"];
+crate::policy::actions::actions! {
+    /// What a mock did.
+    pub enum Action for "mock" {
+        Answered = "answered",
+    }
+}
 
 impl Remedy for MockStage {
     fn stage(&self) -> Stage {
@@ -63,7 +68,7 @@ impl Remedy for MockStage {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         let m = &self.mock;
         let flow = if m.applies(x) {
-            self.actions.record(x, "answered");
+            self.actions.record(x, Action::Answered);
             let mut resp = Response::new(full(m.body.clone()));
             *resp.status_mut() = m.status;
             *resp.headers_mut() = m.headers.clone();

@@ -21,10 +21,17 @@ pub struct QuotaResource {
 
 pub struct Quota {
     pub resource: Arc<QuotaResource>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-pub const ACTIONS: &[&str] = &["allowed", "rejected", "refunded"];
+crate::policy::actions::actions! {
+    /// What a quota did with a request.
+    pub enum Action for "quota" {
+        Allowed = "allowed",
+        Rejected = "rejected",
+        Refunded = "refunded",
+    }
+}
 
 impl Remedy for Quota {
     fn stage(&self) -> Stage {
@@ -37,7 +44,7 @@ impl Remedy for Quota {
             match r.limit.take(&x.parts.headers).await {
                 Ok(t) => {
                     r.remaining.set(t.remaining as i64);
-                    self.actions.record(x, "allowed");
+                    self.actions.record(x, Action::Allowed);
                     if !t.counted.is_empty() {
                         x.refunds.push((Stage::Quota, t.counted));
                     }
@@ -45,7 +52,7 @@ impl Remedy for Quota {
                 }
                 Err(refused) => {
                     r.remaining.set(0);
-                    self.actions.record(x, "rejected");
+                    self.actions.record(x, Action::Rejected);
                     Err(refusal(Reject::QuotaExceeded, &r.what, &refused))
                 }
             }
@@ -54,7 +61,7 @@ impl Remedy for Quota {
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         if super::rate_limit::refund(x, Stage::Quota, &self.resource.limit, resp.status()) {
-            self.actions.record(x, "refunded");
+            self.actions.record(x, Action::Refunded);
         }
         resp
     }

@@ -4,7 +4,7 @@
 
 use crate::body::Body;
 use crate::error::{ProxyError, Reject, Rejection};
-use crate::policy::actions::Actions;
+use crate::policy::actions::{Actions, QueueAction};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::clock;
 use crate::policy::limit::{Limit, Refused};
@@ -27,20 +27,28 @@ pub struct RateLimitResource {
 /// A policy's use of a rate limit.
 pub struct RateLimit {
     pub resource: Arc<RateLimitResource>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-/// A rate limit's actions (`refunded`, given back under `refund_on`, last: a concurrency
-/// limit has the others).
-pub const ACTIONS: &[&str] = &[
-    "allowed",
-    "rejected",
-    "queued",
-    "dequeued",
-    "timed_out",
-    "queue_full",
-    "refunded",
-];
+crate::policy::actions::actions! {
+    /// What a rate limit did with a request.
+    pub enum Action for "rate_limit" {
+        Allowed = "allowed",
+        Rejected = "rejected",
+        Queued = "queued",
+        Dequeued = "dequeued",
+        TimedOut = "timed_out",
+        QueueFull = "queue_full",
+        /// Given back under `refund_on`.
+        Refunded = "refunded",
+    }
+}
+
+impl QueueAction for Action {
+    const DEQUEUED: Self = Action::Dequeued;
+    const TIMED_OUT: Self = Action::TimedOut;
+    const QUEUE_FULL: Self = Action::QueueFull;
+}
 
 pub fn refusal(kind: Reject, what: &str, r: &Refused) -> ProxyError {
     let retry_after = clock::secs_until(r.reset_ms);
@@ -83,7 +91,7 @@ pub async fn take_or_wait(
     x: &mut Exchange,
     limit: &Limit,
     queue: Option<&Queue>,
-    actions: &Actions,
+    actions: &Actions<Action>,
     kind: Reject,
     what: &str,
 ) -> Result<Vec<Key>, ProxyError> {
@@ -95,15 +103,15 @@ pub async fn take_or_wait(
     };
     let refused = match (first, queue) {
         (Some(Ok(t)), _) => {
-            actions.note(diag, "allowed");
+            actions.note(diag, Action::Allowed);
             return Ok(t.counted);
         }
         (Some(Err(r)), None) => {
-            actions.note(diag, "rejected");
+            actions.note(diag, Action::Rejected);
             return Err(refusal(kind, what, &r));
         }
         (Some(Err(r)), Some(_)) if r.blocked => {
-            actions.note(diag, "rejected");
+            actions.note(diag, Action::Rejected);
             return Err(refusal(kind, what, &r));
         }
         (first, Some(q)) => (first, q),
@@ -117,10 +125,10 @@ pub async fn take_or_wait(
         _ => q.opens_at(),
     };
     if let Some(at) = opens.filter(|&at| at > deadline) {
-        actions.note(diag, "rejected");
+        actions.note(diag, Action::Rejected);
         return Err(not_in_time(kind, what, limit.spec.limit, q, at));
     }
-    actions.note(diag, "queued");
+    actions.note(diag, Action::Queued);
     let counted = std::sync::Mutex::new(Vec::new());
     let waited = q
         .wait(q.spec.priority(headers), deadline, give_up, || {
@@ -138,7 +146,7 @@ pub async fn take_or_wait(
         })
         .await;
     if let Err(Left::NotInTime(at)) = waited {
-        actions.note(diag, "rejected");
+        actions.note(diag, Action::Rejected);
         return Err(not_in_time(kind, what, limit.spec.limit, q, at));
     }
     queue_outcome(waited, actions, diag, q, what)?;
@@ -151,9 +159,9 @@ pub fn wait_deadline(deadline: Option<Instant>, q: &Queue) -> Instant {
     deadline.map_or(d, |t| t.min(d))
 }
 
-pub fn queue_outcome(
+pub fn queue_outcome<A: QueueAction>(
     waited: Result<std::time::Duration, Left>,
-    actions: &Actions,
+    actions: &Actions<A>,
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
     q: &Queue,
     what: &str,
@@ -163,19 +171,19 @@ pub fn queue_outcome(
     let retry_after = || q.opens_at().map_or(1, clock::secs_until_instant);
     let (kind, action, message) = match waited {
         Ok(_) => {
-            actions.note(diag, "dequeued");
+            actions.note(diag, A::DEQUEUED);
             return Ok(());
         }
         // Never sent: the client may send it again to another instance.
         Err(Left::ShuttingDown) => return Err(ProxyError::ShuttingDown),
         Err(Left::Full) => (
             Reject::QueueFull,
-            "queue_full",
+            A::QUEUE_FULL,
             format!("{what}: the queue is full ({} waiting)", q.spec.size),
         ),
         Err(Left::TimedOut) => (
             Reject::QueueTimeout,
-            "timed_out",
+            A::TIMED_OUT,
             format!(
                 "{what}: waited in the queue for {:?} (max_wait) without capacity",
                 q.spec.max_wait
@@ -183,7 +191,7 @@ pub fn queue_outcome(
         ),
         Err(Left::NotInTime(at)) => (
             Reject::QueueTimeout,
-            "timed_out",
+            A::TIMED_OUT,
             format!(
                 "{what}: capacity frees in {}s, after the queue's max_wait ({:?})",
                 clock::secs_until_instant(at),
@@ -230,7 +238,7 @@ impl Remedy for RateLimit {
             if let Some(q) = &r.queue {
                 q.freed();
             }
-            self.actions.record(x, "refunded");
+            self.actions.record(x, Action::Refunded);
         }
         resp
     }

@@ -46,11 +46,18 @@ pub struct Retry {
     pub spec: RetrySpec,
     pub store: Arc<dyn Store>,
     pub resource: Arc<str>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
     parts: [Arc<str>; 2],
 }
 
-pub const ACTIONS: &[&str] = &["retried", "budget_exhausted", "gave_up"];
+crate::policy::actions::actions! {
+    /// What retry decided after an attempt.
+    pub enum Action for "retry" {
+        Retried = "retried",
+        BudgetExhausted = "budget_exhausted",
+        GaveUp = "gave_up",
+    }
+}
 
 const REQUESTS: usize = 0;
 const RETRIES: usize = 1;
@@ -60,7 +67,7 @@ impl Retry {
         spec: RetrySpec,
         resource: Arc<str>,
         store: Arc<dyn Store>,
-        actions: Actions,
+        actions: Actions<Action>,
     ) -> Self {
         Self {
             spec,
@@ -167,17 +174,17 @@ impl Retry {
             return self.give_up(x);
         }
         if !self.take_budget().await {
-            self.actions.record(x, "budget_exhausted");
+            self.actions.record(x, Action::BudgetExhausted);
             x.retry_declined = true;
             return None;
         }
-        self.actions.record(x, "retried");
+        self.actions.record(x, Action::Retried);
         Some(wait)
     }
 
     /// Stops here: the answer is relayed, and the client told not to retry it.
     fn give_up(&self, x: &mut Exchange) -> Option<Duration> {
-        self.actions.record(x, "gave_up");
+        self.actions.record(x, Action::GaveUp);
         x.retry_declined = true;
         None
     }

@@ -26,10 +26,17 @@ pub struct Throttle {
     pub spec: ThrottleSpec,
     pub store: Arc<dyn Store>,
     pub key: Key,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
 }
 
-pub const ACTIONS: &[&str] = &["throttled", "rejected", "waited"];
+crate::policy::actions::actions! {
+    /// What provider throttling did.
+    pub enum Action for "provider_throttling" {
+        Throttled = "throttled",
+        Rejected = "rejected",
+        Waited = "waited",
+    }
+}
 
 impl Throttle {
     /// Refuses (or waits) while throttled.
@@ -44,11 +51,11 @@ impl Throttle {
             .deadline
             .is_none_or(|d| tokio::time::Instant::now() + left <= d);
         if may_wait && self.spec.wait && left <= self.spec.max_wait && fits {
-            self.actions.record(x, "waited");
+            self.actions.record(x, Action::Waited);
             tokio::time::sleep(left).await;
             return Ok(());
         }
-        self.actions.record(x, "rejected");
+        self.actions.record(x, Action::Rejected);
         let secs = clock::secs_until(until);
         Err(ProxyError::Rejected(Rejection {
             kind: Reject::ProviderThrottled,
@@ -106,7 +113,7 @@ impl Remedy for Throttle {
             if let Ok(head) = o
                 && let Some(pause) = self.pause(head)
             {
-                self.actions.record(x, "throttled");
+                self.actions.record(x, Action::Throttled);
                 let until = clock::now_ms().saturating_add(pause.as_millis() as u64);
                 let _ = self.store.raise(&self.key, until, until).await;
             }

@@ -52,19 +52,40 @@ pub struct Cache {
     /// An entry lasts while such misses keep coming (idle for a minute, or the ttl, it
     /// goes), so steady uncacheable traffic never waits on a leader again.
     pass: moka::sync::Cache<String, ()>,
-    pub actions: Actions,
+    pub actions: Actions<Action>,
     pub entries: prometheus_client::metrics::gauge::Gauge,
     pub bytes: prometheus_client::metrics::gauge::Gauge,
 }
 
-pub const ACTIONS: &[&str] = &[
-    "hit",
-    "miss",
-    "bypass",
-    "stored",
-    "revalidated",
-    "coalesced",
-];
+crate::policy::actions::actions! {
+    /// What the cache did.
+    pub enum Action for "cache" {
+        Hit = "hit",
+        Miss = "miss",
+        Bypass = "bypass",
+        Stored = "stored",
+        Revalidated = "revalidated",
+        Coalesced = "coalesced",
+    }
+}
+
+/// `x-tollgate-cache`: what the cache made of the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Bypass,
+}
+
+impl CacheStatus {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Bypass => "bypass",
+        })
+    }
+}
 
 /// A miss's state through the exchange.
 pub struct Pending {
@@ -99,7 +120,7 @@ impl Cache {
     pub fn new(
         spec: CacheSpec,
         store: Arc<dyn CacheStore>,
-        actions: Actions,
+        actions: Actions<Action>,
         entries: prometheus_client::metrics::gauge::Gauge,
         bytes: prometheus_client::metrics::gauge::Gauge,
     ) -> Self {
@@ -129,7 +150,7 @@ impl Cache {
         let age = e.initial_age + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
         resp.headers_mut().insert(header::AGE, age.into());
         resp.headers_mut()
-            .insert(X_TOLLGATE_CACHE, HeaderValue::from_static("hit"));
+            .insert(X_TOLLGATE_CACHE, CacheStatus::Hit.header());
         resp
     }
 
@@ -227,8 +248,8 @@ impl Remedy for CacheStage {
                 if let Some(e) = &found
                     && e.fresh_until_ms > now
                 {
-                    c.actions.record(x, "hit");
-                    x.cache_status = Some("hit");
+                    c.actions.record(x, Action::Hit);
+                    x.cache_status = Some(CacheStatus::Hit);
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
@@ -240,7 +261,7 @@ impl Remedy for CacheStage {
                     Ok(fill) => break (Some(fill), stale),
                     Err(_) if waited => break (None, stale),
                     Err(mut rx) => {
-                        c.actions.record(x, "coalesced");
+                        c.actions.record(x, Action::Coalesced);
                         waited = true;
                         let _ = rx.wait_for(|done| *done).await;
                     }
@@ -250,8 +271,8 @@ impl Remedy for CacheStage {
             if let Some(e) = &stale {
                 add_validators(x, e);
             }
-            c.actions.record(x, "miss");
-            x.cache_status = Some("miss");
+            c.actions.record(x, Action::Miss);
+            x.cache_status = Some(CacheStatus::Miss);
             x.cache = Some(Pending {
                 key,
                 stale,
@@ -275,7 +296,7 @@ impl Remedy for CacheStage {
         if head.status == StatusCode::NOT_MODIFIED
             && let Some(stale) = &pending.stale
         {
-            c.actions.record(x, "revalidated");
+            c.actions.record(x, Action::Revalidated);
             let mut headers = stale.headers.clone();
             for (n, v) in &head.headers {
                 if n != header::CONTENT_LENGTH {
@@ -325,7 +346,7 @@ impl Remedy for CacheStage {
             return with_status(Response::from_parts(head, body), status);
         }
         head.headers
-            .insert(X_TOLLGATE_CACHE, HeaderValue::from_static("miss"));
+            .insert(X_TOLLGATE_CACHE, CacheStatus::Miss.header());
         let mut stored = head.headers.clone();
         crate::headers::strip_hop_by_hop(&mut stored);
         stored.remove(X_TOLLGATE_CACHE);
@@ -377,14 +398,13 @@ fn vary(
 }
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
-    c.actions.record(x, "bypass");
-    x.cache_status = Some("bypass");
+    c.actions.record(x, Action::Bypass);
+    x.cache_status = Some(CacheStatus::Bypass);
     Flow::Continue
 }
 
-fn with_status(mut resp: Response<Body>, status: &'static str) -> Response<Body> {
-    resp.headers_mut()
-        .insert(X_TOLLGATE_CACHE, HeaderValue::from_static(status));
+fn with_status(mut resp: Response<Body>, status: CacheStatus) -> Response<Body> {
+    resp.headers_mut().insert(X_TOLLGATE_CACHE, status.header());
     resp
 }
 

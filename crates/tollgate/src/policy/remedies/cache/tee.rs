@@ -76,7 +76,7 @@ fn store(s: Storing, body: Bytes) {
     let fill = s.fill;
     let key = s.key;
     tokio::spawn(async move {
-        cache.actions.inc("stored");
+        cache.actions.inc(super::Action::Stored);
         let _ = cache.store.put(key, entry).await;
         let (entries, bytes) = cache.store.size();
         cache.entries.set(entries as i64);
