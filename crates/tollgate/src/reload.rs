@@ -21,7 +21,7 @@ pub async fn reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>
     shared.metrics.reloads.get_or_create(&label).inc();
     match &result {
         Ok(d) => {
-            tracing::info!(changed = ?d.changed, needs_restart = ?d.needs_restart, "config reloaded")
+            tracing::info!(changed = ?d.changed, paths = ?d.paths, needs_restart = ?d.needs_restart, "config reloaded")
         }
         Err(errors) => {
             for e in errors {

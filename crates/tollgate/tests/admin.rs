@@ -96,3 +96,52 @@ async fn config_is_effective_and_masks_secrets() {
     .unwrap_err();
     assert!(!format!("{err:?}").contains("sk-live-123"), "{err:?}");
 }
+
+#[tokio::test]
+async fn config_shows_every_remedy_key_and_masks_literal_secrets() {
+    // SAFETY: only this test reads this variable.
+    unsafe { std::env::set_var("TOLLGATE_TEST_ADMIN_KEY_B", "sk-b-value") };
+    let gw = gateway(
+        r#"
+breakers:
+  gh: {consecutive_failures: 3}
+policies:
+  - name: p
+    match: {host: api.example.com}
+    mock: {body: hi, when: {header: x-mock}}
+    request: {set_headers: {x-api-version: "2", x-api-key: literal-key-123}}
+    credentials:
+      accounts:
+        - bearer: literal-secret-a
+        - bearer: ${TOLLGATE_TEST_ADMIN_KEY_B}
+    breaker: gh
+    provider_throttling: {}
+    retry: {attempts: 4}
+    timeouts: {total: 30s}
+"#,
+    )
+    .await;
+    let got = admin_get(&gw, "/config").await;
+    let text = String::from_utf8_lossy(&got.body).into_owned();
+    assert!(
+        !text.contains("literal-secret-a") && !text.contains("sk-b-value"),
+        "{text}"
+    );
+    assert!(!text.contains("literal-key-123"), "{text}");
+    let p = &got.json()["policies"][0];
+    // Before: no timeouts, mock, transforms or throttling, retry as `attempts` alone.
+    assert_eq!(p["retry"]["attempts"], 4);
+    assert_eq!(p["retry"]["base_delay"], "100ms", "defaults are shown");
+    assert_eq!(p["timeouts"]["total"], "30s");
+    assert_eq!(p["mock"]["when"]["header"], "x-mock");
+    assert_eq!(p["provider_throttling"]["max_throttle"], "1h");
+    assert_eq!(p["request"]["set_headers"]["x-api-version"], "2");
+    assert_eq!(p["request"]["set_headers"]["x-api-key"], "MASKED");
+    assert_eq!(p["breaker"]["name"], "gh");
+    assert_eq!(p["breaker"]["consecutive_failures"], 3);
+    assert_eq!(p["breaker"]["open_for"], "30s");
+    let accounts = &p["credentials"]["accounts"];
+    assert_eq!(accounts[0]["bearer"], "MASKED");
+    assert_eq!(accounts[1]["bearer"], "${TOLLGATE_TEST_ADMIN_KEY_B}");
+    assert_eq!(p["remedies"][0], "timeouts");
+}

@@ -178,7 +178,28 @@ async fn reload_reports_a_typed_diff() {
     .unwrap();
     let got = post_reload(&gw).await.json();
     assert_eq!(got["diff"]["changed"], serde_json::json!(["domains"]));
+    assert_eq!(got["diff"]["paths"], serde_json::json!(["domains.deny[0]"]));
     assert_eq!(got["diff"]["needs_restart"], serde_json::json!([]));
+    // A change deep inside a policy is named by its path (before: `changed: []`).
+    std::fs::write(
+        file.path(),
+        route_yaml("/api", a.addr)
+            + "domains:\n  deny: ['x.test']\npolicies:\n  - name: p\n    retry: {base_delay: 250ms}\n",
+    )
+    .unwrap();
+    post_reload(&gw).await;
+    std::fs::write(
+        file.path(),
+        route_yaml("/api", a.addr)
+            + "domains:\n  deny: ['x.test']\npolicies:\n  - name: p\n    retry: {base_delay: 300ms}\n",
+    )
+    .unwrap();
+    let got = post_reload(&gw).await.json();
+    assert_eq!(got["diff"]["changed"], serde_json::json!(["policies"]));
+    assert_eq!(
+        got["diff"]["paths"],
+        serde_json::json!(["policies[0].retry.base_delay"])
+    );
 }
 
 #[tokio::test]

@@ -2,12 +2,19 @@
 //! what a reload changed (and what needs a restart).
 
 use super::Config;
+use serde_json::Value;
+
+/// Most changed paths listed: a rewritten file does not flood the log.
+pub const MAX_PATHS: usize = 200;
 
 /// What changed between two configs, by section.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigDiff {
     /// Sections whose new values apply to requests that start after the reload.
     pub changed: Vec<&'static str>,
+    /// Every value that changed, by its path: `policies[0].retry.base_delay`,
+    /// `breakers.github.open_for` (at most [`MAX_PATHS`]).
+    pub paths: Vec<String>,
     /// Changes that only take effect after a restart (listener addresses, log set-up).
     pub needs_restart: Vec<&'static str>,
 }
@@ -30,6 +37,10 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         "routes",
         "endpoints",
         "policies",
+        "rate_limits",
+        "quotas",
+        "concurrency_limits",
+        "breakers",
         "log",
         "metrics",
         "diagnosis",
@@ -37,6 +48,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     ] {
         if o[section] != n[section] {
             d.changed.push(section);
+            leaves(section.to_owned(), &o[section], &n[section], &mut d.paths);
         }
     }
     if old.listen.address != new.listen.address {
@@ -58,4 +70,59 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         d.needs_restart.push("metrics.max_hosts");
     }
     d
+}
+
+/// The paths of the leaves that differ between `a` and `b` (a key or an element only on
+/// one side is a leaf too).
+fn leaves(path: String, a: &Value, b: &Value, out: &mut Vec<String>) {
+    if a == b || out.len() >= MAX_PATHS {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k)));
+            for k in keys {
+                let (va, vb) = (&a[k.as_str()], &b[k.as_str()]);
+                leaves(format!("{path}.{k}"), va, vb, out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let (va, vb) = (
+                    x.get(i).unwrap_or(&Value::Null),
+                    y.get(i).unwrap_or(&Value::Null),
+                );
+                leaves(format!("{path}[{i}]"), va, vb, out);
+            }
+        }
+        _ => out.push(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_deep_in_a_policy_is_named_by_its_path() {
+        let old = Config::from_yaml(
+            "breakers:\n  gh: {consecutive_failures: 5}\npolicies:\n  - name: p\n    retry: {base_delay: 100ms}\n    breaker: gh\n",
+        )
+        .unwrap();
+        let new = Config::from_yaml(
+            "breakers:\n  gh: {consecutive_failures: 5, open_for: 10s}\npolicies:\n  - name: p\n    retry: {base_delay: 250ms}\n    breaker: gh\n",
+        )
+        .unwrap();
+        let d = diff(&old, &new);
+        assert_eq!(d.changed, ["policies", "breakers"]);
+        assert_eq!(
+            d.paths,
+            [
+                "policies[0].breaker.open_for",
+                "policies[0].retry.base_delay",
+                "breakers.gh.open_for"
+            ]
+        );
+        assert!(diff(&new, &new).is_empty());
+    }
 }

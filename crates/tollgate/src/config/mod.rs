@@ -14,6 +14,7 @@ mod validate;
 mod validate_diagnosis;
 mod validate_endpoints;
 mod validate_policy;
+mod written;
 
 pub use diff::{ConfigDiff, diff};
 
@@ -42,6 +43,9 @@ pub struct Config {
     pub metrics: Metrics,
     pub diagnosis: crate::diagnosis::settings::Diagnosis,
     pub shutdown: Shutdown,
+    /// The policies and shared limits as written (defaults filled in, secrets masked),
+    /// for `GET /config` and the reload diff.
+    pub written: serde_json::Value,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -397,6 +397,7 @@ pub(super) fn validate_env(
         metrics,
         diagnosis,
         shutdown,
+        written: super::written::written(raw),
     };
     Ok((config, unset))
 }
@@ -442,6 +443,10 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
         "endpoints": c.endpoints.effective(),
         "policies": super::validate_policy::effective(c),
+        "rate_limits": c.written["rate_limits"],
+        "quotas": c.written["quotas"],
+        "concurrency_limits": c.written["concurrency_limits"],
+        "breakers": c.written["breakers"],
         "log": {
             "level": c.log.level,
             "format": if c.log.json { "json" } else { "text" },

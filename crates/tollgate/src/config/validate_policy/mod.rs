@@ -7,7 +7,6 @@ mod values;
 
 use super::Config;
 use super::raw::*;
-use super::units::format_duration;
 use super::validate::{DAY, Errors, HOUR, MS};
 use crate::glob::HostGlob;
 use crate::policy::remedies::timeouts::Timeouts;
@@ -257,20 +256,22 @@ pub(super) fn policies(e: &mut Errors, raw: &RawConfig) -> PolicySet {
 
 /// The policies as `/config` shows them (secrets masked).
 pub(super) fn effective(c: &Config) -> Value {
-    json!(c.policies.policies.iter().map(|p| {
-        let s = &p.spec;
-        let m = &p.matcher;
-        json!({
-            "name": p.name,
-            "match": m.to_json(),
-            "remedies": s.remedies(),
-            "rate_limit": s.rate_limit.as_ref().map(|r| json!({"name": r.name, "limit": r.spec.limit.limit, "window": format!("{:?}", r.spec.limit.window), "queue": r.spec.queue.as_ref().map(|q| json!({"size": q.size, "max_wait": format_duration(q.max_wait)}))})),
-            "quota": s.quota.as_ref().map(|q| json!({"name": q.name, "limit": q.spec.limit.limit})),
-            "concurrency": s.concurrency.as_ref().map(|c| json!({"name": c.name, "max": c.spec.limit.max})),
-            "breaker": s.breaker.as_ref().map(|b| json!({"name": b.name})),
-            "credentials": s.credentials.as_ref().map(|(a, _)| a.iter().map(|c| c.describe()).collect::<Vec<_>>()),
-            "cache": s.cache.as_ref().map(|c| json!({"ttl": format_duration(c.ttl), "max_size": c.max_size, "max_entry": c.max_entry})),
-            "retry": s.retry.as_ref().map(|r| json!({"attempts": r.attempts})),
-        })
-    }).collect::<Vec<_>>())
+    // Every key as written (defaults filled in, shared definitions resolved, secrets
+    // masked), and the chain the policy compiled to.
+    let written = c.written["policies"].as_array();
+    json!(
+        c.policies
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut v = written
+                    .and_then(|w| w.get(i))
+                    .cloned()
+                    .unwrap_or_else(|| json!({"name": p.name}));
+                v["remedies"] = json!(p.spec.remedies());
+                v
+            })
+            .collect::<Vec<_>>()
+    )
 }
