@@ -1,0 +1,145 @@
+//! The admin listener: health, readiness, metrics, effective config with secrets masked.
+
+use http::{Request, StatusCode};
+use crate::support::*;
+
+#[tokio::test]
+async fn health_readiness_and_unknown_paths() {
+    let gw = gateway("").await;
+    let h = admin_get(&gw, "/healthz").await;
+    assert_eq!((h.status, &h.body[..]), (StatusCode::OK, &b"ok\n"[..]));
+    assert_eq!(admin_get(&gw, "/readyz").await.status, StatusCode::OK);
+    assert_eq!(admin_get(&gw, "/nope").await.status, StatusCode::NOT_FOUND);
+    let got = send(
+        &client(),
+        Request::get(format!("http://{}/reload", gw.admin_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_errors_and_latency() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let c = client();
+    for _ in 0..3 {
+        send(&c, via_header(&gw, up.addr, "/").body(empty()).unwrap()).await;
+    }
+    send(
+        &c,
+        Request::get(format!("http://{}/", gw.proxy_addr))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    let text = metrics_when(&gw, |t| {
+        t.contains("status_class=\"2xx\"} 3") && t.contains("missing_target")
+    })
+    .await;
+    assert!(
+        text.contains(
+            "tollgate_requests_total{host=\"127.0.0.1\",method=\"GET\",status_class=\"2xx\"} 3"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_errors_total{code=\"missing_target\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_request_duration_seconds_count{host=\"127.0.0.1\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_upstream_duration_seconds_count{host=\"127.0.0.1\"} 3"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_client_connections "), "{text}");
+    assert!(
+        text.contains("tollgate_upstream_connections 1"),
+        "pooled connection counted: {text}"
+    );
+    assert!(text.contains("tollgate_events_dropped_total 0"), "{text}");
+}
+
+#[tokio::test]
+async fn config_is_effective_and_masks_secrets() {
+    // SAFETY: only this test reads this variable, before any thread could race on it.
+    unsafe { std::env::set_var("TOLLGATE_TEST_API_KEY", "sk-live-123") };
+    let gw = gateway(
+        "routes:\n  - prefix: /pay\n    upstream: https://pay.example.com/keys/${TOLLGATE_TEST_API_KEY}\nupstream:\n  pool:\n    max_idle_per_host: 8\n",
+    )
+    .await;
+    let got = admin_get(&gw, "/config").await;
+    let text = String::from_utf8_lossy(&got.body);
+    assert!(!text.contains("sk-live-123"), "secret leaked: {text}");
+    let cfg = got.json();
+    assert_eq!(
+        cfg["routes"][0]["upstream"],
+        "https://pay.example.com/keys/${TOLLGATE_TEST_API_KEY}"
+    );
+    assert_eq!(cfg["upstream"]["pool"]["max_idle_per_host"], 8);
+    assert_eq!(
+        cfg["upstream"]["connect_timeout"], "5s",
+        "defaults are shown"
+    );
+    assert_eq!(cfg["listen"]["max_header_bytes"], 65536);
+    // Validation errors do not print substituted secrets either.
+    let err = tollgate::Config::from_yaml(
+        "routes:\n  - prefix: /x\n    upstream: https://u:${TOLLGATE_TEST_API_KEY}@h.example.com\n",
+    )
+    .unwrap_err();
+    assert!(!format!("{err:?}").contains("sk-live-123"), "{err:?}");
+}
+
+#[tokio::test]
+async fn config_shows_every_remedy_key_and_masks_literal_secrets() {
+    // SAFETY: only this test reads this variable.
+    unsafe { std::env::set_var("TOLLGATE_TEST_ADMIN_KEY_B", "sk-b-value") };
+    let gw = gateway(
+        r#"
+breakers:
+  gh: {consecutive_failures: 3}
+policies:
+  - name: p
+    match: {host: api.example.com}
+    mock: {body: hi, when: {header: x-mock}}
+    request: {set_headers: {x-api-version: "2", x-api-key: literal-key-123}}
+    credentials:
+      accounts:
+        - bearer: literal-secret-a
+        - bearer: ${TOLLGATE_TEST_ADMIN_KEY_B}
+    breaker: gh
+    provider_throttling: {}
+    retry: {attempts: 4}
+    timeouts: {total: 30s}
+"#,
+    )
+    .await;
+    let got = admin_get(&gw, "/config").await;
+    let text = String::from_utf8_lossy(&got.body).into_owned();
+    assert!(
+        !text.contains("literal-secret-a") && !text.contains("sk-b-value"),
+        "{text}"
+    );
+    assert!(!text.contains("literal-key-123"), "{text}");
+    let p = &got.json()["policies"][0];
+    // Before: no timeouts, mock, transforms or throttling, retry as `attempts` alone.
+    assert_eq!(p["retry"]["attempts"], 4);
+    assert_eq!(p["retry"]["base_delay"], "100ms", "defaults are shown");
+    assert_eq!(p["timeouts"]["total"], "30s");
+    assert_eq!(p["mock"]["when"]["header"], "x-mock");
+    assert_eq!(p["provider_throttling"]["max_throttle"], "1h");
+    assert_eq!(p["request"]["set_headers"]["x-api-version"], "2");
+    assert_eq!(p["request"]["set_headers"]["x-api-key"], "MASKED");
+    assert_eq!(p["breaker"]["name"], "gh");
+    assert_eq!(p["breaker"]["consecutive_failures"], 3);
+    assert_eq!(p["breaker"]["open_for"], "30s");
+    let accounts = &p["credentials"]["accounts"];
+    assert_eq!(accounts[0]["bearer"], "MASKED");
+    assert_eq!(accounts[1]["bearer"], "${TOLLGATE_TEST_ADMIN_KEY_B}");
+    assert_eq!(p["remedies"][0], "timeouts");
+}

@@ -1,0 +1,145 @@
+//! Real clients that users use: curl (`-x` forward proxy, header mode, CONNECT via
+//! `-p`) and Python `requests` through `HTTP_PROXY` and `proxies=`. Both must be
+//! installed (CI installs them); a missing client fails the test loudly.
+
+use std::process::Command;
+use crate::support::*;
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (install it: see .ci/run)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn blocking(mut cmd: Command) -> String {
+    tokio::task::spawn_blocking(move || run(&mut cmd))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_forward_proxy_header_mode_and_connect() {
+    let up = echo_upstream().await;
+    let gw = gateway(ANY_CONNECT_PORT).await;
+    let proxy = format!("http://{}", gw.proxy_addr);
+
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--fail",
+        "-x",
+        &proxy,
+        &format!("http://{}/via/curl-x?a=1", up.addr),
+    ]);
+    let out = blocking(c).await;
+    assert!(out.contains("\"path\":\"/via/curl-x?a=1\""), "{out}");
+
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--fail",
+        "-H",
+        &format!("x-tollgate-host: {}", up.addr),
+        "-H",
+        "x-tollgate-scheme: http",
+    ])
+    .args(["-d", "hello=world", &format!("{proxy}/via/header")]);
+    let out = blocking(c).await;
+    assert!(
+        out.contains("\"path\":\"/via/header\"") && out.contains("\"body\":\"hello=world\""),
+        "{out}"
+    );
+
+    // -p makes curl tunnel with CONNECT even for http:// URLs.
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--fail",
+        "-p",
+        "-x",
+        &proxy,
+        &format!("http://{}/via/connect", up.addr),
+    ]);
+    let out = blocking(c).await;
+    assert!(out.contains("\"path\":\"/via/connect\""), "{out}");
+
+    // Errors are readable from curl too.
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %header{x-tollgate-error}",
+        &format!("{proxy}/nowhere"),
+    ]);
+    assert_eq!(blocking(c).await, "400 missing_target");
+}
+
+const PY: &str = r#"
+import os, sys, json, requests
+upstream = sys.argv[1]
+# HTTP_PROXY from the environment, as applications use it unchanged.
+r = requests.get(f"http://{upstream}/env/proxy", params={"q": "1"}, headers={"X-App": "py"}, timeout=10)
+assert r.status_code == 200, r.text
+seen = r.json()
+assert seen["path"] == "/env/proxy?q=1", seen
+assert ["x-app", "py"] in seen["headers"], seen
+assert "x-tollgate-request-id" in r.headers
+# proxies= explicitly, with a JSON body.
+s = requests.Session()
+s.trust_env = False
+r = s.post(f"http://{upstream}/explicit", json={"k": [1, 2]}, proxies={"http": os.environ["HTTP_PROXY"]}, timeout=10)
+assert r.status_code == 200, r.text
+assert json.loads(r.json()["body"]) == {"k": [1, 2]}
+# A provider error passes through untouched.
+print("ok")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_through_http_proxy() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let mut c = Command::new("python3");
+    c.args(["-c", PY, &up.addr.to_string()])
+        .env("HTTP_PROXY", format!("http://{}", gw.proxy_addr))
+        .env("http_proxy", format!("http://{}", gw.proxy_addr))
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+    assert_eq!(blocking(c).await.trim(), "ok");
+}
+
+const PY_LIMITED: &str = r#"
+import sys, requests
+upstream = sys.argv[1]
+codes = []
+for _ in range(3):
+    r = requests.get(f"http://{upstream}/limited", timeout=10)
+    codes.append(r.status_code)
+assert codes == [200, 200, 429], codes
+assert r.headers["x-tollgate-error"] == "rate_limited", r.headers
+assert 1 <= int(r.headers["Retry-After"]) <= 86400, r.headers
+assert r.headers["RateLimit-Limit"] == "2", r.headers
+assert r.json()["error"]["code"] == "rate_limited", r.text
+print("ok")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_sees_the_rate_limit_and_retry_after() {
+    let up = echo_upstream().await;
+    let gw = gateway("policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    rate_limit: {limit: 2, window: day}\n").await;
+    let mut c = Command::new("python3");
+    c.args(["-c", PY_LIMITED, &up.addr.to_string()])
+        .env("HTTP_PROXY", format!("http://{}", gw.proxy_addr))
+        .env("http_proxy", format!("http://{}", gw.proxy_addr))
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+    assert_eq!(blocking(c).await.trim(), "ok");
+}

@@ -1,0 +1,41 @@
+//! The gateway's integration tests, one binary: each module is an area (routing, limits,
+//! HAR, …), all over real sockets against in-process gateways and upstreams. Tests that
+//! measure the process's memory (`har_load`, `large_bodies`) have binaries of their own,
+//! so that nothing else runs beside them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod access_log;
+mod admin;
+mod aggregate;
+mod cache;
+mod client_contract;
+mod clients;
+mod config;
+mod config_properties;
+mod connections;
+mod discovery;
+mod egress;
+mod errors;
+mod expect_continue;
+mod har;
+mod har_bodies;
+mod har_files;
+mod limits;
+mod metric_labels;
+mod policies;
+mod provider;
+mod reload;
+mod resilience;
+mod routing;
+mod sdks;
+mod shutdown;
+mod streaming;
+mod tls;
+mod traces;
+mod transparency;
+mod upgrades;
+mod upstream_pool;
+mod wire;
+mod workers;
