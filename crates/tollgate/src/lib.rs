@@ -11,6 +11,7 @@ pub mod body;
 pub mod check;
 pub mod config;
 pub mod conns;
+pub mod ctx;
 pub mod diagnosis;
 pub mod domains;
 pub mod egress;

@@ -19,13 +19,15 @@ use crate::conns::InFlight;
 use crate::diagnosis::{RequestDiag, har, tap, trace};
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
-use crate::observe::{Access, Event};
+
+use crate::ctx::Ctx;
 use crate::paths;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::{Runtime, Shared, Worker};
 use crate::stream_watch::Severable;
 use crate::target::{Scheme, Target};
+use crate::target::{upstream_uri, url};
 use crate::tunnel;
 use crate::upgrade;
 use crate::upstream::PooledBody;
@@ -38,96 +40,7 @@ use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-
-/// What the pipeline learns about a request, for the response and the request event.
-pub struct Ctx {
-    pub start: Instant,
-    pub id: HeaderValue,
-    pub method: Method,
-    pub host: Option<Arc<str>>,
-    pub upstream: Option<Duration>,
-    pub policy: Option<Arc<str>>,
-    /// Kept only when the access log is on. A boxed `str`, not a `String`: 8 bytes fewer in
-    /// every request's future.
-    pub path: Option<Box<str>>,
-    /// Keeps the connection's read deadline off until the response has ended.
-    pub in_flight: InFlight,
-    /// Diagnosis of this request: present for matched requests and when diagnosis is on.
-    pub diag: Option<Box<RequestDiag>>,
-    /// What an aggregated endpoint's call did (its backends), for metrics.
-    pub aggregate: Option<Box<crate::aggregate::outcome::Outcome>>,
-}
-
-impl Ctx {
-    /// The request event; a HAR capture leaves for its writer here.
-    pub fn event(
-        &mut self,
-        shared: &Shared,
-        status: u16,
-        error: Option<&'static str>,
-        body_bytes: u64,
-        completed: bool,
-    ) -> Event {
-        let mut diag = self.diag.take();
-        if let Some(d) = &mut diag
-            && let Some(capture) = d.har.take()
-        {
-            self.send_capture(shared, d, capture, error, completed);
-        }
-        Event {
-            aggregate: self.aggregate.take(),
-            response_bytes: body_bytes,
-            request_id: diag.as_ref().map(|_| self.id.clone()),
-            diag,
-            host: self.host.clone(),
-            host_is_label: true,
-            method: self.method.clone(),
-            status,
-            error,
-            total: self.start.elapsed(),
-            upstream: self.upstream,
-            access: self.path.as_ref().map(|p| {
-                Box::new(Access {
-                    request_id: self.id.clone(),
-                    path: p.to_string(),
-                    policy: self.policy.clone(),
-                    body_bytes,
-                    completed,
-                })
-            }),
-        }
-    }
-
-    fn send_capture(
-        &self,
-        shared: &Shared,
-        d: &RequestDiag,
-        mut capture: Box<har::Capture>,
-        error: Option<&'static str>,
-        completed: bool,
-    ) {
-        let Some(writer) = &shared.diagnostics.har else {
-            return;
-        };
-        capture.sent_after = d
-            .sent_at
-            .map(|s| s.into_std().saturating_duration_since(self.start));
-        writer.send(Box::new(har::Record {
-            capture,
-            request_body: d.tap.as_ref().and_then(|t| t.copied()),
-            request_id: self.id.to_str().unwrap_or("").to_owned(),
-            policy: self.policy.clone(),
-            template: d.template.clone(),
-            acted: d.acted.clone(),
-            retries: d.retries,
-            error,
-            total: self.start.elapsed(),
-            wait: self.upstream,
-            completed,
-        }));
-    }
-}
+use std::time::Instant;
 
 /// Entry point for one request on the proxy listener. Never fails: errors become responses.
 ///
@@ -403,28 +316,6 @@ fn prepare(
     })
 }
 
-/// The URI (and `Host`) of an upstream request: origin-form with `Host` the target's
-/// authority when tollgate writes the request itself (the HTTP/1.1 pool for `http`, an
-/// upgrade's own connection: `own_connection`); absolute-form without `Host` for
-/// hyper-util's client (`https`), which writes `Host` or `:authority` itself.
-pub fn upstream_uri(
-    target: &Target,
-    path_and_query: PathAndQuery,
-    headers: &mut http::HeaderMap,
-    own_connection: bool,
-) -> Result<Uri, ProxyError> {
-    if target.scheme == Scheme::Http || own_connection {
-        headers.insert(header::HOST, target.host_header.clone());
-        return Ok(Uri::from(path_and_query));
-    }
-    headers.remove(header::HOST);
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(target.scheme.uri_scheme());
-    uri.authority = Some(target.authority.clone());
-    uri.path_and_query = Some(path_and_query);
-    Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))
-}
-
 /// The aggregated endpoint this request calls, if any, and whether its backends take the
 /// client's body. A request naming its own target (absolute-form, `x-tollgate-host`) never
 /// calls one.
@@ -482,22 +373,6 @@ fn diagnose_request(
     let t = Arc::new(tap::Tap::new(d.har.is_some().then_some(max_body)));
     d.tap = Some(t.clone());
     tap::Tapped::new(body, t).boxed_unsync()
-}
-
-/// The absolute URL of an upstream request (its URI may be origin-form).
-pub fn url(target: &Target, uri: &Uri) -> String {
-    if uri.scheme().is_some() {
-        return uri.to_string();
-    }
-    let scheme = match target.scheme {
-        Scheme::Http => "http",
-        Scheme::Https => "https",
-    };
-    format!(
-        "{scheme}://{}{}",
-        target.authority,
-        uri.path_and_query().map_or("/", |p| p.as_str())
-    )
 }
 
 /// Relays the provider's response: hop-by-hop headers removed, request id added, body

@@ -1,8 +1,9 @@
 //! Upstream targets: where a request goes, parsed from `x-tollgate-host`, an absolute-form
 //! URI (forward proxy), a CONNECT authority, or a declared route.
 
-use http::HeaderValue;
-use http::uri::{Authority, Scheme as UriScheme};
+use crate::error::ProxyError;
+use http::uri::{Authority, PathAndQuery, Scheme as UriScheme, Uri};
+use http::{HeaderValue, header};
 use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -146,6 +147,44 @@ fn bracket(host: &str) -> String {
     } else {
         host.to_owned()
     }
+}
+
+/// The URI (and `Host`) of an upstream request: origin-form with `Host` the target's
+/// authority when tollgate writes the request itself (the HTTP/1.1 pool for `http`, an
+/// upgrade's own connection: `own_connection`); absolute-form without `Host` for
+/// hyper-util's client (`https`), which writes `Host` or `:authority` itself.
+pub fn upstream_uri(
+    target: &Target,
+    path_and_query: PathAndQuery,
+    headers: &mut http::HeaderMap,
+    own_connection: bool,
+) -> Result<Uri, ProxyError> {
+    if target.scheme == Scheme::Http || own_connection {
+        headers.insert(header::HOST, target.host_header.clone());
+        return Ok(Uri::from(path_and_query));
+    }
+    headers.remove(header::HOST);
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(target.scheme.uri_scheme());
+    uri.authority = Some(target.authority.clone());
+    uri.path_and_query = Some(path_and_query);
+    Uri::from_parts(uri).map_err(|e| ProxyError::BadTarget(e.to_string()))
+}
+
+/// The absolute URL of an upstream request (its URI may be origin-form).
+pub fn url(target: &Target, uri: &Uri) -> String {
+    if uri.scheme().is_some() {
+        return uri.to_string();
+    }
+    let scheme = match target.scheme {
+        Scheme::Http => "http",
+        Scheme::Https => "https",
+    };
+    format!(
+        "{scheme}://{}{}",
+        target.authority,
+        uri.path_and_query().map_or("/", |p| p.as_str())
+    )
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! denied target gets a real error status.
 
 use crate::body::{Body, empty};
+use crate::ctx::Ctx;
 use crate::error::ProxyError;
-use crate::proxy::Ctx;
 use crate::state::{Runtime, Shared, Worker};
 use crate::target::{Scheme, Target};
 use http::{HeaderValue, Request, Response, StatusCode};

@@ -6,9 +6,9 @@
 //! deadline. Any other answer is relayed as an ordinary response.
 
 use crate::body::{Body, BoxError};
+use crate::ctx::Ctx;
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_REQUEST_ID};
-use crate::proxy::Ctx;
 use crate::state::{Runtime, Worker};
 use crate::target::Target;
 use crate::tunnel;

@@ -507,7 +507,7 @@ impl Fanout<'_> {
             h.append(n.clone(), v.clone());
         }
         // The same request form as a proxied call.
-        *req.uri_mut() = crate::proxy::upstream_uri(target, pq, req.headers_mut(), false)?;
+        *req.uri_mut() = crate::target::upstream_uri(target, pq, req.headers_mut(), false)?;
         let h = req.headers_mut();
         h.append(header::VIA, worker.local().via.clone());
         // A backend such as GitHub's API refuses a request without one (Lura sends one).

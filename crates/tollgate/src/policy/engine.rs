@@ -148,7 +148,7 @@ async fn attempt(
         }
         // The capture shows the request as the provider got it (redacted when written).
         if let Some(h) = &mut d.har {
-            h.url = crate::proxy::url(&x.target, req.uri());
+            h.url = crate::target::url(&x.target, req.uri());
             h.request_headers = req.headers().clone();
         }
         d.sent_at = Some(sent);

@@ -1,7 +1,7 @@
 //! The access log: one line per request, written off the hot path, with the matched policy.
 
-use http::Request;
 use crate::support::*;
+use http::Request;
 
 #[tokio::test]
 async fn json_access_log_lines_carry_request_facts() {

@@ -1,7 +1,7 @@
 //! The admin listener: health, readiness, metrics, effective config with secrets masked.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 
 #[tokio::test]
 async fn health_readiness_and_unknown_paths() {

@@ -6,12 +6,12 @@
 //! numbers kept as written, `{resp0_…}` reading the shaped answer, arrays as `1,2,3`, and
 //! service-level defaults (`endpoint_defaults`).
 
+use crate::support::*;
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::support::*;
 
 async fn get(gw: &tollgate::Gateway, path_and_query: &str, headers: &[(&str, &str)]) -> Got {
     let mut b = Request::get(format!("http://{}{path_and_query}", gw.proxy_addr));

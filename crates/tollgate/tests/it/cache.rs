@@ -2,10 +2,10 @@
 //! `Cache-Control`, POST bodies in the key, revalidation with 304, and its place in the
 //! chain (a hit does not count against the rate limit; credentials never in the key).
 
+use crate::support::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use crate::support::*;
 
 fn cached(extra: &str) -> String {
     format!(

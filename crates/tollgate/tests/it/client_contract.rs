@@ -3,8 +3,8 @@
 //! free account, `refund_on` gives back what the provider did not charge, and tollgate's
 //! own errors and mocks say what retry and the mock did.
 
-use std::sync::atomic::Ordering;
 use crate::support::*;
+use std::sync::atomic::Ordering;
 
 /// Seconds from now to the end of the current UTC hour (what a `window: hour` resets at).
 fn secs_to_next_hour() -> u64 {

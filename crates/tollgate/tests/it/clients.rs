@@ -2,8 +2,8 @@
 //! `-p`) and Python `requests` through `HTTP_PROXY` and `proxies=`. Both must be
 //! installed (CI installs them); a missing client fails the test loudly.
 
-use std::process::Command;
 use crate::support::*;
+use std::process::Command;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd

@@ -1,8 +1,8 @@
 //! Generated configs, valid and hostile, fed to validation (`check`) and to a running
 //! gateway's reload: every one is accepted or refused with messages, never a panic.
 
-use serde_json::{Value, json};
 use crate::support::*;
+use serde_json::{Value, json};
 
 /// Where a value can go: (section path, key, whether the key takes a list).
 const KEYS: &[(&str, &str, bool)] = &[

@@ -2,12 +2,12 @@
 //! HTTP/1.1 connections (slow-loris guard, keep-alive idle limit) and never one that
 //! has a request in flight, however slow its response.
 
+use crate::support::*;
 use bytes::Bytes;
 use http::Response;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use std::time::Duration;
-use crate::support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate::body::{Body, BoxError, full};

@@ -2,9 +2,9 @@
 //! position collapsed past `max_children`), its caps, per-endpoint metrics, consumer
 //! counts, and remedy statistics overall, per endpoint and per status.
 
+use crate::support::*;
 use serde_json::Value;
 use std::time::Duration;
-use crate::support::*;
 
 /// Polls `GET /discover` until the endpoints' counts add up to `n`.
 async fn discovered(gw: &tollgate::Gateway, n: u64) -> Value {

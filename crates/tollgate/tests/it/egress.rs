@@ -1,8 +1,8 @@
 //! Who tollgate may reach: never itself (loops) or its admin API, whatever the spelling;
 //! address rules after DNS; CONNECT ports; the admin token.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 
 async fn forward(gw: &tollgate::Gateway, url: &str) -> Got {
     // Absolute-form through the proxy, as `curl -x` sends it.

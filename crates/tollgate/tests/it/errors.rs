@@ -1,7 +1,7 @@
 //! Every proxy-made error: status, `x-tollgate-error` code and JSON body.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 
 async fn expect(got: Got, status: u16, code: &str) {
     assert_eq!(got.status.as_u16(), status, "{:?}", got.body);

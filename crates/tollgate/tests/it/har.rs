@@ -3,6 +3,7 @@
 //! with exclusions, truncation at the cap, gzip decoding, rotation and retention, the
 //! collector sink (down, then back), and `tollgate har` turning an entry into a mock.
 
+use crate::support::*;
 use http::Request;
 use serde_json::Value;
 use std::io::Write;
@@ -10,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::support::*;
 use tollgate::diagnosis::har::{file::har_files, read};
 
 const SECRET: &str = "sk-live-SECRET0123456789";

@@ -4,12 +4,12 @@
 //! the provider, secrets inside binary bodies — and with obfuscation on, a secret echoed
 //! back is `REDACTED`, not its hash.
 
+use crate::support::*;
 use base64::Engine as _;
 use http::Request;
 use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
-use crate::support::*;
 
 const STRIPE_KEY: &str = "sk_test_STRIPEKEY0123456789";
 const BEARER: &str = "sk-live-BEARER0123456789";

@@ -2,13 +2,13 @@
 //! finds complete HAR documents under the `.har` name, a full disk costs entries (counted)
 //! but never a document, and the file being written is readable whole at any moment.
 
+use crate::support::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use crate::support::*;
 use tollgate::diagnosis::har::{file::har_files, read};
 
 fn har_config(dir: &Path, file: &str) -> String {

@@ -4,11 +4,11 @@
 //! Windows are `day` here, so a test never straddles a window boundary it did not ask
 //! for (the windows themselves are unit-tested on fixed instants in `window.rs`).
 
+use crate::support::*;
 use http::Request;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use crate::support::*;
 use tokio::sync::Semaphore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,8 +1,8 @@
 //! Metric labels stay bounded whatever clients send: refused targets are no labels,
 //! unknown methods are `other`, and past `metrics.max_hosts` hosts fold into `other`.
 
-use http::{Method, Request, StatusCode};
 use crate::support::*;
+use http::{Method, Request, StatusCode};
 
 #[tokio::test]
 async fn client_input_never_grows_the_label_set() {

@@ -2,10 +2,10 @@
 //! mocks, transformations, credentials, `GET /policies`, config errors with field paths,
 //! and the unmatched path's cost.
 
+use crate::support::*;
 use http::Request;
 use serde_json::json;
 use std::sync::atomic::Ordering;
-use crate::support::*;
 
 #[tokio::test]
 async fn policies_match_the_upstream_path_in_every_routing_mode() {

@@ -1,8 +1,8 @@
 //! The built-in provider emulator: httpbin-compatible paths used by tests, demos and benchmarks.
 
+use crate::support::*;
 use http::{Request, StatusCode};
 use std::io::Read;
-use crate::support::*;
 use tollgate_provider::{Provider, STATIC_BODY};
 
 async fn get(p: &Provider, path: &str) -> Got {

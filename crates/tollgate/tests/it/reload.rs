@@ -1,11 +1,11 @@
 //! Hot reload: `POST /reload` and file watching; a bad file is rejected with every error
 //! and the running config kept; a reload under concurrent load fails zero requests.
 
+use crate::support::*;
 use http::{Request, StatusCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use crate::support::*;
 
 fn route_yaml(prefix: &str, upstream: std::net::SocketAddr) -> String {
     format!("routes:\n  - prefix: {prefix}\n    upstream: http://{upstream}\n")

@@ -2,9 +2,9 @@
 //! Idempotency-Key, budget, x-tollgate-retries), circuit breaking (consecutive, ratio,
 //! half-open, every retry through it) and per-policy timeouts.
 
+use crate::support::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use crate::support::*;
 
 #[tokio::test]
 async fn provider_retry_after_pauses_the_policy() {

@@ -1,8 +1,8 @@
 //! The four ways traffic gets in: header-routed, forward proxy, CONNECT, declared routes;
 //! and HTTP/2 (h2c prior knowledge) from clients.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]

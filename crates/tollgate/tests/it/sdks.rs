@@ -3,9 +3,9 @@
 //! says: tollgate's own errors must surface as each SDK's own error type, carrying
 //! tollgate's code and message.
 
+use crate::support::*;
 use std::path::PathBuf;
 use std::process::Command;
-use crate::support::*;
 
 /// The pinned SDKs, installed once with `pip install --target` (no virtualenv needed).
 fn sdks() -> PathBuf {

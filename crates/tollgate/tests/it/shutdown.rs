@@ -1,9 +1,9 @@
 //! Graceful shutdown: readiness goes 503, new connections are refused, in-flight requests
 //! and tunnels finish, late requests get 503 `shutting_down`, the drain deadline is kept.
 
+use crate::support::*;
 use http::{Response, StatusCode};
 use std::sync::{Arc, Mutex};
-use crate::support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, oneshot};
 

@@ -2,13 +2,13 @@
 //! Causality, not timing: the upstream sends its next chunk only after the client has
 //! received the previous one through the proxy, so a buffering proxy would deadlock.
 
+use crate::support::*;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::support::*;
 use tokio::sync::mpsc;
 use tollgate::body::{Body, BoxError};
 

@@ -1,8 +1,8 @@
 //! TLS to upstreams: verified against an extra CA, rejected without it, skipped only for
 //! explicitly listed hosts; HTTP/2 negotiated by ALPN.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 
 fn req_to(gw: &tollgate::Gateway, host: &str, path: &str) -> Request<tollgate::body::Body> {
     Request::get(format!("http://{}{path}", gw.proxy_addr))

@@ -3,6 +3,7 @@
 //! span whose id the provider receives in its `traceparent`; remedy actions are span
 //! events; an unsampled client trace passes through untouched.
 
+use crate::support::*;
 use http::Request;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -10,7 +11,6 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::support::*;
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";

@@ -1,8 +1,8 @@
 //! Transparency: what a proxy must not change (methods, paths, query, repeated headers,
 //! bodies, status, trailers) and the few things it must (hop-by-hop, control headers, Host).
 
-use http::{Method, Request, Response, StatusCode};
 use crate::support::*;
+use http::{Method, Request, Response, StatusCode};
 use tollgate::body::Body;
 
 fn headers_named<'a>(seen: &'a serde_json::Value, name: &str) -> Vec<&'a str> {

@@ -1,10 +1,10 @@
 //! The HTTP/1.1 upstream pool: connections are reused, and an upstream that silently
 //! closes idle keep-alive connections never costs a client request.
 
+use crate::support::*;
 use http::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use crate::support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Answers exactly one request per connection with a keep-alive response (no

@@ -3,8 +3,8 @@
 //! framing (Content-Length beside chunked), the Host rules, dot segments, HTTP/2 without
 //! a `host` field.
 
-use http::{Request, StatusCode};
 use crate::support::*;
+use http::{Request, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The three ways an application reaches an upstream, each as the raw request head a

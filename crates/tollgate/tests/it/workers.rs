@@ -3,9 +3,9 @@
 //! shutdown, metrics, request ids — holds. Connections here are fresh TCP connections
 //! (one request each), so the kernel's `SO_REUSEPORT` hash spreads them.
 
+use crate::support::*;
 use std::collections::HashSet;
 use std::time::Duration;
-use crate::support::*;
 use tollgate::{Gateway, Overrides, StartOptions};
 
 const WORKERS: usize = 4;
