@@ -96,7 +96,7 @@ pub enum Listener {
 
 /// Why an address may not be connected to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum Denied {
     #[error("`{target}` is this tollgate's own proxy listener ({addr}): forwarding would loop")]
     OwnProxy { target: String, addr: SocketAddr },
     #[error(
@@ -129,14 +129,14 @@ impl Egress {
 
     /// Whether tollgate may connect to `addr` for `target` (the name, for messages). The
     /// rules judge the address the connection reaches ([`destination`]), not its spelling.
-    pub fn check(&self, target: &str, addr: SocketAddr) -> Result<(), Refusal> {
+    pub fn check(&self, target: &str, addr: SocketAddr) -> Result<(), Denied> {
         let ip = destination(addr).ip();
         for &(own, which) in &self.own {
             if own.port() == addr.port() && reaches(own.ip(), ip) {
                 let target = target.to_owned();
                 return Err(match which {
-                    Listener::Proxy => Refusal::OwnProxy { target, addr: own },
-                    Listener::Admin => Refusal::OwnAdmin { target, addr: own },
+                    Listener::Proxy => Denied::OwnProxy { target, addr: own },
+                    Listener::Admin => Denied::OwnAdmin { target, addr: own },
                 });
             }
         }
@@ -144,7 +144,7 @@ impl Egress {
             return Ok(());
         }
         match self.rules.deny.iter().find(|n| n.contains(&ip)) {
-            Some(net) => Err(Refusal::Denied {
+            Some(net) => Err(Denied::Denied {
                 target: target.to_owned(),
                 addr: ip,
                 net: *net,
@@ -300,26 +300,20 @@ mod tests {
     fn own_listeners_then_allow_then_deny() {
         let e = egress(&["10.1.0.0/16"], &["10.0.0.0/8", "169.254.169.254/32"]);
         let at = |s: &str| e.check("t", s.parse().unwrap());
-        assert!(matches!(
-            at("127.0.0.1:8000"),
-            Err(Refusal::OwnProxy { .. })
-        ));
+        assert!(matches!(at("127.0.0.1:8000"), Err(Denied::OwnProxy { .. })));
         assert!(matches!(
             at("[::ffff:127.0.0.1]:8000"),
-            Err(Refusal::OwnProxy { .. })
+            Err(Denied::OwnProxy { .. })
         ));
         assert!(at("127.0.0.1:8001").is_ok());
         // The admin listener is on every address: any loopback address reaches it.
-        assert!(matches!(
-            at("127.0.0.9:8081"),
-            Err(Refusal::OwnAdmin { .. })
-        ));
-        assert!(matches!(at("[::1]:8081"), Err(Refusal::OwnAdmin { .. })));
-        assert!(matches!(at("10.2.0.1:443"), Err(Refusal::Denied { .. })));
+        assert!(matches!(at("127.0.0.9:8081"), Err(Denied::OwnAdmin { .. })));
+        assert!(matches!(at("[::1]:8081"), Err(Denied::OwnAdmin { .. })));
+        assert!(matches!(at("10.2.0.1:443"), Err(Denied::Denied { .. })));
         assert!(at("10.1.2.3:443").is_ok(), "allow wins over deny");
         assert!(matches!(
             at("169.254.169.254:80"),
-            Err(Refusal::Denied { .. })
+            Err(Denied::Denied { .. })
         ));
         assert!(at("93.184.216.34:443").is_ok());
     }
@@ -336,15 +330,15 @@ mod tests {
         for spelling in ["0.0.0.0", "[::ffff:0.0.0.0]"] {
             assert!(matches!(
                 at(&format!("{spelling}:8081")),
-                Err(Refusal::OwnAdmin { .. })
+                Err(Denied::OwnAdmin { .. })
             ));
             assert!(matches!(
                 at(&format!("{spelling}:8000")),
-                Err(Refusal::OwnProxy { .. })
+                Err(Denied::OwnProxy { .. })
             ));
             assert!(matches!(
                 at(&format!("{spelling}:9000")),
-                Err(Refusal::Denied { .. })
+                Err(Denied::Denied { .. })
             ));
         }
         assert!(at("[::]:9000").is_ok(), "::1 is outside 127.0.0.0/8");
@@ -359,7 +353,7 @@ mod tests {
         let v6 = egress(&[], &["::1/128"]);
         assert!(matches!(
             v6.check("t", "[::]:9000".parse().unwrap()),
-            Err(Refusal::Denied { .. })
+            Err(Denied::Denied { .. })
         ));
     }
 

@@ -46,7 +46,7 @@ pub enum ProxyError {
     #[error("`{target}` did not {stage} within {limit:?}")]
     UpstreamTimeout {
         target: String,
-        stage: &'static str,
+        stage: TimeoutStage,
         limit: Duration,
     },
     #[error("domain `{0}` is not allowed by the domain lists")]
@@ -57,6 +57,9 @@ pub enum ProxyError {
     ShuttingDown,
     #[error("the upstream connection failed: {0}")]
     Upstream(String),
+    /// tollgate's own state failed the request, never the provider: a bug to report.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     /// Every backend of an aggregated endpoint failed: 504 when all timed out, else 502.
     #[error("every backend of endpoint `{endpoint}` {detail}")]
     BackendsFailed {
@@ -74,6 +77,27 @@ pub enum ProxyError {
     /// one of tollgate's own errors: that error, and what the client must know of retry.
     #[error("{}", .0.error)]
     Retried(Box<Retried>),
+}
+
+/// Where an upstream exchange ran out of time (`did not {stage} within …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutStage {
+    /// Resolve, connect and TLS: the request never left.
+    Connect,
+    /// From sending until the response head.
+    Respond,
+    /// The whole exchange (`timeouts.total`).
+    Total,
+}
+
+impl std::fmt::Display for TimeoutStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeoutStage::Connect => "connect",
+            TimeoutStage::Respond => "respond",
+            TimeoutStage::Total => "complete the exchange (timeouts.total)",
+        })
+    }
 }
 
 /// See [`ProxyError::Retried`].
@@ -148,6 +172,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::ShuttingDown => "shutting_down",
             ProxyError::Upstream(_) => "upstream_error",
+            ProxyError::Internal(_) => "internal_error",
             ProxyError::BackendsFailed {
                 timed_out: true, ..
             } => "upstream_timeout",
@@ -179,6 +204,7 @@ impl ProxyError {
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Rejected(r) => r.kind.status(),
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::Retried(r) => r.error.status(),
         }
     }

@@ -175,7 +175,7 @@ pub async fn run(
         .config
         .endpoints
         .get(call.index)
-        .ok_or_else(|| ProxyError::Upstream("the endpoint left with a reload".into()))?;
+        .ok_or(ProxyError::Internal("the endpoint left with a reload"))?;
     let report = outcome.insert(Box::new(Outcome {
         method: method_label(&e.method),
         endpoint: e.label.clone(),

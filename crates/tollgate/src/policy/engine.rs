@@ -71,7 +71,7 @@ pub async fn run(
 fn total_timeout(x: &Exchange) -> ProxyError {
     ProxyError::UpstreamTimeout {
         target: x.target.authority.to_string(),
-        stage: "complete the exchange (timeouts.total)",
+        stage: crate::error::TimeoutStage::Total,
         limit: x.chain.total.unwrap_or_default(),
     }
 }
@@ -130,9 +130,9 @@ async fn attempt(
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let chain = x.chain.clone();
-    let mut req = x.attempt_request().ok_or_else(|| {
-        ProxyError::Upstream("the request body was already sent and cannot be replayed".into())
-    })?;
+    let mut req = x.attempt_request().ok_or(ProxyError::Internal(
+        "the request body was already sent and cannot be replayed",
+    ))?;
     for &i in &chain.attempt_hooks {
         if x.retries > 0 {
             chain.remedies[i].before_retry(x).await?;

@@ -2,7 +2,7 @@
 //! ranges, or an error that never reached the provider (DNS, connect, TLS, connect
 //! timeout), a timeout waiting for the response, or a failure after sending.
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, TimeoutStage};
 
 /// Status ranges, inclusive.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -53,12 +53,38 @@ pub enum Failure {
 pub fn classify(e: &ProxyError) -> Failure {
     match e {
         ProxyError::Dns { .. } | ProxyError::Tls { .. } => Failure::NotSent,
-        ProxyError::UpstreamTimeout { stage, .. } if *stage == "connect" => Failure::NotSent,
+        ProxyError::UpstreamTimeout {
+            stage: TimeoutStage::Connect,
+            ..
+        } => Failure::NotSent,
         ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
         // A connection that could not be made never carried the request; a reset on an
         // open one may have.
         ProxyError::Connect { sent: false, .. } => Failure::NotSent,
         ProxyError::Connect { .. } | ProxyError::Upstream(_) => Failure::AfterSending,
         _ => Failure::Ours,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_connect_timeout_never_left_and_a_response_timeout_may_have() {
+        let timeout = |stage| ProxyError::UpstreamTimeout {
+            target: "api.example.com".into(),
+            stage,
+            limit: Duration::from_secs(1),
+        };
+        assert_eq!(classify(&timeout(TimeoutStage::Connect)), Failure::NotSent);
+        assert_eq!(classify(&timeout(TimeoutStage::Respond)), Failure::Timeout);
+        assert_eq!(classify(&timeout(TimeoutStage::Total)), Failure::Timeout);
+        assert_eq!(classify(&ProxyError::Internal("x")), Failure::Ours);
+        assert_eq!(
+            timeout(TimeoutStage::Connect).to_string(),
+            "`api.example.com` did not connect within 1s"
+        );
     }
 }

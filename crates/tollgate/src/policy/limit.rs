@@ -39,7 +39,7 @@ pub struct LimitSpec {
 
 /// Why a request does not fit, and when it would.
 #[derive(Debug, Clone)]
-pub struct Refused {
+pub struct OverLimit {
     /// The limit that refused it (the group's share, or the total).
     pub limit: u64,
     /// Unix ms when the window ends.
@@ -126,7 +126,7 @@ impl Limit {
 
     /// Counts one request if it fits its group's share, the total and the parent's.
     /// With `refund_on`, what it was counted in comes back in [`Taken::counted`].
-    pub async fn take(&self, h: &HeaderMap) -> Result<Taken, Refused> {
+    pub async fn take(&self, h: &HeaderMap) -> Result<Taken, OverLimit> {
         self.take_keeping(h, !self.spec.refund_on.is_empty()).await
     }
 
@@ -137,10 +137,10 @@ impl Limit {
         }
     }
 
-    async fn take_keeping(&self, h: &HeaderMap, keep: bool) -> Result<Taken, Refused> {
+    async fn take_keeping(&self, h: &HeaderMap, keep: bool) -> Result<Taken, OverLimit> {
         let now = clock::now_ms();
         let (window, end) = self.spec.window.bounds(now);
-        let refused = |limit, blocked| Refused {
+        let refused = |limit, blocked| OverLimit {
             limit,
             reset_ms: end,
             blocked,

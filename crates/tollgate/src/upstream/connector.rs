@@ -3,7 +3,7 @@
 //! `connect_error`, `tls_error` or `upstream_timeout`.
 
 use super::dns::Resolver;
-use crate::egress::{Egress, Refusal};
+use crate::egress::{Denied, Egress};
 use crate::metrics::Metrics;
 use crate::target::Scheme;
 use http::Uri;
@@ -35,7 +35,7 @@ pub enum ConnectError {
     #[error("bad upstream URI `{0}`")]
     BadUri(String),
     #[error(transparent)]
-    Egress(Refusal),
+    Egress(Denied),
 }
 
 /// Cheap to clone (one reference count): hyper-util's pooled client clones its connector

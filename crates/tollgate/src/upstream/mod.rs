@@ -16,8 +16,8 @@ pub use connector::{ConnectError, Connector};
 
 use crate::body::Body;
 use crate::config::Upstream;
-use crate::egress::{Egress, Refusal};
-use crate::error::ProxyError;
+use crate::egress::{Denied, Egress};
+use crate::error::{ProxyError, TimeoutStage};
 use crate::metrics::Metrics;
 use crate::target::{Scheme, Target};
 use futures_util::FutureExt;
@@ -148,7 +148,7 @@ impl UpstreamClient {
         let name = target.authority.as_str();
         let timed_out = move || ProxyError::UpstreamTimeout {
             target: name.to_owned(),
-            stage: "respond",
+            stage: TimeoutStage::Respond,
             limit,
         };
         if target.scheme == Scheme::Http {
@@ -216,7 +216,7 @@ impl UpstreamClient {
             .await
             .map_err(|_| ProxyError::UpstreamTimeout {
                 target: name.to_owned(),
-                stage: "respond",
+                stage: TimeoutStage::Respond,
                 limit,
             })?
     }
@@ -284,11 +284,11 @@ impl From<&ConnectError> for ProxyError {
             },
             ConnectError::Timeout { target, limit } => ProxyError::UpstreamTimeout {
                 target: target.clone(),
-                stage: "connect",
+                stage: TimeoutStage::Connect,
                 limit: *limit,
             },
             ConnectError::BadUri(u) => ProxyError::BadTarget(format!("bad upstream URI `{u}`")),
-            ConnectError::Egress(r @ Refusal::OwnProxy { .. }) => {
+            ConnectError::Egress(r @ Denied::OwnProxy { .. }) => {
                 ProxyError::LoopDetected(r.to_string())
             }
             ConnectError::Egress(r) => ProxyError::AddressDenied(r.to_string()),

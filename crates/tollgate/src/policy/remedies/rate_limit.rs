@@ -7,7 +7,7 @@ use crate::error::{ProxyError, Reject, Rejection};
 use crate::policy::actions::{Actions, QueueAction};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::clock;
-use crate::policy::limit::{Limit, Refused};
+use crate::policy::limit::{Limit, OverLimit};
 use crate::policy::queue::{Left, Queue, Retry};
 use crate::policy::store::Key;
 use http::Response;
@@ -50,7 +50,7 @@ impl QueueAction for Action {
     const QUEUE_FULL: Self = Action::QueueFull;
 }
 
-pub fn refusal(kind: Reject, what: &str, r: &Refused) -> ProxyError {
+pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
     let retry_after = clock::secs_until(r.reset_ms);
     let message = if r.blocked {
         format!("{what}: this consumer group is not allowed (default_group: block)")
