@@ -298,3 +298,143 @@ pub fn body(code: &str, message: &str) -> String {
     })
     .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each error, with each status it can have. The exhaustive match below makes
+    /// a new variant a compile error here until it is added (and documented).
+    fn every_error() -> Vec<ProxyError> {
+        let s = || String::from("x");
+        let rejected = |kind| {
+            ProxyError::Rejected(Rejection {
+                kind,
+                message: s(),
+                retry_after: None,
+                rate: None,
+            })
+        };
+        let mut all = vec![
+            ProxyError::MissingTarget,
+            ProxyError::BadTarget(s()),
+            ProxyError::BadRequest(s()),
+            ProxyError::LoopDetected(s()),
+            ProxyError::AddressDenied(s()),
+            ProxyError::PortDenied {
+                port: 1,
+                allowed: s(),
+            },
+            ProxyError::Dns {
+                host: s(),
+                detail: s(),
+            },
+            ProxyError::Connect {
+                target: s(),
+                detail: s(),
+                sent: false,
+            },
+            ProxyError::Tls {
+                target: s(),
+                detail: s(),
+            },
+            ProxyError::UpstreamTimeout {
+                target: s(),
+                stage: TimeoutStage::Respond,
+                limit: Duration::ZERO,
+            },
+            ProxyError::DomainDenied(s()),
+            ProxyError::HeadersTooLarge { size: 1, limit: 1 },
+            ProxyError::ShuttingDown,
+            ProxyError::Upstream(s()),
+            ProxyError::Internal("x"),
+            ProxyError::BackendsFailed {
+                endpoint: s(),
+                detail: s(),
+                timed_out: true,
+            },
+            ProxyError::BackendsFailed {
+                endpoint: s(),
+                detail: s(),
+                timed_out: false,
+            },
+            ProxyError::BodyTooLarge {
+                limit: 1,
+                what: "x",
+            },
+        ];
+        for kind in [
+            Reject::RateLimited,
+            Reject::QueueFull,
+            Reject::QueueTimeout,
+            Reject::QuotaExceeded,
+            Reject::ConcurrencyLimited,
+            Reject::ProviderThrottled,
+            Reject::CircuitOpen,
+        ] {
+            // Exhaustive: a new kind must be listed above.
+            match kind {
+                Reject::RateLimited
+                | Reject::QueueFull
+                | Reject::QueueTimeout
+                | Reject::QuotaExceeded
+                | Reject::ConcurrencyLimited
+                | Reject::ProviderThrottled
+                | Reject::CircuitOpen => all.push(rejected(kind)),
+            }
+        }
+        for e in &all {
+            match e {
+                ProxyError::MissingTarget
+                | ProxyError::BadTarget(_)
+                | ProxyError::BadRequest(_)
+                | ProxyError::LoopDetected(_)
+                | ProxyError::AddressDenied(_)
+                | ProxyError::PortDenied { .. }
+                | ProxyError::Dns { .. }
+                | ProxyError::Connect { .. }
+                | ProxyError::Tls { .. }
+                | ProxyError::UpstreamTimeout { .. }
+                | ProxyError::DomainDenied(_)
+                | ProxyError::HeadersTooLarge { .. }
+                | ProxyError::ShuttingDown
+                | ProxyError::Upstream(_)
+                | ProxyError::Internal(_)
+                | ProxyError::BackendsFailed { .. }
+                | ProxyError::Rejected(_)
+                | ProxyError::BodyTooLarge { .. }
+                | ProxyError::Retried(_) => {}
+            }
+        }
+        all
+    }
+
+    /// README's error table lists every code with its status, and nothing else.
+    #[test]
+    fn the_readme_error_table_is_the_code() {
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split("## Errors you can act on")
+            .nth(1)
+            .and_then(|t| t.split("\n## ").next())
+            .unwrap();
+        let rows: std::collections::BTreeSet<(u16, String)> = table
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
+                let code = cells.last()?.trim().strip_prefix('`')?.strip_suffix('`')?;
+                let status = cells
+                    .get(cells.len().checked_sub(2)?)?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                Some((status, code.to_owned()))
+            })
+            .collect();
+        let made: std::collections::BTreeSet<(u16, String)> = every_error()
+            .iter()
+            .map(|e| (e.status().as_u16(), e.code().to_owned()))
+            .collect();
+        assert_eq!(rows, made, "README.md's table against ProxyError");
+    }
+}

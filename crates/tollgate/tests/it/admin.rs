@@ -143,3 +143,42 @@ policies:
     assert_eq!(accounts[1]["bearer"], "${TOLLGATE_TEST_ADMIN_KEY_B}");
     assert_eq!(p["remedies"][0], "timeouts");
 }
+
+/// Every metric family `/metrics` can show is listed in configuration.md's `/metrics` row
+/// (`tollgate_endpoint_*` there as a family of its own).
+#[tokio::test]
+async fn the_metrics_list_in_the_docs_is_complete() {
+    let gw = gateway(
+        "policies:\n  - name: p\n    rate_limit: {limit: 5, window: hour}\ndiagnosis:\n  discovery: {enabled: true, metrics: true}\n",
+    )
+    .await;
+    // Some traffic, so that families with labels have samples to show.
+    let up = echo_upstream().await;
+    for _ in 0..2 {
+        get_via(&gw, up.addr, "/items/1", &[]).await;
+    }
+    let text = metrics_when(&gw, |t| t.contains("tollgate_remedy_actions_total{")).await;
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    let row = docs
+        .lines()
+        .find(|l| l.starts_with("| `GET /metrics` |"))
+        .expect("the /metrics row");
+    let (mut seen, mut missing) = (0, Vec::<String>::new());
+    for name in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = name.split_whitespace().next().unwrap();
+        // Counters are exposed as `NAME_total`, documented so.
+        seen += 1;
+        let listed = row.contains(&format!("`{name}")) || row.contains(&format!("`{name}_total"));
+        let family =
+            name.starts_with("tollgate_endpoint_") && row.contains("`tollgate_endpoint_*`");
+        if !(listed || family) {
+            missing.push(name.to_owned());
+        }
+    }
+    assert!(seen >= 8, "{text}");
+    assert!(missing.is_empty(), "not in configuration.md's /metrics row: {missing:?}");
+}
