@@ -180,5 +180,8 @@ async fn the_metrics_list_in_the_docs_is_complete() {
         }
     }
     assert!(seen >= 8, "{text}");
-    assert!(missing.is_empty(), "not in configuration.md's /metrics row: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not in configuration.md's /metrics row: {missing:?}"
+    );
 }
