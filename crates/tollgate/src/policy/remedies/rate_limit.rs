@@ -120,13 +120,14 @@ pub async fn take_or_wait(
     let q = refused.1;
     let deadline = wait_deadline(deadline, q);
     // When the next window is known to start after the deadline, waiting cannot help.
-    let opens = match refused.0 {
-        Some(Err(r)) => Some(clock::instant_at(r.reset_ms)),
-        _ => q.opens_at(),
+    // (The limit that refused: a group's share or a parent's, when the first try says.)
+    let (opens, refused_by) = match refused.0 {
+        Some(Err(r)) => (Some(clock::instant_at(r.reset_ms)), r.limit),
+        _ => (q.opens_at(), limit.spec.limit),
     };
     if let Some(at) = opens.filter(|&at| at > deadline) {
         actions.note(diag, Action::Rejected);
-        return Err(not_in_time(kind, what, limit.spec.limit, q, at));
+        return Err(not_in_time(kind, what, refused_by, q, at));
     }
     actions.note(diag, Action::Queued);
     let counted = std::sync::Mutex::new(Vec::new());
