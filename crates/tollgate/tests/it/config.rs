@@ -441,3 +441,38 @@ fn listen_and_admin_take_an_address_alone() {
         e[0].message
     );
 }
+
+/// `examples/full.yaml` lists every key of the schema (README says it does).
+#[test]
+fn full_yaml_lists_every_key() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/tollgate.schema.json")).unwrap(),
+    )
+    .unwrap();
+    fn keys(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::Object(p)) = m.get("properties") {
+                    out.extend(p.keys().cloned());
+                }
+                m.values().for_each(|v| keys(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = std::collections::BTreeSet::new();
+    keys(&schema, &mut all);
+    let full = std::fs::read_to_string(format!("{root}/examples/full.yaml")).unwrap();
+    let written = |k: &str| {
+        full.lines().any(|l| {
+            let l = l.trim_start().trim_start_matches("- ");
+            l.starts_with(&format!("{k}:"))
+                || l.contains(&format!("{{{k}:"))
+                || l.contains(&format!(", {k}:"))
+        })
+    };
+    let missing: Vec<&String> = all.iter().filter(|k| !written(k)).collect();
+    assert!(missing.is_empty(), "examples/full.yaml lacks {missing:?}");
+}
