@@ -48,6 +48,38 @@ macro_rules! actions {
 }
 pub(crate) use actions;
 
+/// [`actions!`] for a limit that can queue: the six queue actions (`allowed`,
+/// `rejected`, `queued`, `dequeued`, `timed_out`, `queue_full`) written once, with
+/// [`QueueAction`], then the limit's own.
+macro_rules! queue_actions {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident for $remedy:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal),* $(,)?
+        }
+    ) => {
+        $crate::policy::actions::actions! {
+            $(#[$meta])*
+            $vis enum $name for $remedy {
+                Allowed = "allowed",
+                Rejected = "rejected",
+                Queued = "queued",
+                Dequeued = "dequeued",
+                TimedOut = "timed_out",
+                QueueFull = "queue_full",
+                $($(#[$vmeta])* $variant = $text),*
+            }
+        }
+
+        impl $crate::policy::actions::QueueAction for $name {
+            const DEQUEUED: Self = $name::Dequeued;
+            const TIMED_OUT: Self = $name::TimedOut;
+            const QUEUE_FULL: Self = $name::QueueFull;
+        }
+    };
+}
+pub(crate) use queue_actions;
+
 /// A policy's counters of one remedy's actions.
 pub struct Actions<A: Action> {
     counters: Box<[Counter]>,

@@ -5,7 +5,7 @@
 
 use super::rate_limit::{queue_outcome, wait_deadline};
 use crate::error::{ProxyError, Reject, Rejection};
-use crate::policy::actions::{Actions, QueueAction};
+use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
 use crate::policy::queue::{Queue, Retry};
 use crate::policy::store::{Key, Store};
@@ -102,22 +102,9 @@ pub struct Concurrency {
     pub actions: Actions<Action>,
 }
 
-crate::policy::actions::actions! {
+crate::policy::actions::queue_actions! {
     /// What a concurrency limit did with a request.
-    pub enum Action for "concurrency" {
-        Allowed = "allowed",
-        Rejected = "rejected",
-        Queued = "queued",
-        Dequeued = "dequeued",
-        TimedOut = "timed_out",
-        QueueFull = "queue_full",
-    }
-}
-
-impl QueueAction for Action {
-    const DEQUEUED: Self = Action::Dequeued;
-    const TIMED_OUT: Self = Action::TimedOut;
-    const QUEUE_FULL: Self = Action::QueueFull;
+    pub enum Action for "concurrency" {}
 }
 
 impl Remedy for Concurrency {

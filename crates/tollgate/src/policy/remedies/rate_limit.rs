@@ -30,24 +30,12 @@ pub struct RateLimit {
     pub actions: Actions<Action>,
 }
 
-crate::policy::actions::actions! {
+crate::policy::actions::queue_actions! {
     /// What a rate limit did with a request.
     pub enum Action for "rate_limit" {
-        Allowed = "allowed",
-        Rejected = "rejected",
-        Queued = "queued",
-        Dequeued = "dequeued",
-        TimedOut = "timed_out",
-        QueueFull = "queue_full",
         /// Given back under `refund_on`.
         Refunded = "refunded",
     }
-}
-
-impl QueueAction for Action {
-    const DEQUEUED: Self = Action::Dequeued;
-    const TIMED_OUT: Self = Action::TimedOut;
-    const QUEUE_FULL: Self = Action::QueueFull;
 }
 
 pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
