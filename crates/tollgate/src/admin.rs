@@ -102,7 +102,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             let rt = shared.runtime.load_full();
             json(
                 StatusCode::OK,
-                crate::policy::state::describe(&rt.config, &rt.engine).await,
+                crate::policy::state::describe(&rt.config.policies, &rt.engine).await,
             )
         }
         (&Method::GET, "/discover") => {

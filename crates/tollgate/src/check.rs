@@ -9,7 +9,12 @@ use crate::config::Config;
 pub fn check(config: &Config) -> Result<Vec<String>, String> {
     let store: std::sync::Arc<dyn crate::policy::store::Store> =
         std::sync::Arc::new(crate::policy::store::memory::Memory::default());
-    crate::policy::Engine::build(config, None, &store, &crate::metrics::Metrics::default());
+    crate::policy::Engine::build(
+        &config.policies,
+        None,
+        &store,
+        &crate::metrics::Metrics::default(),
+    );
     if let Some(p) = &config.log.access_log_file {
         crate::observe::check_access_log(p)?;
     }

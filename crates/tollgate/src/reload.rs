@@ -85,7 +85,7 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
     // Resources whose definition did not change keep their state (counters, queues,
     // caches); requests in flight finish on the engine they started with.
     let engine = crate::policy::Engine::build(
-        &config,
+        &config.policies,
         Some(&current.engine),
         &shared.store,
         &shared.metrics,

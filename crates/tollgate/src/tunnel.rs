@@ -82,9 +82,7 @@ async fn open(
     }
     // A tunnel to a host a policy matches bypasses it: say so.
     if let Some(i) = rt.config.policies.for_host(&target.host) {
-        rt.engine.views[i]
-            .tunnelled
-            .note(&rt.config.policies.policies[i].name, &target.host);
+        rt.engine.tunnelled[i].note(&rt.config.policies.policies[i].name, &target.host);
     }
     let upstream = rt
         .client

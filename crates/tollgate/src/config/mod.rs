@@ -3,19 +3,18 @@
 //! line and column where the YAML parser gives them.
 
 mod diff;
-mod env;
 pub mod raw;
 pub mod raw_diagnosis;
 pub mod raw_endpoints;
 pub mod raw_policy;
 mod shorthand;
-pub mod units;
 mod validate;
 mod validate_diagnosis;
 mod validate_endpoints;
 mod validate_policy;
 mod written;
 
+pub use crate::fields::{ConfigError, units};
 pub use diff::{ConfigDiff, diff};
 
 use crate::domains::DomainRules;
@@ -97,29 +96,6 @@ pub struct Shutdown {
 impl Default for Config {
     fn default() -> Self {
         validate::validate(&raw::RawConfig::default()).expect("built-in defaults are valid")
-    }
-}
-
-/// One problem in a config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted field path, e.g. `upstream.pool.idle_timeout` or `routes[1].prefix`; empty for the whole file.
-    pub path: String,
-    pub message: String,
-    /// 1-based line and column, when the parser knows them.
-    pub location: Option<(usize, usize)>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
-        }
-        f.write_str(&self.message)?;
-        if let Some((l, c)) = self.location {
-            write!(f, " (line {l}, column {c})")?;
-        }
-        Ok(())
     }
 }
 

@@ -78,28 +78,3 @@ pub fn listen_schema(generator: &mut SchemaGenerator) -> Schema {
 pub fn admin_schema(generator: &mut SchemaGenerator) -> Schema {
     either::<RawAdmin>(generator)
 }
-
-/// `rate_limit: NAME` or `rate_limit: { ... }`: a name, or the definition with its own
-/// field errors (an untagged enum would only say that neither form matched).
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for super::raw_policy::RawRef<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct NameOrMap<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for NameOrMap<T> {
-            type Value = super::raw_policy::RawRef<T>;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("the name of a declared entry, or `key: value` lines defining one")
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(super::raw_policy::RawRef::Name(v.to_owned()))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-                    .map(super::raw_policy::RawRef::Inline)
-            }
-        }
-        d.deserialize_any(NameOrMap(PhantomData))
-    }
-}

@@ -2,153 +2,17 @@
 
 use super::raw::RawConfig;
 use super::raw::RawPort;
-use super::units::{format_duration, parse_duration, parse_size};
-use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream, env};
+use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream};
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
+use crate::fields::units::{format_duration, parse_size};
+pub(super) use crate::fields::{DAY, Errors, HOUR, MS, SEC, as_written};
 use crate::glob::HostGlob;
 use crate::routes::{Route, RouteTable};
 use crate::secret::Secret;
 use ipnet::IpNet;
 use serde_json::json;
-use std::net::SocketAddr;
 use std::time::Duration;
-
-/// The errors found so far, and (with `check --env-optional`) the unset variables
-/// reported as warnings instead: `path: ${NAME}`.
-pub(super) struct Errors(pub(super) Vec<ConfigError>, pub(super) Option<Vec<String>>);
-
-impl Errors {
-    pub(super) fn check<T>(&mut self, path: &str, r: Result<T, String>) -> Option<T> {
-        r.map_err(|message| {
-            self.0.push(ConfigError {
-                path: path.to_owned(),
-                message,
-                location: None,
-            })
-        })
-        .ok()
-    }
-
-    /// A duration within `min..=max` (both written in the message when it is outside):
-    /// every duration has an upper bound, since adding an unbounded one to an instant
-    /// panics, and some dependencies (the DNS cache) refuse very long ones.
-    pub(super) fn duration(
-        &mut self,
-        path: &str,
-        s: &str,
-        min: Duration,
-        max: Duration,
-    ) -> Duration {
-        let d = self.check(path, parse_duration(s)).unwrap_or(min);
-        if d < min || d > max {
-            let f = |d: Duration| {
-                if d.is_zero() {
-                    "0".to_owned()
-                } else {
-                    format_duration(d)
-                }
-            };
-            self.check::<()>(
-                path,
-                Err(format!(
-                    "`{s}` is out of range; write a duration from {} to {}",
-                    f(min),
-                    f(max)
-                )),
-            );
-            return min;
-        }
-        d
-    }
-
-    /// A whole number within `min..=max`.
-    pub(super) fn number<T: PartialOrd + std::fmt::Display + Copy>(
-        &mut self,
-        path: &str,
-        v: T,
-        min: T,
-        max: T,
-    ) -> T {
-        if v < min || v > max {
-            self.check::<()>(
-                path,
-                Err(format!(
-                    "{v} is out of range; write a whole number from {min} to {max}"
-                )),
-            );
-        }
-        v
-    }
-
-    /// `${ENV}` substitution and a check of the result, whose messages show the text as
-    /// written: a secret substituted into it never reaches a message.
-    pub(super) fn env_checked<T>(
-        &mut self,
-        path: &str,
-        written: &str,
-        check: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Option<T> {
-        let value = self.env(path, written)?;
-        let r = check(&value).map_err(|m| as_written(m, &value, written));
-        self.check(path, r)
-    }
-
-    pub(super) fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
-        self.check(
-            path,
-            s.parse()
-                .map_err(|_| format!("`{s}` is not an address; write e.g. `127.0.0.1:8000`")),
-        )
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
-    }
-
-    pub(super) fn env(&mut self, path: &str, s: &str) -> Option<String> {
-        let r = match &mut self.1 {
-            Some(unset) => env::expand_lenient(s, |name| {
-                unset.push(format!("{path}: environment variable `{name}` is not set"))
-            }),
-            None => env::expand(s),
-        };
-        self.check(path, r)
-    }
-
-    pub(super) fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
-        list.iter()
-            .enumerate()
-            .filter_map(|(i, n)| self.check(&format!("{path}[{i}]"), parse_net(n)))
-            .collect()
-    }
-}
-
-/// A message about a `${ENV}`-substituted value, showing the text as written: a secret
-/// substituted into it never reaches a message.
-pub(super) fn as_written(message: String, value: &str, written: &str) -> String {
-    if value == written {
-        message
-    } else {
-        message.replace(value, written)
-    }
-}
-
-pub(super) const MS: Duration = Duration::from_millis(1);
-pub(super) const SEC: Duration = Duration::from_secs(1);
-pub(super) const HOUR: Duration = Duration::from_secs(3600);
-pub(super) const DAY: Duration = Duration::from_secs(86_400);
-
-/// An address or CIDR range; an address alone is a range of one.
-fn parse_net(s: &str) -> Result<IpNet, String> {
-    let t = s.trim();
-    if let Ok(n) = t.parse::<IpNet>() {
-        return Ok(n.trunc());
-    }
-    match crate::egress::canonical_ip(t) {
-        Some(ip) => Ok(IpNet::from(ip)),
-        None => Err(format!(
-            "`{s}` is not an address or CIDR range; write e.g. `10.0.0.0/8`, `192.0.2.7` or `fd00::/8`"
-        )),
-    }
-}
 
 fn parse_port(p: &RawPort) -> Result<(u16, u16), String> {
     let bad = || {

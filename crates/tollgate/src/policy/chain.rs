@@ -1,7 +1,7 @@
-//! The one interface every remedy implements, the fixed order the chain runs in, and the
+//! The one interface every remedy implements as it runs, the compiled [`Chain`], and the
 //! per-request [`Exchange`] the remedies work on.
 //!
-//! A request runs the chain's request phases in [`Stage`] order; any may change the
+//! A request runs the chain's request phases in the registry's order; any may change the
 //! request, answer it, or wait. Then each attempt (one, or several with `retry`) runs the
 //! attempt hooks before and after it is sent. The response phases run in reverse order
 //! (the last stage sees the provider's response first). A remedy's end hook runs exactly
@@ -23,55 +23,6 @@ use std::time::Duration;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The fixed order of the chain. docs/architecture.md shows it as a table; the
-/// discriminants are the order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stage {
-    /// Per-policy timeouts (they frame everything after).
-    Timeouts,
-    /// Answer without calling the provider.
-    Mock,
-    /// Request headers, path, JSON body fields.
-    RequestTransform,
-    /// Lookup (may answer: a hit never reaches the limits); store in the response phase.
-    Cache,
-    /// Refuse while open; each attempt passes through it.
-    Breaker,
-    /// Refuse (or wait) while the provider said it is throttling.
-    ProviderThrottle,
-    /// Long-window quotas.
-    Quota,
-    /// Fixed-window rate limit (may queue).
-    RateLimit,
-    /// Requests in flight (may queue).
-    Concurrency,
-    /// Provider response headers.
-    ResponseTransform,
-    /// Credentials, set on each attempt: last, so no secret reaches a cache key or log.
-    Credentials,
-    /// Keeps the body for replay; drives the attempts.
-    Retry,
-}
-
-impl Stage {
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Timeouts => "timeouts",
-            Stage::Mock => "mock",
-            Stage::RequestTransform => "request_transform",
-            Stage::Cache => "cache",
-            Stage::Breaker => "breaker",
-            Stage::ProviderThrottle => "provider_throttling",
-            Stage::Quota => "quota",
-            Stage::RateLimit => "rate_limit",
-            Stage::Concurrency => "concurrency",
-            Stage::ResponseTransform => "response_transform",
-            Stage::Credentials => "credentials",
-            Stage::Retry => "retry",
-        }
-    }
-}
-
 /// What a request phase decided.
 pub enum Flow {
     Continue,
@@ -82,11 +33,9 @@ pub enum Flow {
 /// An attempt's outcome, as the attempt hooks see it.
 pub type Outcome<'a> = Result<&'a http::response::Parts, &'a ProxyError>;
 
-/// One remedy. Only `stage` and `request` are required; the other hooks do nothing by
+/// One remedy as it runs. Only `request` is required; the other hooks do nothing by
 /// default, and `attempts` says whether the engine calls the attempt hooks at all.
 pub trait Remedy: Send + Sync + 'static {
-    fn stage(&self) -> Stage;
-
     /// The request phase: change the request, answer it, or wait.
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>>;
 
@@ -122,18 +71,64 @@ pub trait Remedy: Send + Sync + 'static {
 
     /// Runs exactly once for each request whose request phase this remedy started.
     fn end(&self, _x: &Exchange) {}
+
+    /// Whether this remedy decides on further attempts ([`Remedy::again`]); a chain
+    /// without one sends each request once, and lets the pool resend one a stale
+    /// connection lost.
+    fn drives_attempts(&self) -> bool {
+        false
+    }
+
+    /// After an attempt (its status and the provider's `Retry-After`, or the error): how
+    /// long to wait before sending it again, or `None` to answer with it.
+    fn again<'a>(
+        &'a self,
+        _x: &'a mut Exchange,
+        _o: Result<(u16, Option<Duration>), &'a ProxyError>,
+    ) -> BoxFuture<'a, Option<Duration>> {
+        Box::pin(std::future::ready(None))
+    }
+
+    /// The longest the whole exchange may take (queues, attempts, backoffs, the response
+    /// body), when this remedy bounds it.
+    fn total(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Its live state for `GET /policies`, under its name.
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        None
+    }
 }
 
-/// A policy compiled into its chain, in [`Stage`] order.
+/// A policy compiled into its chain, in the registry's order.
 pub struct Chain {
     pub policy: Arc<str>,
     pub remedies: Vec<Arc<dyn Remedy>>,
+    /// The remedies' names, in order.
+    pub names: Vec<&'static str>,
     /// Indices of the remedies with attempt hooks.
     pub attempt_hooks: Vec<usize>,
-    /// Drives the attempts when the policy retries.
-    pub retry: Option<Arc<crate::policy::remedies::retry::Retry>>,
-    /// `timeouts.total`.
+    /// The remedy that decides on further attempts (retry), if any.
+    pub driver: Option<usize>,
+    /// The bound on the whole exchange (`timeouts.total`).
     pub total: Option<Duration>,
+}
+
+impl Chain {
+    /// The chain of `remedies` (in registry order) for `policy`.
+    pub fn new(policy: &str, remedies: Vec<Arc<dyn Remedy>>, names: Vec<&'static str>) -> Self {
+        Self {
+            policy: Arc::from(policy),
+            attempt_hooks: (0..remedies.len())
+                .filter(|&i| remedies[i].attempts())
+                .collect(),
+            driver: remedies.iter().position(|r| r.drives_attempts()),
+            total: remedies.iter().find_map(|r| r.total()),
+            names,
+            remedies,
+        }
+    }
 }
 
 /// Something held for the request's lifetime and released when the exchange ends
@@ -179,9 +174,9 @@ pub struct Exchange {
     /// The last attempt's account was told to wait (429) and another is free now: a
     /// retry goes there at once instead of waiting out the tired account's `Retry-After`.
     pub fresh_account: bool,
-    /// What a limit with `refund_on` counted this request in, by stage, to give back if
-    /// the answer is one the provider does not charge.
-    pub refunds: Vec<(Stage, Vec<crate::policy::store::Key>)>,
+    /// What a limit with `refund_on` counted this request in, by remedy, to give back
+    /// if the answer is one the provider does not charge.
+    pub refunds: Vec<(&'static str, Vec<crate::policy::store::Key>)>,
     /// Cancelled at the gateway's drain deadline: queue waits give up (503).
     pub give_up: Option<tokio_util::sync::CancellationToken>,
     pub holds: Vec<Hold>,

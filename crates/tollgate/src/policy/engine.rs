@@ -1,9 +1,9 @@
-//! Runs a matched request through its policy's chain: request phases in [`Stage`] order,
+//! Runs a matched request through its policy's chain: request phases in the registry's order,
 //! then the attempts (with retries when configured, each through the attempt hooks),
 //! then the response phases in reverse. Only matched requests come here, on a boxed
 //! future; unmatched traffic never does.
 
-use super::chain::{Exchange, Flow, Stage};
+use super::chain::{Exchange, Flow};
 use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
@@ -91,7 +91,7 @@ async fn phases(
     let mut upstream = None;
     let resp = loop {
         let attempt = attempt(x, rt, timer, &mut upstream).await;
-        let Some(retry) = &chain.retry else {
+        let Some(driver) = chain.driver else {
             break attempt?;
         };
         let summary = match &attempt {
@@ -101,7 +101,7 @@ async fn phases(
             )),
             Err(e) => Err(e),
         };
-        match retry.again(x, summary).await {
+        match chain.remedies[driver].again(x, summary).await {
             Some(wait) => {
                 drop(attempt);
                 x.retries += 1;
@@ -157,7 +157,7 @@ async fn attempt(
     let limit = x
         .response_timeout
         .unwrap_or(rt.client.settings.response_timeout);
-    let resend_lost = chain.retry.is_none();
+    let resend_lost = chain.driver.is_none();
     let send = rt
         .client
         .send_within(req, &x.target, timer, sent, limit, resend_lost);
@@ -233,22 +233,4 @@ impl HttpBody for Ending {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-impl Stage {
-    /// All stages, in order (a test compares them with docs/architecture.md's table).
-    pub const ALL: [Stage; 12] = [
-        Stage::Timeouts,
-        Stage::Mock,
-        Stage::RequestTransform,
-        Stage::Cache,
-        Stage::Breaker,
-        Stage::ProviderThrottle,
-        Stage::Quota,
-        Stage::RateLimit,
-        Stage::Concurrency,
-        Stage::ResponseTransform,
-        Stage::Credentials,
-        Stage::Retry,
-    ];
 }

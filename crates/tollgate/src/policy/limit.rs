@@ -5,6 +5,7 @@
 use super::clock;
 use super::store::{Key, Store};
 use super::window::Window;
+use crate::fields::Errors;
 use http::{HeaderMap, HeaderName};
 use std::sync::Arc;
 
@@ -214,6 +215,21 @@ pub struct Taken {
     /// The counters this request went into (its parent's too), kept only with
     /// `refund_on`: empty, and no allocation, otherwise.
     pub counted: Vec<Key>,
+}
+
+// ---- config: as written, and its validation ----
+
+/// `refund_on`: statuses a provider does not charge.
+pub fn refund_on(e: &mut Errors, path: &str, statuses: &[u16]) -> Vec<u16> {
+    for (i, s) in statuses.iter().enumerate() {
+        if !(100..=599).contains(s) {
+            e.fail(
+                &format!("{path}.refund_on[{i}]"),
+                format!("`{s}` is not an HTTP status: write one from 100 to 599, e.g. 304"),
+            );
+        }
+    }
+    statuses.to_vec()
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 use crate::glob::HostGlob;
 use http::Method;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -157,6 +159,19 @@ impl Matcher {
         };
         methods && host && path
     }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMatch {
+    /// Host glob pattern (`api.example.com`, `*.example.com`). Absent: any host.
+    pub host: Option<String>,
+    /// Path template matched against the upstream path: literal segments, `{param}` for one segment, trailing `*` for any rest (`/repos/{owner}/{repo}/*`). Absent: any path.
+    pub path: Option<String>,
+    /// HTTP methods (`GET`, `POST`, ...). Empty: any method.
+    pub methods: Vec<String>,
 }
 
 #[cfg(test)]

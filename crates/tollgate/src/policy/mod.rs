@@ -1,20 +1,24 @@
 //! Policies and the engine that applies their remedies. A policy matches requests
-//! ([`matcher`]) and names remedies ([`spec`]); at config load each policy is compiled
-//! into a chain in one fixed order ([`chain::Stage`], [`compile`]); a matched request
-//! runs its chain on a boxed path ([`engine`]). Unmatched requests never leave the plain
-//! forwarding path. Remedy state lives behind [`store::Store`].
+//! ([`matcher`]) and names remedies; each remedy is one module under [`remedies`] with
+//! one line in [`registry`], whose order is the chain's ([`kind`]). At config load each
+//! policy is compiled into its chain ([`compile`]); a matched request runs its chain on a
+//! boxed path ([`engine`]). Unmatched requests never leave the plain forwarding path.
+//! Remedy state lives behind [`store::Store`].
 
 pub mod actions;
 pub mod chain;
 pub mod clock;
 pub mod compile;
+pub mod config;
 pub mod engine;
 pub mod failure;
 pub mod group;
+pub mod kind;
 pub mod limit;
 pub mod matcher;
 pub mod provider_hints;
 pub mod queue;
+pub mod registry;
 pub mod remedies;
 pub mod spec;
 pub mod state;

@@ -8,10 +8,13 @@
 //! future is dropped) and holds nothing. The lock is taken only by requests that wait and
 //! by those releasing capacity while some do.
 
+use crate::fields::{Errors, HOUR, MS};
 use crate::policy::chain::BoxFuture;
 use http::{HeaderMap, HeaderName};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -224,6 +227,43 @@ impl Drop for Entry<'_> {
         self.queue.depth.dec();
         self.queue.wake();
     }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawQueue {
+    /// Most requests held (1 to 1000000); beyond it: 429 `queue_full`.
+    pub size: usize,
+    /// Longest a request is held (1ms to 1h); then 503 `queue_timeout`.
+    pub max_wait: String,
+    /// Request header whose value picks the priority.
+    pub priority_header: Option<String>,
+    /// Header value → priority (0 to 255, lower first; FIFO within one priority).
+    #[serde(default)]
+    pub priorities: BTreeMap<String, u8>,
+    /// Priority of requests without a listed value.
+    #[serde(default = "default_priority")]
+    pub default_priority: u8,
+}
+
+fn default_priority() -> u8 {
+    100
+}
+
+pub fn queue(e: &mut Errors, path: &str, q: &Option<RawQueue>) -> Option<QueueSpec> {
+    let q = q.as_ref()?;
+    Some(QueueSpec {
+        size: e.number(&format!("{path}.size"), q.size, 1, 1_000_000),
+        max_wait: e.duration(&format!("{path}.max_wait"), &q.max_wait, MS, HOUR),
+        priority_header: q
+            .priority_header
+            .as_deref()
+            .and_then(|h| e.read_header(&format!("{path}.priority_header"), h)),
+        priorities: q.priorities.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        default_priority: q.default_priority,
+    })
 }
 
 #[cfg(test)]

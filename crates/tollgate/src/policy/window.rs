@@ -1,6 +1,7 @@
 //! Fixed windows aligned to the clock: second, minute, hour, day (UTC), and for quotas a
 //! day or a calendar month in a time zone, renewing on a given day of the month.
 
+use crate::fields::Errors;
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan, Zoned};
 
@@ -71,6 +72,18 @@ fn zoned(now_ms: u64, tz: &TimeZone) -> Zoned {
 
 fn ms(z: &Zoned) -> u64 {
     z.timestamp().as_millisecond().max(0) as u64
+}
+
+// ---- config: as written, and its validation ----
+
+pub fn window(e: &mut Errors, path: &str, s: &str) -> Window {
+    Window::parse_fixed(s).unwrap_or_else(|| {
+        e.fail(
+            path,
+            format!("`{s}`: write `second`, `minute`, `hour` or `day`"),
+        );
+        Window::Fixed(1000)
+    })
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ impl Gateway {
             tracing::warn!("{w}");
         }
         let store: Arc<dyn Store> = Arc::new(Memory::default());
-        let engine = Engine::build(&config, None, &store, &metrics);
+        let engine = Engine::build(&config.policies, None, &store, &metrics);
         let runtime = Runtime {
             diag: Arc::new(crate::diagnosis::Plan::new(&config)),
             config: Arc::new(config),

@@ -231,7 +231,12 @@ fn example_secrets() {
 fn check(config: &Config) {
     let store: std::sync::Arc<dyn tollgate::policy::store::Store> =
         std::sync::Arc::new(tollgate::policy::store::memory::Memory::default());
-    tollgate::policy::Engine::build(config, None, &store, &tollgate::metrics::Metrics::default());
+    tollgate::policy::Engine::build(
+        &config.policies,
+        None,
+        &store,
+        &tollgate::metrics::Metrics::default(),
+    );
     assert_eq!(config.policies.shadowed(), Vec::<String>::new());
 }
 

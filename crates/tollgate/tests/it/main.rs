@@ -19,6 +19,7 @@ mod discovery;
 mod egress;
 mod errors;
 mod expect_continue;
+mod generated;
 mod har;
 mod har_bodies;
 mod har_files;

@@ -310,38 +310,6 @@ fn unmatched_requests_pay_nothing_more() {
 
 const UNMATCHED_FUTURE_LIMIT: usize = 1784;
 
-#[test]
-fn the_architecture_table_mirrors_the_stage_order() {
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/architecture.md"
-    ))
-    .unwrap();
-    let section = doc
-        .split("## 11b.")
-        .nth(1)
-        .expect("the chain's section")
-        .split("\n## ")
-        .next()
-        .unwrap();
-    let rows: Vec<String> = section
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("| ")?
-                .split(" | ")
-                .nth(1)?
-                .strip_prefix('`')?
-                .strip_suffix('`')
-                .map(str::to_owned)
-        })
-        .collect();
-    let stages: Vec<String> = tollgate::policy::chain::Stage::ALL
-        .iter()
-        .map(|s| format!("{s:?}"))
-        .collect();
-    assert_eq!(rows, stages);
-}
-
 /// Every remedy action (each remedy's `Action` enum) is in policies.md's list of
 /// `tollgate_remedy_actions_total` actions.
 #[test]

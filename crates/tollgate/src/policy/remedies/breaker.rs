@@ -5,11 +5,18 @@
 //! (retries included). Its state lives in the store, under keys of the breaker.
 
 use crate::error::{ProxyError, Reject, Rejection};
+use crate::fields::{Errors, HOUR, MS, SEC};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::clock;
+use crate::policy::compile::Build;
+use crate::policy::config::{RawRef, resolve};
 use crate::policy::failure::{Failure, Statuses, classify};
+use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::spec::Resource;
 use crate::policy::store::{Key, Store};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,9 +252,62 @@ crate::policy::actions::actions! {
     }
 }
 
+/// `breaker:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "breaker";
+    const PHASES: [&'static str; 3] = [
+        "refuses while open; half-open lets probes through",
+        "refuses a retry while open",
+        "records success or failure of each attempt",
+    ];
+    type Raw = RawRef<RawBreaker>;
+    type Spec = Resource<BreakerSpec>;
+
+    fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
+        let declared = &cx.declared.breakers;
+        resolve(
+            cx.errors, &cx.path, cx.policy, raw, "breakers", declared, breaker,
+        )
+    }
+
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        let id = b.id("breaker", &r.name, &r.spec);
+        let resource = b.reuse(id.clone(), |b| {
+            BreakerResource::new(
+                Arc::from(r.name.as_str()),
+                r.spec.clone(),
+                Arc::from(id.as_str()),
+                b.store.clone(),
+                b.metrics
+                    .breaker_state
+                    .get_or_create(&crate::metrics::NameLabels {
+                        name: r.name.clone(),
+                    })
+                    .clone(),
+            )
+        });
+        Arc::new(Breaker {
+            resource,
+            actions: b.actions(),
+        })
+    }
+}
+
 impl Remedy for Breaker {
-    fn stage(&self) -> Stage {
-        Stage::Breaker
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(async move {
+            let s = match self.resource.state().await {
+                State::Closed => serde_json::json!({"state": "closed"}),
+                State::Open { until } => serde_json::json!({
+                    "state": "open",
+                    "retry_in_s": until.saturating_sub(clock::now_ms()).div_ceil(1000),
+                }),
+                State::HalfOpen { .. } => serde_json::json!({"state": "half_open"}),
+            };
+            serde_json::json!({"name": &*self.resource.name, "state": s})
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -295,6 +355,83 @@ impl Default for BreakerSpec {
     }
 }
 
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBreaker {
+    /// Open after this many failures in a row (1 to 1000000; 0 switches the rule off).
+    pub consecutive_failures: u32,
+    /// Open when failures reach this share of requests in `window` (`"50%"`; absent: rule off).
+    pub failure_ratio: Option<String>,
+    /// Fewest requests in `window` before `failure_ratio` applies (1 to 1000000).
+    pub min_requests: u64,
+    /// Rolling window of `failure_ratio` (1s to 1h).
+    pub window: String,
+    /// How long the breaker stays open (10ms to 1h); then half-open.
+    pub open_for: String,
+    /// Requests let through while half-open (1 to 1000); all succeeding closes the breaker, one failing opens it again.
+    pub half_open_probes: u32,
+    /// Statuses that count as failures: numbers (`503`) or ranges (`"500-599"`).
+    pub failure_statuses: Vec<String>,
+    /// Connect, DNS and TLS errors count as failures.
+    pub connect_errors: bool,
+    /// Timeouts count as failures.
+    pub timeouts: bool,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 5,
+            failure_ratio: None,
+            min_requests: 20,
+            window: "30s".into(),
+            open_for: "30s".into(),
+            half_open_probes: 1,
+            failure_statuses: vec!["500-599".into()],
+            connect_errors: true,
+            timeouts: true,
+        }
+    }
+}
+
+pub fn breaker(e: &mut Errors, path: &str, b: &RawBreaker) -> BreakerSpec {
+    let at = |f: &str| format!("{path}.{f}");
+    let spec = BreakerSpec {
+        consecutive_failures: e.number(
+            &at("consecutive_failures"),
+            b.consecutive_failures,
+            0,
+            1_000_000,
+        ),
+        failure_ratio: b
+            .failure_ratio
+            .as_deref()
+            .map(|r| e.percent(&at("failure_ratio"), r)),
+        min_requests: e.number(&at("min_requests"), b.min_requests, 1, 1_000_000),
+        window: e.duration(&at("window"), &b.window, SEC, HOUR),
+        open_for: e.duration(&at("open_for"), &b.open_for, 10 * MS, HOUR),
+        half_open_probes: e.number(&at("half_open_probes"), b.half_open_probes, 1, 1000),
+        failure_statuses: e
+            .check(
+                &at("failure_statuses"),
+                Statuses::parse(&b.failure_statuses),
+            )
+            .unwrap_or_default(),
+        connect_errors: b.connect_errors,
+        timeouts: b.timeouts,
+    };
+    if spec.consecutive_failures == 0 && spec.failure_ratio.is_none() {
+        e.fail(
+            path,
+            "the breaker can never open: set `consecutive_failures` above 0 or a `failure_ratio`"
+                .into(),
+        );
+    }
+    spec
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,13 +440,7 @@ mod tests {
     use crate::target::{Scheme, Target};
 
     fn exchange() -> Exchange {
-        let chain = Arc::new(Chain {
-            policy: Arc::from("p"),
-            remedies: Vec::new(),
-            attempt_hooks: Vec::new(),
-            retry: None,
-            total: None,
-        });
+        let chain = Arc::new(Chain::new("p", Vec::new(), Vec::new()));
         let req = http::Request::new(crate::body::empty());
         Exchange::new(
             chain,

@@ -5,11 +5,19 @@
 
 use super::rate_limit::{queue_outcome, wait_deadline};
 use crate::error::{ProxyError, Reject, Rejection};
+use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::config::{RawRef, resolve};
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::queue::{Queue, Retry};
+use crate::policy::queue::{QueueSpec, RawQueue, queue};
+use crate::policy::spec::Resource;
 use crate::policy::store::{Key, Store};
 use http::{HeaderMap, HeaderName};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,9 +115,61 @@ crate::policy::actions::queue_actions! {
     pub enum Action for "concurrency" {}
 }
 
+/// `concurrency:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "concurrency";
+    const PHASES: [&'static str; 3] = [
+        "takes a slot, refuses or queues; the slot is held until the response body ends or the client goes away",
+        "",
+        "",
+    ];
+    type Raw = RawRef<RawConcurrency>;
+    type Spec = Resource<ConcurrencyLimitSpec>;
+
+    fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
+        let declared = &cx.declared.concurrency_limits;
+        resolve(
+            cx.errors,
+            &cx.path,
+            cx.policy,
+            raw,
+            "concurrency_limits",
+            declared,
+            concurrency,
+        )
+    }
+
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        let id = b.id("concurrency", &r.name, &r.spec);
+        let resource = b.reuse(id.clone(), |b| {
+            ConcurrencyResource::new(
+                Arc::from(r.name.as_str()),
+                r.spec.limit.clone(),
+                Arc::from(id.as_str()),
+                b.store.clone(),
+                b.queue(&r.name, &r.spec.queue),
+            )
+        });
+        Arc::new(Concurrency {
+            resource,
+            actions: b.actions(),
+        })
+    }
+}
+
 impl Remedy for Concurrency {
-    fn stage(&self) -> Stage {
-        Stage::Concurrency
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(async move {
+            let c = &self.resource;
+            serde_json::json!({
+                "name": &*c.name,
+                "max": c.spec.max,
+                "in_flight": if c.spec.group_by.is_none() { Some(c.in_flight().await) } else { None },
+                "queued": c.queue.as_ref().map(|q| q.len()),
+            })
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -163,5 +223,37 @@ impl Remedy for Concurrency {
             }
             Ok(Flow::Continue)
         })
+    }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConcurrencyLimitSpec {
+    pub limit: ConcurrencySpec,
+    pub queue: Option<QueueSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawConcurrency {
+    /// Most requests in flight (1 to 1000000); a slot is held until the response body ends or the client goes away.
+    pub max: u64,
+    /// Count per group of this request header's value (each group gets `max`; a group's state exists only while it has requests in flight).
+    pub group_by: Option<String>,
+    /// Hold requests until a slot frees instead of rejecting them.
+    pub queue: Option<RawQueue>,
+}
+
+pub fn concurrency(e: &mut Errors, path: &str, c: &RawConcurrency) -> ConcurrencyLimitSpec {
+    ConcurrencyLimitSpec {
+        limit: ConcurrencySpec {
+            max: e.number(&format!("{path}.max"), c.max, 1, 1_000_000),
+            group_by: c
+                .group_by
+                .as_deref()
+                .and_then(|h| e.read_header(&format!("{path}.group_by"), h)),
+        },
+        queue: queue(e, &format!("{path}.queue"), &c.queue),
     }
 }

@@ -6,11 +6,17 @@
 
 use crate::body::Body;
 use crate::error::ProxyError;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy, Stage};
+use crate::fields::{DAY, Errors, as_written};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::{clock, provider_hints};
 use crate::secret::Secret;
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -109,7 +115,7 @@ impl Credentials {
     }
 
     /// Live state for `GET /policies`: each account's masked description and cooldown.
-    pub fn state(&self) -> serde_json::Value {
+    pub fn accounts_state(&self) -> serde_json::Value {
         let now = clock::now_ms();
         serde_json::json!(
             self.accounts
@@ -127,9 +133,70 @@ impl Credentials {
     }
 }
 
+/// `credentials:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "credentials";
+    const PHASES: [&'static str; 3] = [
+        "",
+        "sets the account's credential on this attempt; after it, notes a 429 for rotation (the retry then goes to a free account at once)",
+        "",
+    ];
+    type Raw = RawCredentials;
+    /// The accounts, and how long one that got 429 without `Retry-After` is skipped.
+    type Spec = (Vec<Credential>, Duration);
+
+    fn validate(c: &RawCredentials, cx: &mut Check<'_>) -> Option<Self::Spec> {
+        let e = &mut *cx.errors;
+        let at = |f: &str| format!("{}.{f}", cx.path);
+        let single = RawAccount {
+            bearer: c.bearer.clone(),
+            basic: c.basic.clone(),
+            header: c.header.clone(),
+            query: c.query.clone(),
+        };
+        let has_single = single.bearer.is_some()
+            || single.basic.is_some()
+            || single.header.is_some()
+            || single.query.is_some();
+        let accounts: Vec<_> = match (has_single, c.accounts.is_empty()) {
+            (true, true) => credential(e, &cx.path, &single).into_iter().collect(),
+            (false, false) => c
+                .accounts
+                .iter()
+                .enumerate()
+                .filter_map(|(j, a)| credential(e, &at(&format!("accounts[{j}]")), a))
+                .collect(),
+            _ => {
+                e.fail(
+                    &cx.path,
+                    "write one credential (`bearer`, `basic`, `header` or `query`) or `accounts: [...]`, not both".into(),
+                );
+                Vec::new()
+            }
+        };
+        let cooldown = e.duration(
+            &at("cooldown"),
+            c.cooldown.as_deref().unwrap_or("60s"),
+            Duration::ZERO,
+            DAY,
+        );
+        (!accounts.is_empty()).then_some((accounts, cooldown))
+    }
+
+    fn build((accounts, cooldown): &Self::Spec, _: &mut Build<'_>) -> Arc<dyn Remedy> {
+        // Built anew on every load: a secret that changed must take effect, and the
+        // masked definition cannot tell.
+        Arc::new(Credentials::new(accounts.clone(), *cooldown))
+    }
+}
+
 impl Remedy for Credentials {
-    fn stage(&self) -> Stage {
-        Stage::Credentials
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(std::future::ready(
+            serde_json::json!({ "accounts": self.accounts_state() }),
+        )))
     }
 
     fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -163,4 +230,116 @@ impl Remedy for Credentials {
         }
         Box::pin(std::future::ready(()))
     }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCredentials {
+    /// `Authorization: Bearer VALUE`.
+    pub bearer: Option<String>,
+    /// `Authorization: Basic base64(username:password)`.
+    pub basic: Option<RawBasic>,
+    /// An API key in a request header.
+    pub header: Option<RawNamed>,
+    /// An API key in a query parameter.
+    pub query: Option<RawNamed>,
+    /// Several accounts used in turn (round robin); one that gets 429 from the provider is skipped until its `Retry-After` (or `cooldown`) has passed. Each account is one of `bearer`, `basic`, `header`, `query`.
+    pub accounts: Vec<RawAccount>,
+    /// How long an account that got 429 without `Retry-After` is skipped (0 to 1d).
+    pub cooldown: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAccount {
+    /// `Authorization: Bearer VALUE`.
+    pub bearer: Option<String>,
+    /// `Authorization: Basic base64(username:password)`.
+    pub basic: Option<RawBasic>,
+    /// An API key in a request header.
+    pub header: Option<RawNamed>,
+    /// An API key in a query parameter.
+    pub query: Option<RawNamed>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBasic {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawNamed {
+    /// Header or query parameter name.
+    pub name: String,
+    /// Its value; write `${ENV_VAR}`.
+    pub value: String,
+}
+
+pub fn credential(e: &mut Errors, path: &str, a: &RawAccount) -> Option<Credential> {
+    let given = [
+        a.bearer.is_some(),
+        a.basic.is_some(),
+        a.header.is_some(),
+        a.query.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        e.fail(
+            path,
+            "write exactly one of `bearer`, `basic`, `header`, `query`".into(),
+        );
+        return None;
+    }
+    let sensitive = |mut v: HeaderValue| {
+        v.set_sensitive(true);
+        v
+    };
+    if let Some(b) = &a.bearer {
+        let t = e.env(&format!("{path}.bearer"), b)?;
+        let v = e.check(
+            &format!("{path}.bearer"),
+            HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| as_written("the token is not a valid header value".into(), &t, b)),
+        )?;
+        return Some(Credential::Header(
+            http::header::AUTHORIZATION,
+            sensitive(v),
+        ));
+    }
+    if let Some(b) = &a.basic {
+        let u = e.env(&format!("{path}.basic.username"), &b.username)?;
+        let p = e.env(&format!("{path}.basic.password"), &b.password)?;
+        let enc = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("{u}:{p}"),
+        );
+        let v = HeaderValue::from_str(&format!("Basic {enc}")).ok()?;
+        return Some(Credential::Header(
+            http::header::AUTHORIZATION,
+            sensitive(v),
+        ));
+    }
+    if let Some(h) = &a.header {
+        let n = e.header_name(&format!("{path}.header.name"), &h.name)?;
+        let v = e.env_checked(&format!("{path}.header.value"), &h.value, |v| {
+            HeaderValue::from_str(v).map_err(|_| "not a valid header value".to_owned())
+        })?;
+        return Some(Credential::Header(n, sensitive(v)));
+    }
+    let q = a.query.as_ref()?;
+    let v = e.env(&format!("{path}.query.value"), &q.value)?;
+    let encoded: String = v
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    Some(Credential::Query(q.name.clone(), Secret::new(encoded)))
 }

@@ -4,11 +4,18 @@
 
 use crate::body::full;
 use crate::error::ProxyError;
+use crate::fields::Errors;
 use crate::headers::X_TOLLGATE_GENERATED;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct Mock {
@@ -60,11 +67,28 @@ crate::policy::actions::actions! {
     }
 }
 
-impl Remedy for MockStage {
-    fn stage(&self) -> Stage {
-        Stage::Mock
+/// `mock:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "mock";
+    const PHASES: [&'static str; 3] = ["may answer (no provider call), counted `answered`", "", ""];
+    type Raw = RawMock;
+    type Spec = Mock;
+
+    fn validate(raw: &RawMock, cx: &mut Check<'_>) -> Option<Mock> {
+        mock(cx.errors, &cx.path, raw)
     }
 
+    fn build(spec: &Mock, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        Arc::new(MockStage {
+            mock: spec.clone(),
+            actions: b.actions(),
+        })
+    }
+}
+
+impl Remedy for MockStage {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         let m = &self.mock;
         let flow = if m.applies(x) {
@@ -80,4 +104,89 @@ impl Remedy for MockStage {
         };
         Box::pin(std::future::ready(Ok(flow)))
     }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawMock {
+    /// Status of the made-up response.
+    #[serde(default = "ok")]
+    pub status: u16,
+    /// Response headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Response body, inline. A `body` that is a mapping or list is sent as JSON (with `content-type: application/json` unless set).
+    pub body: Option<serde_json::Value>,
+    /// Response body read from this file at load (relative to the working directory).
+    pub body_file: Option<String>,
+    /// Only answer when the request says so; absent: always.
+    pub when: Option<RawWhen>,
+}
+
+fn ok() -> u16 {
+    200
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWhen {
+    /// Answer when this request header is present (any value but `false` or `0`).
+    pub header: Option<String>,
+    /// Answer when this query parameter is present (any value but `false` or `0`).
+    pub query: Option<String>,
+}
+
+pub fn mock(e: &mut Errors, path: &str, m: &RawMock) -> Option<Mock> {
+    let status = e.check(
+        &format!("{path}.status"),
+        StatusCode::from_u16(m.status)
+            .ok()
+            .filter(|s| s.as_u16() >= 200)
+            .ok_or_else(|| format!("{} is not a final status; write 200 to 599", m.status)),
+    );
+    let mut headers = HeaderMap::new();
+    for (n, v) in e.headers(&format!("{path}.headers"), &m.headers) {
+        headers.append(n, v);
+    }
+    let body = match (&m.body, &m.body_file) {
+        (Some(_), Some(_)) => {
+            e.fail(path, "write `body` or `body_file`, not both".into());
+            Vec::new()
+        }
+        (Some(serde_json::Value::String(s)), None) => s.clone().into_bytes(),
+        (Some(v), None) => {
+            headers
+                .entry(http::header::CONTENT_TYPE)
+                .or_insert(HeaderValue::from_static("application/json"));
+            serde_json::to_vec(v).unwrap_or_default()
+        }
+        (None, Some(f)) => e
+            .env_checked(&format!("{path}.body_file"), f, |f| {
+                std::fs::read(f).map_err(|err| format!("cannot read `{f}`: {err}"))
+            })
+            .unwrap_or_default(),
+        (None, None) => Vec::new(),
+    };
+    let when = match &m.when {
+        None => When::Always,
+        Some(w) => match (&w.header, &w.query) {
+            (Some(h), None) => When::Header(e.read_header(&format!("{path}.when.header"), h)?),
+            (None, Some(q)) => When::Query(q.clone()),
+            _ => {
+                e.fail(
+                    &format!("{path}.when"),
+                    "write one of `header: NAME` or `query: NAME`".into(),
+                );
+                When::Always
+            }
+        },
+    };
+    Some(Mock {
+        status: status?,
+        headers,
+        body: body.into(),
+        when,
+    })
 }

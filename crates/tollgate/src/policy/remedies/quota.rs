@@ -5,10 +5,22 @@
 use super::rate_limit::refusal;
 use crate::body::Body;
 use crate::error::{ProxyError, Reject};
+use crate::fields::Errors;
+use crate::metrics::NameLabels;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::config::{RawRef, resolve};
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::limit::Limit;
+use crate::policy::limit::LimitSpec;
+use crate::policy::limit::refund_on;
+use crate::policy::spec::Resource;
+use crate::policy::window::Window;
 use http::Response;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct QuotaResource {
@@ -33,9 +45,79 @@ crate::policy::actions::actions! {
     }
 }
 
+/// `quota:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "quota";
+    const PHASES: [&'static str; 3] = [
+        "counts (with its parent), or refuses",
+        "",
+        "gives the request back on a `refund_on` status",
+    ];
+    type Raw = RawRef<RawQuota>;
+    type Spec = Resource<QuotaSpec>;
+
+    fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
+        let (declared, raws) = (&cx.declared.quotas, &cx.declared.raw_quotas);
+        resolve(
+            cx.errors,
+            &cx.path,
+            cx.policy,
+            raw,
+            "quotas",
+            declared,
+            |e, path, q| quota(e, path, q, raws, 0),
+        )
+    }
+
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        Arc::new(Quota {
+            resource: resource(b, r),
+            actions: b.actions(),
+        })
+    }
+}
+
+/// The quota `r` (and its parents), shared by every policy naming it.
+fn resource(b: &mut Build<'_>, r: &Resource<QuotaSpec>) -> Arc<QuotaResource> {
+    let id = b.id("quota", &r.name, &r.spec);
+    b.reuse(id.clone(), |b| {
+        let parent = r.spec.parent.as_ref().map(|p| resource(b, p).limit.clone());
+        QuotaResource {
+            name: Arc::from(r.name.as_str()),
+            what: format!("quota `{}`", r.name),
+            limit: Arc::new(Limit::new(
+                r.spec.limit.clone(),
+                Arc::from(id.as_str()),
+                parent,
+                b.store.clone(),
+            )),
+            remaining: b
+                .metrics
+                .quota_remaining
+                .get_or_create(&NameLabels {
+                    name: r.name.clone(),
+                })
+                .clone(),
+        }
+    })
+}
+
 impl Remedy for Quota {
-    fn stage(&self) -> Stage {
-        Stage::Quota
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(async move {
+            let q = &self.resource;
+            let (used, end) = q.limit.used().await;
+            serde_json::json!({
+                "name": &*q.name,
+                "limit": q.limit.spec.limit,
+                "used": used,
+                "remaining": q.limit.spec.limit.saturating_sub(used),
+                "renews_in_s": end.saturating_sub(crate::policy::clock::now_ms()).div_ceil(1000),
+                "parent": q.limit.parent.as_ref().map(|p| p.resource.to_string()),
+            })
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -46,7 +128,7 @@ impl Remedy for Quota {
                     r.remaining.set(t.remaining as i64);
                     self.actions.record(x, Action::Allowed);
                     if !t.counted.is_empty() {
-                        x.refunds.push((Stage::Quota, t.counted));
+                        x.refunds.push((Kind::NAME, t.counted));
                     }
                     Ok(Flow::Continue)
                 }
@@ -60,9 +142,167 @@ impl Remedy for Quota {
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
-        if super::rate_limit::refund(x, Stage::Quota, &self.resource.limit, resp.status()) {
+        if super::rate_limit::refund(x, Kind::NAME, &self.resource.limit, resp.status()) {
             self.actions.record(x, Action::Refunded);
         }
         resp
+    }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaSpec {
+    pub limit: LimitSpec,
+    /// The declared quota this one takes a share of.
+    pub parent: Option<Box<Resource<QuotaSpec>>>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawQuota {
+    /// Requests allowed per period (1 to 10^12). A child quota (with `parent`) gives `share` instead.
+    pub limit: Option<u64>,
+    /// `day` or `month`.
+    #[serde(default = "day")]
+    pub per: String,
+    /// For `per: month`: the day of the month the quota renews (1 to 28).
+    #[serde(default = "one")]
+    pub renews_on: u8,
+    /// Time zone of the period's boundaries (IANA name such as `Europe/Paris`, or `UTC`).
+    #[serde(default = "utc")]
+    pub time_zone: String,
+    /// A quota declared under `quotas` that this one takes a share of; a request must fit both. The period is the parent's.
+    pub parent: Option<String>,
+    /// This quota's share of the parent's limit (`"25%"`).
+    pub share: Option<String>,
+    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    #[serde(default)]
+    pub refund_on: Vec<u16>,
+}
+
+fn day() -> String {
+    "day".into()
+}
+
+fn one() -> u8 {
+    1
+}
+
+fn utc() -> String {
+    "UTC".into()
+}
+
+pub fn quota(
+    e: &mut Errors,
+    path: &str,
+    q: &RawQuota,
+    declared: &BTreeMap<String, RawQuota>,
+    depth: usize,
+) -> QuotaSpec {
+    let tz = match jiff::tz::TimeZone::get(q.time_zone.trim()) {
+        Ok(tz) => tz,
+        Err(_) => {
+            e.fail(
+                &format!("{path}.time_zone"),
+                format!(
+                    "`{}` is not a time zone; write an IANA name such as `Europe/Paris` or `UTC`",
+                    q.time_zone
+                ),
+            );
+            jiff::tz::TimeZone::UTC
+        }
+    };
+    let window = match q.per.as_str() {
+        "day" => Window::Day(tz),
+        "month" => Window::Month {
+            renews_on: e.number(&format!("{path}.renews_on"), q.renews_on, 1, 28) as i8,
+            tz,
+        },
+        other => {
+            e.fail(
+                &format!("{path}.per"),
+                format!("`{other}`: write `day` or `month`"),
+            );
+            Window::Day(tz)
+        }
+    };
+    let parent = match (&q.parent, &q.share) {
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            e.fail(
+                path,
+                "a child quota needs both `parent: NAME` and `share: \"N%\"`".into(),
+            );
+            None
+        }
+        (Some(name), Some(share)) => match declared.get(name) {
+            None => {
+                e.fail(
+                    &format!("{path}.parent"),
+                    format!("no quota named `{name}` is declared under `quotas`"),
+                );
+                None
+            }
+            Some(_) if depth > 8 => {
+                e.fail(
+                    &format!("{path}.parent"),
+                    "quota parents form a loop (or nest deeper than 8)".into(),
+                );
+                None
+            }
+            Some(raw) => {
+                let f = e.percent(&format!("{path}.share"), share);
+                let spec = quota(e, &format!("quotas.{name}"), raw, declared, depth + 1);
+                Some((
+                    f,
+                    Box::new(Resource {
+                        name: name.clone(),
+                        declared: true,
+                        spec,
+                    }),
+                ))
+            }
+        },
+    };
+    match parent {
+        Some((f, p)) => {
+            if q.limit.is_some() {
+                e.fail(
+                    &format!("{path}.limit"),
+                    "a child quota's limit is its `share` of the parent's; remove `limit`".into(),
+                );
+            }
+            QuotaSpec {
+                limit: LimitSpec {
+                    limit: ((p.spec.limit.limit as f64) * f).floor() as u64,
+                    window: p.spec.limit.window.clone(),
+                    groups: None,
+                    refund_on: refund_on(e, path, &q.refund_on),
+                },
+                parent: Some(p),
+            }
+        }
+        None => {
+            let limit = match q.limit {
+                Some(n) => e.count(&format!("{path}.limit"), n),
+                None => {
+                    e.fail(
+                        &format!("{path}.limit"),
+                        "write the requests allowed per period, e.g. `limit: 100000`".into(),
+                    );
+                    1
+                }
+            };
+            QuotaSpec {
+                limit: LimitSpec {
+                    limit,
+                    window,
+                    groups: None,
+                    refund_on: refund_on(e, path, &q.refund_on),
+                },
+                parent: None,
+            }
+        }
     }
 }

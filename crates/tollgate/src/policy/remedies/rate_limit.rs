@@ -4,13 +4,24 @@
 
 use crate::body::Body;
 use crate::error::{ProxyError, Reject, Rejection};
+use crate::fields::Errors;
 use crate::policy::actions::{Actions, QueueAction};
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
+use crate::policy::compile::Build;
+use crate::policy::config::{RawRef, resolve};
+use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::limit::{DefaultGroup, Groups, LimitSpec, refund_on};
 use crate::policy::limit::{Limit, OverLimit};
 use crate::policy::queue::{Left, Queue, Retry};
+use crate::policy::queue::{QueueSpec, RawQueue, queue};
+use crate::policy::spec::Resource;
 use crate::policy::store::Key;
+use crate::policy::window::window;
 use http::Response;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -197,9 +208,66 @@ pub fn queue_outcome<A: QueueAction>(
     }))
 }
 
+/// `rate_limit:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "rate_limit";
+    const PHASES: [&'static str; 3] = [
+        "counts, refuses or queues (refuses at once when the next window is past `max_wait`)",
+        "",
+        "gives the request back on a `refund_on` status",
+    ];
+    type Raw = RawRef<RawRateLimit>;
+    type Spec = Resource<RateLimitSpec>;
+
+    fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
+        let declared = &cx.declared.rate_limits;
+        resolve(
+            cx.errors,
+            &cx.path,
+            cx.policy,
+            raw,
+            "rate_limits",
+            declared,
+            rate_limit,
+        )
+    }
+
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        let id = b.id("rate", &r.name, &r.spec);
+        let resource = b.reuse(id.clone(), |b| RateLimitResource {
+            name: Arc::from(r.name.as_str()),
+            what: format!("rate limit `{}`", r.name),
+            limit: Limit::new(
+                r.spec.limit.clone(),
+                Arc::from(id.as_str()),
+                None,
+                b.store.clone(),
+            ),
+            queue: b.queue(&r.name, &r.spec.queue),
+        });
+        Arc::new(RateLimit {
+            resource,
+            actions: b.actions(),
+        })
+    }
+}
+
 impl Remedy for RateLimit {
-    fn stage(&self) -> Stage {
-        Stage::RateLimit
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(async move {
+            let r = &self.resource;
+            let (used, end) = r.limit.used().await;
+            serde_json::json!({
+                "name": &*r.name,
+                "limit": r.limit.spec.limit,
+                "used": used,
+                "remaining": r.limit.spec.limit.saturating_sub(used),
+                "resets_in_s": end.saturating_sub(clock::now_ms()).div_ceil(1000),
+                "queued": r.queue.as_ref().map(|q| q.len()),
+            })
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -215,7 +283,7 @@ impl Remedy for RateLimit {
             )
             .await?;
             if !counted.is_empty() {
-                x.refunds.push((Stage::RateLimit, counted));
+                x.refunds.push((Kind::NAME, counted));
             }
             Ok(Flow::Continue)
         })
@@ -223,7 +291,7 @@ impl Remedy for RateLimit {
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         let r = &self.resource;
-        if refund(x, Stage::RateLimit, &r.limit, resp.status()) {
+        if refund(x, Kind::NAME, &r.limit, resp.status()) {
             if let Some(q) = &r.queue {
                 q.freed();
             }
@@ -235,7 +303,7 @@ impl Remedy for RateLimit {
 
 /// Gives back what `stage` counted when the provider's answer is one of the limit's
 /// `refund_on` statuses (it did not charge the request). Whether it did.
-pub fn refund(x: &mut Exchange, stage: Stage, limit: &Limit, status: http::StatusCode) -> bool {
+pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::StatusCode) -> bool {
     if !limit.spec.refund_on.contains(&status.as_u16()) {
         return false;
     }
@@ -245,4 +313,110 @@ pub fn refund(x: &mut Exchange, stage: Stage, limit: &Limit, status: http::Statu
     let (_, counted) = x.refunds.swap_remove(i);
     limit.refund(&counted);
     true
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimitSpec {
+    pub limit: LimitSpec,
+    pub queue: Option<QueueSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    /// Requests allowed per window (1 to 10^12).
+    pub limit: u64,
+    /// `second`, `minute`, `hour` or `day`: fixed windows aligned to the clock (UTC).
+    pub window: String,
+    /// Count per consumer, grouped by this request header's value.
+    pub group_by: Option<String>,
+    /// Share of `limit` per group (header value → `"20%"`). A request must fit its group's share and the whole limit. Shares may sum to at most 100%.
+    #[serde(default)]
+    pub groups: BTreeMap<String, String>,
+    /// Groups not listed (and requests without the header): `allow` (only the whole limit applies), `block` (429), or a share like `"10%"` each.
+    #[serde(default = "allow")]
+    pub default_group: String,
+    /// Most distinct groups counted at once (1 to 1000000); requests of further groups are counted as one group `other` with the default share. A group is stored as a 16-byte digest of the value's first 1 KiB, so this bounds memory too.
+    #[serde(default = "max_groups")]
+    pub max_groups: usize,
+    /// Hold requests over the limit until the next window instead of rejecting them.
+    pub queue: Option<RawQueue>,
+    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    #[serde(default)]
+    pub refund_on: Vec<u16>,
+}
+
+fn allow() -> String {
+    "allow".into()
+}
+
+fn max_groups() -> usize {
+    10_000
+}
+
+pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec {
+    let limit = e.count(&format!("{path}.limit"), r.limit);
+    let groups = match &r.group_by {
+        None => {
+            if !r.groups.is_empty() {
+                e.fail(&format!("{path}.groups"), "groups need `group_by: HEADER` (the request header whose value names the group)".into());
+            }
+            None
+        }
+        Some(h) => {
+            let header = e.read_header(&format!("{path}.group_by"), h);
+            let mut sum = 0.0;
+            let shares = r
+                .groups
+                .iter()
+                .map(|(name, pct)| {
+                    let f = e.percent(&format!("{path}.groups.{name}"), pct);
+                    sum += f;
+                    (name.clone(), ((limit as f64) * f).floor() as u64)
+                })
+                .collect();
+            if sum > 1.0 + 1e-9 {
+                e.fail(
+                    &format!("{path}.groups"),
+                    format!(
+                        "the shares add up to {:.0}%; they may add up to 100% at most",
+                        sum * 100.0
+                    ),
+                );
+            }
+            let default = match r.default_group.trim() {
+                "allow" => DefaultGroup::Allow,
+                "block" => DefaultGroup::Block,
+                s if s.ends_with('%') => {
+                    let f = e.percent(&format!("{path}.default_group"), s);
+                    DefaultGroup::Share(((limit as f64) * f).floor() as u64)
+                }
+                s => {
+                    e.fail(
+                        &format!("{path}.default_group"),
+                        format!("`{s}`: write `allow`, `block` or a share like \"10%\""),
+                    );
+                    DefaultGroup::Allow
+                }
+            };
+            header.map(|header| Groups {
+                header,
+                shares,
+                default,
+                max_groups: e.number(&format!("{path}.max_groups"), r.max_groups, 1, 1_000_000)
+                    as u64,
+            })
+        }
+    };
+    RateLimitSpec {
+        limit: LimitSpec {
+            limit,
+            window: window(e, &format!("{path}.window"), &r.window),
+            groups,
+            refund_on: refund_on(e, path, &r.refund_on),
+        },
+        queue: queue(e, &format!("{path}.queue"), &r.queue),
+    }
 }

@@ -16,13 +16,18 @@
 
 use crate::body::Body;
 use crate::error::ProxyError;
+use crate::fields::{DAY, Errors, HOUR, MS, SEC};
 use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
+use crate::policy::compile::Build;
 use crate::policy::failure::{Failure, Statuses, classify};
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::store::{Key, Store};
 use http::{Method, Response};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,9 +199,57 @@ impl Retry {
 /// budget. The engine asks [`Retry::again`] after each attempt.
 pub struct RetryStage(pub Arc<Retry>);
 
+/// `retry:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "retry";
+    const PHASES: [&'static str; 3] = [
+        "keeps the body for replay, counts the request in the budget",
+        "decides whether to go again: backoff, budget, deadline",
+        "`x-tollgate-retries`, `x-should-retry: false`",
+    ];
+    type Raw = RawRetry;
+    type Spec = RetrySpec;
+
+    fn validate(raw: &RawRetry, cx: &mut Check<'_>) -> Option<RetrySpec> {
+        Some(retry(cx.errors, &cx.path, raw))
+    }
+
+    fn build(spec: &RetrySpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        let id = b.id("retry", b.policy, spec);
+        let actions = b.actions();
+        let r = b.reuse(id.clone(), |b| {
+            Retry::new(
+                spec.clone(),
+                Arc::from(id.as_str()),
+                b.store.clone(),
+                actions,
+            )
+        });
+        Arc::new(RetryStage(r))
+    }
+}
+
 impl Remedy for RetryStage {
-    fn stage(&self) -> Stage {
-        Stage::Retry
+    fn drives_attempts(&self) -> bool {
+        true
+    }
+
+    fn again<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        o: Result<(u16, Option<Duration>), &'a ProxyError>,
+    ) -> BoxFuture<'a, Option<Duration>> {
+        Box::pin(self.0.again(x, o))
+    }
+
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        let a = &self.0.actions;
+        Some(Box::pin(std::future::ready(serde_json::json!({
+            "retried": a.get(Action::Retried),
+            "budget_exhausted": a.get(Action::BudgetExhausted),
+        }))))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -220,5 +273,78 @@ impl Remedy for RetryStage {
                 .insert(X_SHOULD_RETRY, http::HeaderValue::from_static("false"));
         }
         resp
+    }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetry {
+    /// Most attempts in all, the first included (2 to 20).
+    pub attempts: u32,
+    /// Backoff before retry n: a random time up to min(max_delay, base_delay × 2^n) (full jitter).
+    pub base_delay: String,
+    /// Upper bound of one backoff (1ms to 1h); also the longest provider `Retry-After` honoured.
+    pub max_delay: String,
+    /// Response statuses retried: numbers or ranges (`"502-504"`).
+    pub statuses: Vec<String>,
+    /// Retry connect, DNS and TLS errors (the request never reached the provider).
+    pub connect_errors: bool,
+    /// Retry timeouts waiting for the response head.
+    pub timeouts: bool,
+    /// Methods retried besides the idempotent ones (GET, HEAD, OPTIONS, TRACE, PUT, DELETE). A request with `Idempotency-Key` is always retryable.
+    pub methods: Vec<String>,
+    /// Largest request body kept for replay (0 to 64MiB); a larger body is sent once and not retried.
+    pub max_body: String,
+    /// Retries allowed as a share of requests over `budget_window` (`"20%"`), so retries never multiply an outage.
+    pub budget: String,
+    /// Rolling window of the budget (1s to 1h).
+    pub budget_window: String,
+    /// Retries always allowed per budget window, for low traffic (0 to 1000000).
+    pub budget_min: u64,
+    /// All attempts and backoffs together end within this (1ms to 1d); absent: no overall deadline.
+    pub deadline: Option<String>,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            base_delay: "100ms".into(),
+            max_delay: "5s".into(),
+            statuses: vec!["502-504".into()],
+            connect_errors: true,
+            timeouts: true,
+            methods: Vec::new(),
+            max_body: "1MiB".into(),
+            budget: "20%".into(),
+            budget_window: "10s".into(),
+            budget_min: 10,
+            deadline: None,
+        }
+    }
+}
+
+pub fn retry(e: &mut Errors, path: &str, r: &RawRetry) -> RetrySpec {
+    let at = |f: &str| format!("{path}.{f}");
+    RetrySpec {
+        attempts: e.number(&at("attempts"), r.attempts, 2, 20),
+        base_delay: e.duration(&at("base_delay"), &r.base_delay, Duration::ZERO, HOUR),
+        max_delay: e.duration(&at("max_delay"), &r.max_delay, MS, HOUR),
+        statuses: e
+            .check(&at("statuses"), Statuses::parse(&r.statuses))
+            .unwrap_or_default(),
+        connect_errors: r.connect_errors,
+        timeouts: r.timeouts,
+        methods: e.methods(&at("methods"), &r.methods),
+        max_body: e.size(&at("max_body"), &r.max_body, 0, 64 << 20, "0 to 64MiB"),
+        budget: e.percent(&at("budget"), &r.budget),
+        budget_window: e.duration(&at("budget_window"), &r.budget_window, SEC, HOUR),
+        budget_min: e.number(&at("budget_min"), r.budget_min, 0, 1_000_000),
+        deadline: r
+            .deadline
+            .as_deref()
+            .map(|d| e.duration(&at("deadline"), d, MS, DAY)),
     }
 }

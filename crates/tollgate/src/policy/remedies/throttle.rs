@@ -6,10 +6,15 @@
 //! checked too, so retries never hammer a provider that asked for a pause.
 
 use crate::error::{ProxyError, Reject, Rejection};
+use crate::fields::{DAY, Errors, HOUR, MS, SEC};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::store::{Key, Store};
 use crate::policy::{clock, provider_hints};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,9 +93,45 @@ impl Throttle {
     }
 }
 
+/// `provider_throttling:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "provider_throttling";
+    const PHASES: [&'static str; 3] = [
+        "refuses (or waits) while the provider asked for a pause",
+        "refuses a retry during a pause; after each, reads `Retry-After` / `RateLimit-Remaining: 0`",
+        "",
+    ];
+    type Raw = RawThrottle;
+    type Spec = ThrottleSpec;
+
+    fn validate(raw: &RawThrottle, cx: &mut Check<'_>) -> Option<ThrottleSpec> {
+        Some(throttle(cx.errors, &cx.path, raw))
+    }
+
+    fn build(spec: &ThrottleSpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        // The pause lives in the store under the definition's key: it outlives reloads
+        // that keep the definition.
+        let id = b.id("throttle", b.policy, spec);
+        Arc::new(Throttle {
+            spec: spec.clone(),
+            store: b.store.clone(),
+            key: Key::new(&Arc::from(id.as_str()), &Arc::from("until"), 0),
+            actions: b.actions(),
+        })
+    }
+}
+
 impl Remedy for Throttle {
-    fn stage(&self) -> Stage {
-        Stage::ProviderThrottle
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        Some(Box::pin(async move {
+            let until = self.until().await;
+            serde_json::json!({
+                "throttled": until > 0,
+                "retry_in_s": (until > 0).then(|| clock::secs_until(until)),
+            })
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -118,5 +159,51 @@ impl Remedy for Throttle {
                 let _ = self.store.raise(&self.key, until, until).await;
             }
         })
+    }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawThrottle {
+    /// While throttled: `reject` at once (429 `provider_throttled` with the remaining `Retry-After`), or `wait` until the provider's reset when it is within `max_wait`.
+    pub action: String,
+    /// Longest a request waits for the provider's reset with `action: wait` (1ms to 1h); longer resets are rejected at once.
+    pub max_wait: String,
+    /// Statuses whose `Retry-After` throttles.
+    pub statuses: Vec<u16>,
+    /// Longest throttle honoured (1s to 1d): a provider asking for more is held to this.
+    pub max_throttle: String,
+}
+
+impl Default for RawThrottle {
+    fn default() -> Self {
+        Self {
+            action: "reject".into(),
+            max_wait: "30s".into(),
+            statuses: vec![429, 503],
+            max_throttle: "1h".into(),
+        }
+    }
+}
+
+pub fn throttle(e: &mut Errors, path: &str, t: &RawThrottle) -> ThrottleSpec {
+    let wait = match t.action.as_str() {
+        "reject" => false,
+        "wait" => true,
+        other => {
+            e.fail(
+                &format!("{path}.action"),
+                format!("`{other}`: write `reject` or `wait`"),
+            );
+            false
+        }
+    };
+    ThrottleSpec {
+        wait,
+        max_wait: e.duration(&format!("{path}.max_wait"), &t.max_wait, MS, HOUR),
+        statuses: t.statuses.clone(),
+        max_throttle: e.duration(&format!("{path}.max_throttle"), &t.max_throttle, SEC, DAY),
     }
 }

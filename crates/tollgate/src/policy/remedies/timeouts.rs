@@ -4,7 +4,13 @@
 //! attempts, backoffs and the response body included).
 
 use crate::error::ProxyError;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::fields::{DAY, HOUR, MS};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -14,9 +20,41 @@ pub struct Timeouts {
     pub total: Option<Duration>,
 }
 
+/// `timeouts:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "timeouts";
+    const PHASES: [&'static str; 3] = [
+        "sets the policy's connect and response-head timeouts; `total` frames everything below",
+        "",
+        "cuts the body at `total`",
+    ];
+    type Raw = RawTimeouts;
+    type Spec = Timeouts;
+
+    fn validate(t: &RawTimeouts, cx: &mut Check<'_>) -> Option<Timeouts> {
+        let mut d = |field: &str, v: &Option<String>, max| {
+            v.as_deref().map(|v| {
+                cx.errors
+                    .duration(&format!("{}.{field}", cx.path), v, MS, max)
+            })
+        };
+        Some(Timeouts {
+            connect: d("connect", &t.connect, HOUR),
+            response: d("response", &t.response, DAY),
+            total: d("total", &t.total, DAY),
+        })
+    }
+
+    fn build(spec: &Timeouts, _: &mut Build<'_>) -> Arc<dyn Remedy> {
+        Arc::new(spec.clone())
+    }
+}
+
 impl Remedy for Timeouts {
-    fn stage(&self) -> Stage {
-        Stage::Timeouts
+    fn total(&self) -> Option<Duration> {
+        self.total
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -24,4 +62,15 @@ impl Remedy for Timeouts {
         x.response_timeout = self.response;
         Box::pin(std::future::ready(Ok(Flow::Continue)))
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTimeouts {
+    /// Resolve, connect and TLS (1ms to 1h).
+    pub connect: Option<String>,
+    /// From sending a request until the response head, per attempt (1ms to 1d).
+    pub response: Option<String>,
+    /// The whole exchange: queues, attempts, backoffs and the response body (1ms to 1d); then 504 `upstream_timeout` (or the body is cut).
+    pub total: Option<String>,
 }

@@ -4,11 +4,18 @@
 
 use crate::body::Body;
 use crate::error::ProxyError;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::fields::Errors;
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::matcher::PathTemplate;
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, Uri, header};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Header edits, in this order: remove, set, add.
 #[derive(Debug, Clone, Default)]
@@ -57,11 +64,72 @@ pub struct RequestTransform {
     pub json: Option<JsonEdits>,
 }
 
-impl Remedy for RequestTransform {
-    fn stage(&self) -> Stage {
-        Stage::RequestTransform
+/// `request:` in a policy.
+pub struct RequestKind;
+
+impl RemedyKind for RequestKind {
+    const NAME: &'static str = "request_transform";
+    const PHASES: [&'static str; 3] = [
+        "headers, path, JSON fields (the body is read into memory only for JSON edits, capped)",
+        "",
+        "",
+    ];
+    type Raw = RawRequestTransform;
+    type Spec = RequestTransform;
+
+    fn validate(r: &RawRequestTransform, cx: &mut Check<'_>) -> Option<RequestTransform> {
+        let e = &mut *cx.errors;
+        let at = |f: &str| format!("{}.{f}", cx.path);
+        let json = (!r.json_set.is_empty() || !r.json_remove.is_empty()).then(|| {
+            let ptr = |e: &mut Errors, path: &str, s: &str| {
+                if !s.starts_with('/') {
+                    e.fail(
+                        path,
+                        format!("`{s}` is not a JSON pointer; write e.g. `/model` or `/options/temperature`"),
+                    );
+                }
+            };
+            for k in r.json_set.keys() {
+                ptr(e, &at(&format!("json_set.{k}")), k);
+            }
+            for (j, k) in r.json_remove.iter().enumerate() {
+                ptr(e, &at(&format!("json_remove[{j}]")), k);
+            }
+            JsonEdits {
+                set: r.json_set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                remove: r.json_remove.clone(),
+                max_body: e.size(
+                    &at("max_body"),
+                    r.max_body.as_deref().unwrap_or("1MiB"),
+                    1,
+                    64 << 20,
+                    "1B to 64MiB",
+                ),
+            }
+        });
+        let template = cx.template;
+        Some(RequestTransform {
+            headers: edits(
+                e,
+                &cx.path,
+                &r.set_headers,
+                &r.add_headers,
+                &r.remove_headers,
+            ),
+            path: r
+                .path
+                .as_deref()
+                .map(|s| (rewrite(e, &at("path"), s, template), template.cloned())),
+            json,
+        })
     }
 
+    fn build(spec: &RequestTransform, _: &mut Build<'_>) -> Arc<dyn Remedy> {
+        Arc::new(spec.clone())
+    }
+}
+
+impl Remedy for RequestTransform {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             self.headers.apply(&mut x.parts.headers);
@@ -223,11 +291,33 @@ pub struct ResponseTransform {
     pub headers: HeaderEdits,
 }
 
-impl Remedy for ResponseTransform {
-    fn stage(&self) -> Stage {
-        Stage::ResponseTransform
+/// `response:` in a policy.
+pub struct ResponseKind;
+
+impl RemedyKind for ResponseKind {
+    const NAME: &'static str = "response_transform";
+    const PHASES: [&'static str; 3] = ["", "", "headers"];
+    type Raw = RawHeaderTransform;
+    type Spec = ResponseTransform;
+
+    fn validate(r: &RawHeaderTransform, cx: &mut Check<'_>) -> Option<ResponseTransform> {
+        Some(ResponseTransform {
+            headers: edits(
+                cx.errors,
+                &cx.path,
+                &r.set_headers,
+                &r.add_headers,
+                &r.remove_headers,
+            ),
+        })
     }
 
+    fn build(spec: &ResponseTransform, _: &mut Build<'_>) -> Arc<dyn Remedy> {
+        Arc::new(spec.clone())
+    }
+}
+
+impl Remedy for ResponseTransform {
     fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(std::future::ready(Ok(Flow::Continue)))
     }
@@ -236,6 +326,97 @@ impl Remedy for ResponseTransform {
         self.headers.apply(resp.headers_mut());
         resp
     }
+}
+
+// ---- config: as written, and its validation ----
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHeaderTransform {
+    /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    pub set_headers: BTreeMap<String, String>,
+    /// Headers added beside existing values.
+    pub add_headers: BTreeMap<String, String>,
+    /// Headers removed.
+    pub remove_headers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRequestTransform {
+    /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    pub set_headers: BTreeMap<String, String>,
+    /// Headers added beside existing values.
+    pub add_headers: BTreeMap<String, String>,
+    /// Headers removed.
+    pub remove_headers: Vec<String>,
+    /// New upstream path: literal text with `{param}` from `match.path` and `{*}` for what its trailing `*` matched (`/v2/repos/{owner}/{repo}/{*}`). The query string is kept.
+    pub path: Option<String>,
+    /// JSON request body fields to set: JSON pointer (`/model`, `/options/temperature`) to value. Missing parent objects are created.
+    pub json_set: BTreeMap<String, serde_json::Value>,
+    /// JSON request body fields to delete, as JSON pointers.
+    pub json_remove: Vec<String>,
+    /// Largest request body read for `json_set`/`json_remove` (1B to 64MiB); a larger body gets 413 `body_too_large`.
+    pub max_body: Option<String>,
+}
+
+pub fn edits(
+    e: &mut Errors,
+    path: &str,
+    set: &BTreeMap<String, String>,
+    add: &BTreeMap<String, String>,
+    remove: &[String],
+) -> HeaderEdits {
+    HeaderEdits {
+        remove: remove
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| e.header_name(&format!("{path}.remove_headers[{i}]"), h))
+            .collect(),
+        set: e.headers(&format!("{path}.set_headers"), set),
+        add: e.headers(&format!("{path}.add_headers"), add),
+    }
+}
+
+/// `/v2/{owner}/{*}` against the match template.
+pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTemplate>) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut rest = s;
+    if !s.starts_with('/') {
+        e.fail(path, format!("`{s}` must start with `/`"));
+    }
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            pieces.push(Piece::Text(rest[..open].to_owned()));
+        }
+        let Some(close) = rest[open..].find('}') else {
+            e.fail(path, format!("`{s}`: a `{{` is never closed"));
+            return pieces;
+        };
+        let name = &rest[open + 1..open + close];
+        if name == "*" {
+            if !template.is_some_and(PathTemplate::has_rest) {
+                e.fail(
+                    path,
+                    format!("`{s}` uses `{{*}}`, but `match.path` has no trailing `*`"),
+                );
+            }
+            pieces.push(Piece::Rest);
+        } else {
+            match template.and_then(|t| t.param(name)) {
+                Some(i) => pieces.push(Piece::Param(i)),
+                None => e.fail(
+                    path,
+                    format!("`{s}` uses `{{{name}}}`, which `match.path` does not define"),
+                ),
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest.to_owned()));
+    }
+    pieces
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! and a `304` is answered from the entry (RFC 9111 §4.3), which spares the user's
 //! provider quota.
 
+mod config;
 mod control;
 pub mod key;
 pub mod store;
@@ -18,8 +19,11 @@ use crate::body::{Body, full};
 use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_CACHE;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy, Stage};
+use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, RemedyKind};
+pub use config::RawCache;
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use rustc_hash::FxHashMap;
@@ -204,9 +208,56 @@ impl Cache {
 /// The cache stage of a policy.
 pub struct CacheStage(pub Arc<Cache>);
 
+/// `cache:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "cache";
+    const PHASES: [&'static str; 3] = [
+        "lookup: a fresh hit answers here, before any limit; single-flight; a stale entry adds `If-None-Match`",
+        "",
+        "stores (streaming), answers a `304` from the entry, sets `x-tollgate-cache`",
+    ];
+    type Raw = RawCache;
+    type Spec = CacheSpec;
+
+    fn validate(raw: &RawCache, cx: &mut Check<'_>) -> Option<CacheSpec> {
+        Some(config::cache(cx.errors, &cx.path, raw))
+    }
+
+    fn build(spec: &CacheSpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+        let id = b.id("cache", b.policy, spec);
+        let actions = b.actions();
+        let cache = b.reuse(id, |b| {
+            let l = crate::metrics::NameLabels {
+                name: b.policy.to_owned(),
+            };
+            Cache::new(
+                spec.clone(),
+                Arc::new(store::MemoryCache::new(spec.max_size)),
+                actions,
+                b.metrics.cache_entries.get_or_create(&l).clone(),
+                b.metrics.cache_bytes.get_or_create(&l).clone(),
+            )
+        });
+        Arc::new(CacheStage(cache))
+    }
+}
+
 impl Remedy for CacheStage {
-    fn stage(&self) -> Stage {
-        Stage::Cache
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        let c = &self.0;
+        let (entries, bytes) = c.store.size();
+        let (hits, misses) = (c.actions.get(Action::Hit), c.actions.get(Action::Miss));
+        Some(Box::pin(std::future::ready(serde_json::json!({
+            "entries": entries,
+            "bytes": bytes,
+            "hits": hits,
+            "misses": misses,
+            "bypassed": c.actions.get(Action::Bypass),
+            "revalidated": c.actions.get(Action::Revalidated),
+            "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
+        }))))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {

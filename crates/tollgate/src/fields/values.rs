@@ -1,25 +1,18 @@
 //! Value checks shared by policy validation: sizes, shares, header names and values, methods.
 
-use super::super::units::parse_size;
-use super::super::validate::Errors;
+use super::Errors;
+use super::units::parse_size;
 use http::{HeaderName, HeaderValue, Method};
 use std::collections::BTreeMap;
 
-pub(super) const MAX_COUNT: u64 = 1_000_000_000_000;
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
 
 impl Errors {
-    pub(in crate::config) fn fail(&mut self, path: &str, message: String) {
+    pub fn fail(&mut self, path: &str, message: String) {
         self.check::<()>(path, Err(message));
     }
 
-    pub(in crate::config) fn size(
-        &mut self,
-        path: &str,
-        s: &str,
-        min: usize,
-        max: usize,
-        range: &str,
-    ) -> usize {
+    pub fn size(&mut self, path: &str, s: &str, min: usize, max: usize, range: &str) -> usize {
         match parse_size(s) {
             Ok(n) if (min..=max).contains(&n) => n,
             Ok(_) => {
@@ -37,7 +30,7 @@ impl Errors {
     }
 
     /// `"20%"` as a fraction.
-    pub(in crate::config) fn percent(&mut self, path: &str, s: &str) -> f64 {
+    pub fn percent(&mut self, path: &str, s: &str) -> f64 {
         let v = s
             .trim()
             .strip_suffix('%')
@@ -57,7 +50,7 @@ impl Errors {
 
     /// A request header name a remedy reads (never an `x-tollgate-*` control header,
     /// which is removed before remedies run).
-    pub(in crate::config) fn read_header(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+    pub fn read_header(&mut self, path: &str, s: &str) -> Option<HeaderName> {
         let n = self.header_name(path, s)?;
         if n.as_str().starts_with("x-tollgate-") {
             self.fail(path, format!("`{s}`: x-tollgate-* headers are removed before policies run; choose another header"));
@@ -66,7 +59,7 @@ impl Errors {
         Some(n)
     }
 
-    pub(in crate::config) fn header_name(&mut self, path: &str, s: &str) -> Option<HeaderName> {
+    pub fn header_name(&mut self, path: &str, s: &str) -> Option<HeaderName> {
         self.check(
             path,
             HeaderName::from_bytes(s.trim().to_ascii_lowercase().as_bytes())
@@ -75,11 +68,7 @@ impl Errors {
     }
 
     /// A header value, `${ENV}` substituted; secrets (substituted values) marked sensitive.
-    pub(in crate::config) fn header_value(
-        &mut self,
-        path: &str,
-        written: &str,
-    ) -> Option<HeaderValue> {
+    pub fn header_value(&mut self, path: &str, written: &str) -> Option<HeaderValue> {
         let v = self.env_checked(path, written, |v| {
             HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a valid header value"))
         })?;
@@ -88,7 +77,7 @@ impl Errors {
         Some(v)
     }
 
-    pub(in crate::config) fn headers(
+    pub fn headers(
         &mut self,
         path: &str,
         map: &BTreeMap<String, String>,
@@ -101,7 +90,7 @@ impl Errors {
             .collect()
     }
 
-    pub(in crate::config) fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
+    pub fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
         list.iter()
             .enumerate()
             .filter_map(|(j, m)| {
@@ -114,7 +103,7 @@ impl Errors {
             .collect()
     }
 
-    pub(in crate::config) fn count(&mut self, path: &str, n: u64) -> u64 {
+    pub fn count(&mut self, path: &str, n: u64) -> u64 {
         self.number(path, n, 1, MAX_COUNT)
     }
 }

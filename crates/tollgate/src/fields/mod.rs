@@ -1,0 +1,168 @@
+//! Reading config values: units, `${ENV}` substitution, range checks, and the errors
+//! found so far, each at its field path. The bottom layer every part of the config
+//! (gateway settings, policies and their remedies, endpoints, diagnosis) validates with;
+//! it imports nothing of the gateway.
+
+pub mod env;
+pub mod units;
+mod values;
+
+use ipnet::IpNet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+use units::{format_duration, parse_duration};
+pub use values::MAX_COUNT;
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted field path, e.g. `upstream.pool.idle_timeout` or `routes[1].prefix`; empty for the whole file.
+    pub path: String,
+    pub message: String,
+    /// 1-based line and column, when the parser knows them.
+    pub location: Option<(usize, usize)>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some((l, c)) = self.location {
+            write!(f, " (line {l}, column {c})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The errors found so far, and (with `check --env-optional`) the unset variables
+/// reported as warnings instead: `path: ${NAME}`.
+pub struct Errors(pub Vec<ConfigError>, pub Option<Vec<String>>);
+
+impl Errors {
+    pub fn check<T>(&mut self, path: &str, r: Result<T, String>) -> Option<T> {
+        r.map_err(|message| {
+            self.0.push(ConfigError {
+                path: path.to_owned(),
+                message,
+                location: None,
+            })
+        })
+        .ok()
+    }
+
+    /// A duration within `min..=max` (both written in the message when it is outside):
+    /// every duration has an upper bound, since adding an unbounded one to an instant
+    /// panics, and some dependencies (the DNS cache) refuse very long ones.
+    pub fn duration(&mut self, path: &str, s: &str, min: Duration, max: Duration) -> Duration {
+        let d = self.check(path, parse_duration(s)).unwrap_or(min);
+        if d < min || d > max {
+            let f = |d: Duration| {
+                if d.is_zero() {
+                    "0".to_owned()
+                } else {
+                    format_duration(d)
+                }
+            };
+            self.check::<()>(
+                path,
+                Err(format!(
+                    "`{s}` is out of range; write a duration from {} to {}",
+                    f(min),
+                    f(max)
+                )),
+            );
+            return min;
+        }
+        d
+    }
+
+    /// A whole number within `min..=max`.
+    pub fn number<T: PartialOrd + std::fmt::Display + Copy>(
+        &mut self,
+        path: &str,
+        v: T,
+        min: T,
+        max: T,
+    ) -> T {
+        if v < min || v > max {
+            self.check::<()>(
+                path,
+                Err(format!(
+                    "{v} is out of range; write a whole number from {min} to {max}"
+                )),
+            );
+        }
+        v
+    }
+
+    /// `${ENV}` substitution and a check of the result, whose messages show the text as
+    /// written: a secret substituted into it never reaches a message.
+    pub fn env_checked<T>(
+        &mut self,
+        path: &str,
+        written: &str,
+        check: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let value = self.env(path, written)?;
+        let r = check(&value).map_err(|m| as_written(m, &value, written));
+        self.check(path, r)
+    }
+
+    pub fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
+        self.check(
+            path,
+            s.parse()
+                .map_err(|_| format!("`{s}` is not an address; write e.g. `127.0.0.1:8000`")),
+        )
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn env(&mut self, path: &str, s: &str) -> Option<String> {
+        let r = match &mut self.1 {
+            Some(unset) => env::expand_lenient(s, |name| {
+                unset.push(format!("{path}: environment variable `{name}` is not set"))
+            }),
+            None => env::expand(s),
+        };
+        self.check(path, r)
+    }
+
+    pub fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, n)| self.check(&format!("{path}[{i}]"), parse_net(n)))
+            .collect()
+    }
+}
+
+/// A message about a `${ENV}`-substituted value, showing the text as written: a secret
+/// substituted into it never reaches a message.
+pub fn as_written(message: String, value: &str, written: &str) -> String {
+    if value == written {
+        message
+    } else {
+        message.replace(value, written)
+    }
+}
+
+pub const MS: Duration = Duration::from_millis(1);
+pub const SEC: Duration = Duration::from_secs(1);
+pub const HOUR: Duration = Duration::from_secs(3600);
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// An address or CIDR range; an address alone is a range of one.
+fn parse_net(s: &str) -> Result<IpNet, String> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<IpNet>() {
+        return Ok(n.trunc());
+    }
+    match crate::egress::canonical_ip(t) {
+        Some(ip) => Ok(IpNet::from(ip)),
+        None => Err(format!(
+            "`{s}` is not an address or CIDR range; write e.g. `10.0.0.0/8`, `192.0.2.7` or `fd00::/8`"
+        )),
+    }
+}
