@@ -3,7 +3,7 @@
 //! fails when one differs from what the code generates now (`TOLLGATE_BLESS=1` rewrites
 //! them).
 
-use crate::policy::registry::STAGES;
+use crate::policy::remedies::STAGES;
 
 /// A generated block: the doc it lives in (relative to the repository root), its name,
 /// and its text.
@@ -26,7 +26,80 @@ pub fn blocks() -> Vec<Block> {
             name: "stages",
             text: stage_table(),
         },
+        Block {
+            doc: "docs/policies.md",
+            name: "actions",
+            text: action_table(),
+        },
+        Block {
+            doc: "docs/policies.md",
+            name: "keys:header_guard",
+            text: keys_table("header_guard"),
+        },
     ]
+}
+
+/// The keys of a remedy's config (`retry`), each with its default and its doc comment,
+/// read from the config's JSON schema (the raw types are its source).
+pub fn keys_table(remedy: &str) -> String {
+    let schema: serde_json::Value =
+        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
+    let defs = &schema["$defs"];
+    // Follow `$ref`s and `anyOf` (an optional or `name | definition` key) to the
+    // definition with the fields.
+    let mut at = &defs["RawPolicy"]["properties"][remedy];
+    for _ in 0..8 {
+        if at.get("properties").is_some() {
+            break;
+        }
+        at = match (at.get("$ref"), at.get("anyOf")) {
+            (Some(r), _) => {
+                &defs[r
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_start_matches("#/$defs/")]
+            }
+            (None, Some(any)) => any
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .find(|v| v.get("$ref").is_some() || v.get("properties").is_some())
+                })
+                .unwrap_or(&serde_json::Value::Null),
+            _ => break,
+        };
+    }
+    let required: Vec<&str> = at["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
+    for (key, field) in at["properties"].as_object().into_iter().flatten() {
+        let default = match field.get("default") {
+            _ if required.contains(&key.as_str()) => "required".to_owned(),
+            None | Some(serde_json::Value::Null) => "none".to_owned(),
+            Some(v) => format!("`{v}`"),
+        };
+        let doc = field["description"]
+            .as_str()
+            .unwrap_or_default()
+            .replace('\n', " ");
+        out.push_str(&format!("| `{key}` | {default} | {doc} |\n"));
+    }
+    out
+}
+
+/// Each remedy's actions, as `tollgate_remedy_actions_total` counts them.
+pub fn action_table() -> String {
+    let mut out = String::from("| remedy | actions |\n|---|---|\n");
+    for s in STAGES {
+        let (_, actions) = (s.actions)();
+        if !actions.is_empty() {
+            let list: Vec<_> = actions.iter().map(|a| format!("`{a}`")).collect();
+            out.push_str(&format!("| `{}` | {} |\n", s.name, list.join(", ")));
+        }
+    }
+    out
 }
 
 /// The chain's stages in order ([`STAGES`], the registry), with what each does per phase.

@@ -1,9 +1,10 @@
 //! What a remedy is to the rest of tollgate: [`RemedyKind`] ties its config as written
 //! (serde + schema), its validation, and the [`Remedy`] it builds; [`remedies!`] turns
-//! the one ordered list in [`super::registry`] into the policy's config type, its
+//! the one ordered list in [`super::remedies`] into the policy's config type, its
 //! validated spec, the compiled chain and the docs' stage table. A remedy exists nowhere
 //! else: adding one is its module and one registry line.
 
+use super::actions::Action;
 use super::chain::Remedy;
 use super::compile::Build;
 use super::config::Declared;
@@ -27,6 +28,8 @@ pub trait RemedyKind: 'static {
     type Raw: DeserializeOwned + Serialize + JsonSchema + std::fmt::Debug + Clone;
     /// The validated config the remedy is built from.
     type Spec: std::fmt::Debug + Clone + Send + Sync + 'static;
+    /// What it counts in `tollgate_remedy_actions_total` ([`NoActions`] when nothing).
+    type Action: Action;
 
     /// Checks the config as written, reporting each problem at its field path through
     /// `cx`; `None` when it cannot be built.
@@ -57,12 +60,34 @@ impl Check<'_> {
     }
 }
 
-/// A row of the stage table: a remedy's policy key, name and phases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A row of the stage table: a remedy's policy key, name, phases and actions.
+#[derive(Debug, Clone, Copy)]
 pub struct Stage {
     pub key: &'static str,
     pub name: &'static str,
     pub phases: [&'static str; 3],
+    /// The name its actions are counted under, and the actions.
+    pub actions: fn() -> (&'static str, Vec<&'static str>),
+}
+
+/// The actions of a remedy that counts none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoActions {}
+
+impl Action for NoActions {
+    const REMEDY: &'static str = "";
+    const ALL: &'static [Self] = &[];
+    fn as_str(self) -> &'static str {
+        match self {}
+    }
+    fn index(self) -> usize {
+        match self {}
+    }
+}
+
+/// `A`'s remedy name and actions, for [`Stage::actions`].
+pub fn actions_of<A: Action>() -> (&'static str, Vec<&'static str>) {
+    (A::REMEDY, A::ALL.iter().map(|a| a.as_str()).collect())
 }
 
 /// Generates, from the ordered list of remedies: the policy as written (`RawPolicy`,
@@ -97,6 +122,7 @@ macro_rules! remedies {
                 key: stringify!($key),
                 name: <$kind as $crate::policy::kind::RemedyKind>::NAME,
                 phases: <$kind as $crate::policy::kind::RemedyKind>::PHASES,
+                actions: $crate::policy::kind::actions_of::<<$kind as $crate::policy::kind::RemedyKind>::Action>,
             },
         )+];
 

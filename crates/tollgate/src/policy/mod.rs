@@ -1,6 +1,6 @@
 //! Policies and the engine that applies their remedies. A policy matches requests
 //! ([`matcher`]) and names remedies; each remedy is one module under [`remedies`] with
-//! one line in [`registry`], whose order is the chain's ([`kind`]). At config load each
+//! one line in the registry ([`remedies`]), whose order is the chain's ([`kind`]). At config load each
 //! policy is compiled into its chain ([`compile`]); a matched request runs its chain on a
 //! boxed path ([`engine`]). Unmatched requests never leave the plain forwarding path.
 //! Remedy state lives behind [`store::Store`].
@@ -18,7 +18,6 @@ pub mod limit;
 pub mod matcher;
 pub mod provider_hints;
 pub mod queue;
-pub mod registry;
 pub mod remedies;
 pub mod spec;
 pub mod state;

@@ -23,6 +23,7 @@ mod generated;
 mod har;
 mod har_bodies;
 mod har_files;
+mod header_guard;
 mod limits;
 mod metric_labels;
 mod policies;

@@ -264,6 +264,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawRef<RawBreaker>;
     type Spec = Resource<BreakerSpec>;
+    type Action = Action;
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let declared = &cx.declared.breakers;

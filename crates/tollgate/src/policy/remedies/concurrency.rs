@@ -127,6 +127,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawRef<RawConcurrency>;
     type Spec = Resource<ConcurrencyLimitSpec>;
+    type Action = Action;
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let declared = &cx.declared.concurrency_limits;

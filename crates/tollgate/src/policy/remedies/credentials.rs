@@ -146,6 +146,7 @@ impl RemedyKind for Kind {
     type Raw = RawCredentials;
     /// The accounts, and how long one that got 429 without `Retry-After` is skipped.
     type Spec = (Vec<Credential>, Duration);
+    type Action = crate::policy::kind::NoActions;
 
     fn validate(c: &RawCredentials, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let e = &mut *cx.errors;

@@ -75,6 +75,7 @@ impl RemedyKind for Kind {
     const PHASES: [&'static str; 3] = ["may answer (no provider call), counted `answered`", "", ""];
     type Raw = RawMock;
     type Spec = Mock;
+    type Action = Action;
 
     fn validate(raw: &RawMock, cx: &mut Check<'_>) -> Option<Mock> {
         mock(cx.errors, &cx.path, raw)

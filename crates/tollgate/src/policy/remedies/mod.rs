@@ -1,9 +1,13 @@
-//! The remedies, one module each, all behind [`super::chain::Remedy`].
+//! The remedies, one module each, and the registry: the list below, in the order a
+//! policy's chain runs them. It is the stage order: the policy's config keys, its
+//! validation, the compiled chain, `/policies`, `/config`, the schema and the docs' stage
+//! tables all come from it. A new remedy is its module and its line here.
 
 pub mod breaker;
 pub mod cache;
 pub mod concurrency;
 pub mod credentials;
+pub mod header_guard;
 pub mod mock;
 pub mod quota;
 pub mod rate_limit;
@@ -11,3 +15,58 @@ pub mod retry;
 pub mod throttle;
 pub mod timeouts;
 pub mod transform;
+
+super::kind::remedies! {
+    /// Timeouts overriding the `upstream` ones for this policy's requests.
+    timeouts: timeouts::Kind,
+    /// Refuse requests lacking a required header (400 `bad_request`), before anything else runs.
+    header_guard: header_guard::Kind,
+    /// Answer without calling the provider.
+    mock: mock::Kind,
+    /// Change the request before it is sent: headers, path, JSON body fields.
+    request: transform::RequestKind,
+    /// Response cache.
+    cache: cache::Kind,
+    /// Circuit breaker: the name of one declared under `breakers`, or its definition.
+    breaker: breaker::Kind,
+    /// Stop sending while the provider says it is throttling (429/503 with `Retry-After`, or `RateLimit-Remaining: 0`).
+    provider_throttling: throttle::Kind,
+    /// A long-window quota: the name of one declared under `quotas`, or its definition.
+    quota: quota::Kind,
+    /// A fixed-window rate limit: the name of one declared under `rate_limits`, or its definition.
+    rate_limit: rate_limit::Kind,
+    /// A limit on requests in flight: the name of one declared under `concurrency_limits`, or its definition.
+    concurrency: concurrency::Kind,
+    /// Change the provider's response headers.
+    response: transform::ResponseKind,
+    /// Credentials injected into the upstream request (never seen by cache keys, logs or metrics).
+    credentials: credentials::Kind,
+    /// Retries inside the proxy.
+    retry: retry::Kind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::STAGES;
+
+    #[test]
+    fn actions_are_counted_under_the_remedys_name() {
+        for s in STAGES {
+            let (remedy, actions) = (s.actions)();
+            assert!(
+                actions.is_empty() || remedy == s.name,
+                "{}: actions counted as `{remedy}`",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn keys_and_names_are_unique() {
+        for (i, s) in STAGES.iter().enumerate() {
+            for t in &STAGES[..i] {
+                assert!(s.key != t.key && s.name != t.name, "{} twice", s.name);
+            }
+        }
+    }
+}

@@ -57,6 +57,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawRef<RawQuota>;
     type Spec = Resource<QuotaSpec>;
+    type Action = Action;
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let (declared, raws) = (&cx.declared.quotas, &cx.declared.raw_quotas);

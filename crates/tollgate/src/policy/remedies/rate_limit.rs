@@ -220,6 +220,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawRef<RawRateLimit>;
     type Spec = Resource<RateLimitSpec>;
+    type Action = Action;
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let declared = &cx.declared.rate_limits;

@@ -211,6 +211,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawRetry;
     type Spec = RetrySpec;
+    type Action = Action;
 
     fn validate(raw: &RawRetry, cx: &mut Check<'_>) -> Option<RetrySpec> {
         Some(retry(cx.errors, &cx.path, raw))

@@ -105,6 +105,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawThrottle;
     type Spec = ThrottleSpec;
+    type Action = Action;
 
     fn validate(raw: &RawThrottle, cx: &mut Check<'_>) -> Option<ThrottleSpec> {
         Some(throttle(cx.errors, &cx.path, raw))

@@ -32,6 +32,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawTimeouts;
     type Spec = Timeouts;
+    type Action = crate::policy::kind::NoActions;
 
     fn validate(t: &RawTimeouts, cx: &mut Check<'_>) -> Option<Timeouts> {
         let mut d = |field: &str, v: &Option<String>, max| {

@@ -76,6 +76,7 @@ impl RemedyKind for RequestKind {
     ];
     type Raw = RawRequestTransform;
     type Spec = RequestTransform;
+    type Action = crate::policy::kind::NoActions;
 
     fn validate(r: &RawRequestTransform, cx: &mut Check<'_>) -> Option<RequestTransform> {
         let e = &mut *cx.errors;
@@ -299,6 +300,7 @@ impl RemedyKind for ResponseKind {
     const PHASES: [&'static str; 3] = ["", "", "headers"];
     type Raw = RawHeaderTransform;
     type Spec = ResponseTransform;
+    type Action = crate::policy::kind::NoActions;
 
     fn validate(r: &RawHeaderTransform, cx: &mut Check<'_>) -> Option<ResponseTransform> {
         Some(ResponseTransform {

@@ -220,6 +220,7 @@ impl RemedyKind for Kind {
     ];
     type Raw = RawCache;
     type Spec = CacheSpec;
+    type Action = Action;
 
     fn validate(raw: &RawCache, cx: &mut Check<'_>) -> Option<CacheSpec> {
         Some(config::cache(cx.errors, &cx.path, raw))
