@@ -1,7 +1,16 @@
 //! Process logging with `tracing`: text or JSON to standard error; `RUST_LOG` wins over `log.level`.
 
-use crate::config::Log;
 use tracing_subscriber::EnvFilter;
+
+/// The `log:` section as validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Log {
+    pub level: String,
+    pub json: bool,
+    pub access_log: bool,
+    pub access_log_file: Option<std::path::PathBuf>,
+    pub queue_capacity: usize,
+}
 
 /// Installs the global subscriber once; later calls (tests, reloads) are no-ops.
 pub fn init(log: &Log) {

@@ -58,7 +58,7 @@ impl Observer {
     /// of `log.queue_capacity`). The thread ends when every sender is gone.
     pub fn start(
         metrics: Metrics,
-        log: &crate::config::Log,
+        log: &crate::logging::Log,
         max_hosts: usize,
         diagnostics: Arc<Diagnostics>,
         workers: usize,

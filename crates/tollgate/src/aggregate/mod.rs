@@ -1,15 +1,14 @@
 //! Aggregated endpoints (`endpoints:`): a path and method on the proxy listener answered
 //! by calling several backends, in parallel (or after the backends whose answers their
 //! URLs use), and merging their JSON answers; or, with `encoding: no-op`, relaying one
-//! backend's response untouched. docs/aggregation.md is the user's guide.
+//! backend's response untouched. docs/aggregation.md is the user's guide. This module is
+//! what an endpoint is (validated definitions, templates, merging, the outcome record); the
+//! fan-out that runs one lives with the request path, in `proxy/aggregate.rs`.
 
-mod inflate;
+pub mod inflate;
 pub mod merge;
 pub mod outcome;
-mod run;
 pub mod template;
-
-pub use run::{Call, run};
 
 use crate::target::Target;
 use http::{HeaderName, Method};
@@ -123,8 +122,8 @@ impl Endpoints {
                     serde_json::json!({
                         "path": e.path.text,
                         "method": e.method.as_str(),
-                        "timeout": crate::config::units::format_duration(e.timeout),
-                        "cache_ttl": e.cache_ttl.map(crate::config::units::format_duration),
+                        "timeout": crate::fields::units::format_duration(e.timeout),
+                        "cache_ttl": e.cache_ttl.map(crate::fields::units::format_duration),
                         "headers": if e.all_headers { vec!["*"] } else { e.headers.iter().map(|h| h.as_str()).collect::<Vec<_>>() },
                         "query": if e.all_query { vec!["*".to_owned()] } else { e.query.clone() },
                         "user_agent": e.user_agent.to_str().unwrap_or(""),
@@ -135,7 +134,7 @@ impl Endpoints {
                             "name": &*b.name,
                             "host": b.target.authority.as_str(),
                             "method": b.method.as_str(),
-                            "timeout": crate::config::units::format_duration(b.timeout),
+                            "timeout": crate::fields::units::format_duration(b.timeout),
                             "group": b.shape.group,
                         })).collect::<Vec<_>>(),
                     })

@@ -15,6 +15,8 @@ mod validate_policy;
 mod written;
 
 pub use crate::fields::{ConfigError, units};
+pub use crate::logging::Log;
+pub use crate::upstream::Settings as Upstream;
 pub use diff::{ConfigDiff, diff};
 
 use crate::domains::DomainRules;
@@ -24,7 +26,7 @@ use crate::routes::RouteTable;
 use crate::secret::Secret;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// The validated configuration a request runs on.
@@ -65,27 +67,6 @@ pub struct Admin {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metrics {
     pub max_hosts: usize,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Upstream {
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    pub dns_ttl: Duration,
-    pub expect_continue_timeout: Duration,
-    pub pool_idle_timeout: Duration,
-    pub pool_max_idle_per_host: usize,
-    pub extra_ca_file: Option<PathBuf>,
-    pub insecure_skip_verify: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Log {
-    pub level: String,
-    pub json: bool,
-    pub access_log: bool,
-    pub access_log_file: Option<PathBuf>,
-    pub queue_capacity: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]

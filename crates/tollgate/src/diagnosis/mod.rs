@@ -7,6 +7,7 @@
 //! Everything else (templating, aggregation, redaction, HAR encoding, writing, export)
 //! runs on the observer and diagnosis threads (docs/diagnosis.md).
 
+pub mod aggregated;
 pub mod discovery;
 pub mod har;
 pub mod remedy_stats;

@@ -7,8 +7,8 @@ use super::chain::{Exchange, Flow};
 use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
-use crate::state::Runtime;
 use crate::upstream::CONNECT_TIMEOUT;
+use crate::upstream::UpstreamClient;
 use crate::upstream::deadline::ResponseTimer;
 use bytes::Bytes;
 use http::Response;
@@ -30,18 +30,18 @@ pub struct Done {
 /// diagnosis travels in the exchange and comes back in `diag`, whatever the outcome.
 pub async fn run(
     mut x: Exchange,
-    rt: &Runtime,
+    client: &UpstreamClient,
     timer: &ResponseTimer,
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
     let deadline = x.chain.total.map(|t| Instant::now() + t);
     x.deadline = deadline;
     let result = match deadline {
-        Some(d) => match tokio::time::timeout_at(d, phases(&mut x, rt, timer)).await {
+        Some(d) => match tokio::time::timeout_at(d, phases(&mut x, client, timer)).await {
             Ok(r) => r,
             Err(_) => Err(total_timeout(&x)),
         },
-        None => phases(&mut x, rt, timer).await,
+        None => phases(&mut x, client, timer).await,
     };
     *diag = x.diag.take();
     let (response, upstream) = result.map_err(|error| {
@@ -78,7 +78,7 @@ fn total_timeout(x: &Exchange) -> ProxyError {
 
 async fn phases(
     x: &mut Exchange,
-    rt: &Runtime,
+    client: &UpstreamClient,
     timer: &ResponseTimer,
 ) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
     let chain = x.chain.clone();
@@ -90,7 +90,7 @@ async fn phases(
     }
     let mut upstream = None;
     let resp = loop {
-        let attempt = attempt(x, rt, timer, &mut upstream).await;
+        let attempt = attempt(x, client, timer, &mut upstream).await;
         let Some(driver) = chain.driver else {
             break attempt?;
         };
@@ -125,7 +125,7 @@ fn respond(x: &mut Exchange, mut resp: Response<Body>, ran: usize) -> Response<B
 /// One attempt: the attempt hooks before, the send, the attempt hooks after.
 async fn attempt(
     x: &mut Exchange,
-    rt: &Runtime,
+    client: &UpstreamClient,
     timer: &ResponseTimer,
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
@@ -156,11 +156,9 @@ async fn attempt(
     }
     let limit = x
         .response_timeout
-        .unwrap_or(rt.client.settings.response_timeout);
+        .unwrap_or(client.settings.response_timeout);
     let resend_lost = chain.driver.is_none();
-    let send = rt
-        .client
-        .send_within(req, &x.target, timer, sent, limit, resend_lost);
+    let send = client.send_within(req, &x.target, timer, sent, limit, resend_lost);
     let result = match x.connect_timeout {
         Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
         None => send.await,

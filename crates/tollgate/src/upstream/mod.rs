@@ -15,7 +15,6 @@ use h1pool::{H1Pool, PoolError};
 pub use connector::{ConnectError, Connector};
 
 use crate::body::Body;
-use crate::config::Upstream;
 use crate::egress::{Denied, Egress};
 use crate::error::{ProxyError, TimeoutStage};
 use crate::metrics::Metrics;
@@ -27,6 +26,19 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as _;
 use std::sync::Arc;
+
+/// The `upstream:` section as validated: timeouts, DNS, the pool, TLS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub connect_timeout: std::time::Duration,
+    pub response_timeout: std::time::Duration,
+    pub dns_ttl: std::time::Duration,
+    pub expect_continue_timeout: std::time::Duration,
+    pub pool_idle_timeout: std::time::Duration,
+    pub pool_max_idle_per_host: usize,
+    pub extra_ca_file: Option<std::path::PathBuf>,
+    pub insecure_skip_verify: Vec<String>,
+}
 
 tokio::task_local! {
     /// A policy's `timeouts.connect`, set around its attempt's send: the connector is
@@ -41,7 +53,7 @@ pub struct UpstreamClient {
     client: Client<Connector, Body>,
     h1: Arc<H1Pool>,
     pub connector: Connector,
-    pub settings: Upstream,
+    pub settings: Settings,
     /// The egress rules and own listeners the connector checks: a reload that changes
     /// them builds a new client.
     pub egress: Egress,
@@ -52,7 +64,7 @@ impl UpstreamClient {
     /// configs, read-only, are shared): a worker's requests take no lock another worker
     /// takes.
     pub fn for_workers(
-        settings: &Upstream,
+        settings: &Settings,
         egress: &Egress,
         metrics: &Metrics,
         workers: usize,
@@ -71,7 +83,7 @@ impl UpstreamClient {
     }
 
     fn with_tls(
-        settings: &Upstream,
+        settings: &Settings,
         egress: Egress,
         metrics: Metrics,
         tls: (Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>),

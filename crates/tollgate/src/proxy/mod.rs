@@ -14,6 +14,8 @@
 //!    policy's chain (crate::policy::engine), which sends through the same client
 //! 10. response: hop-by-hop removed, request id added, body streamed and observed
 
+mod aggregate;
+
 use crate::body::{Body, BoxError, from_incoming};
 use crate::conns::InFlight;
 use crate::diagnosis::{RequestDiag, har, tap, trace};
@@ -102,7 +104,7 @@ pub fn handle(
                 x.give_up = Some(worker.local().give_up.clone());
                 let done = Box::pin(engine::run(
                     x,
-                    &rt,
+                    &rt.client,
                     ctx.in_flight.response_timer(),
                     &mut ctx.diag,
                 ))
@@ -117,7 +119,7 @@ pub fn handle(
             }
             Ok(Step::Aggregate(call, body)) => {
                 // An aggregated endpoint: its backends, on a boxed future of its own.
-                Box::pin(crate::aggregate::run(
+                Box::pin(aggregate::run(
                     *call,
                     body,
                     &worker,
@@ -179,7 +181,7 @@ enum Step {
     Connect(Request<Incoming>),
     /// A call of an aggregated endpoint (`endpoints:`): its backends answer it; the
     /// client's body when they take it.
-    Aggregate(Box<crate::aggregate::Call>, Option<Body>),
+    Aggregate(Box<aggregate::Call>, Option<Body>),
     /// An HTTP/1.1 `Upgrade` (WebSocket): its own upstream connection, then a byte relay.
     Upgrade(Request<Body>, Target, hyper::upgrade::OnUpgrade),
 }
@@ -322,7 +324,7 @@ fn prepare(
 fn endpoint_call<B>(
     config: &crate::config::Config,
     req: &Request<B>,
-) -> Option<(crate::aggregate::Call, bool)> {
+) -> Option<(aggregate::Call, bool)> {
     let names_target = (req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
         || req.headers().contains_key(X_TOLLGATE_HOST);
     if names_target {
@@ -330,7 +332,7 @@ fn endpoint_call<B>(
     }
     let (i, params) = config.endpoints.find(req.method(), req.uri().path())?;
     let e = config.endpoints.get(i)?;
-    let call = crate::aggregate::Call::new(e, i, params, req.headers(), req.uri());
+    let call = aggregate::Call::new(e, i, params, req.headers(), req.uri());
     Some((call, e.wants_body()))
 }
 

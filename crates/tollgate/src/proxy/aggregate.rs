@@ -5,9 +5,9 @@
 //! partial (`x-tollgate-completed: false`, the failed backends named), or the error
 //! contract when every backend failed.
 
-use super::outcome::{self, BackendOutcome, Outcome};
-use super::template::Answer;
-use super::{Backend, Endpoint, carries_body};
+use crate::aggregate::outcome::{self, BackendOutcome, Outcome};
+use crate::aggregate::template::Answer;
+use crate::aggregate::{Backend, Endpoint, carries_body};
 use crate::body::{Body, ReadError, full, read_capped};
 use crate::error::ProxyError;
 use crate::metrics::method_label;
@@ -321,7 +321,7 @@ fn respond(
     }
     let mut merged = Map::new();
     for part in parts.into_iter().flatten() {
-        super::merge::merge(&mut merged, part);
+        crate::aggregate::merge::merge(&mut merged, part);
     }
     let names: Vec<&str> = failed.iter().map(|(b, _)| &*b.name).collect();
     let complete = names.is_empty();
@@ -479,7 +479,7 @@ impl Fanout<'_> {
                 ReadError::Failed(err) => Failure::Failed(format!("reading the answer: {err}")),
             })?;
         let buf =
-            super::inflate::decoded(&encoding, buf, e.max_body_bytes).map_err(Failure::Failed)?;
+            crate::aggregate::inflate::decoded(&encoding, buf, e.max_body_bytes).map_err(Failure::Failed)?;
         serde_json::from_slice(&buf)
             .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
     }
@@ -546,7 +546,7 @@ impl Fanout<'_> {
             Some(i) => {
                 let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
                 let mut diag = None;
-                engine::run(x, rt, timer, &mut diag)
+                engine::run(x, &rt.client, timer, &mut diag)
                     .await
                     .map(|d| d.response)
                     // The backend's outcome is classified by the error itself.
