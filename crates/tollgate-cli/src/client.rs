@@ -5,7 +5,8 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate::diagnosis::har::{append, read};
+use tollgate::config::append;
+use tollgate::diagnosis::har::read;
 
 #[derive(Debug, clap::Args)]
 pub struct DiscoverArgs {

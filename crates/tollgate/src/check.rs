@@ -18,6 +18,6 @@ pub fn check(config: &Config) -> Result<Vec<String>, String> {
     if let Some(p) = &config.log.access_log_file {
         crate::observe::check_access_log(p)?;
     }
-    crate::diagnosis::check(config)?;
+    crate::diagnosis::check(&config.diagnosis_given(), &config.upstream)?;
     Ok(config.policies.shadowed())
 }

@@ -119,10 +119,10 @@ pub struct Egress {
 }
 
 impl Egress {
-    /// The check a client built for `config` uses, with tollgate's own listeners.
-    pub fn new(config: &crate::Config, own: &[(SocketAddr, Listener)]) -> Self {
+    /// The check a client uses: the rules, with tollgate's own listeners.
+    pub fn new(rules: &EgressRules, own: &[(SocketAddr, Listener)]) -> Self {
         Self {
-            rules: config.egress.clone(),
+            rules: rules.clone(),
             own: own.to_vec(),
         }
     }

@@ -91,7 +91,7 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
         &shared.metrics,
     );
     let runtime = Runtime {
-        diag: Arc::new(crate::diagnosis::Plan::new(&config)),
+        diag: Arc::new(crate::diagnosis::Plan::new(&config.diagnosis_given())),
         config: Arc::new(config),
         client: clients[0].clone(),
         engine: Arc::new(engine),

@@ -170,7 +170,8 @@ impl Shared {
         store: Arc<dyn crate::policy::store::Store>,
     ) -> std::io::Result<Self> {
         let diagnostics = Arc::new(crate::diagnosis::worker::Diagnostics::start(
-            &runtime.config,
+            &runtime.config.diagnosis,
+            &runtime.config.upstream,
             &metrics,
         )?);
         let observers = Observer::start(
@@ -218,7 +219,7 @@ impl Shared {
 
     /// The egress check a client built for `config` uses.
     pub fn egress(&self, config: &Config) -> Egress {
-        Egress::new(config, &self.own_listeners)
+        Egress::new(&config.egress, &self.own_listeners)
     }
 
     #[inline]

@@ -2,6 +2,7 @@
 //! then validated into the domain types below. Errors name the field path, and the
 //! line and column where the YAML parser gives them.
 
+pub mod append;
 mod diff;
 pub mod raw;
 pub mod raw_diagnosis;
@@ -129,6 +130,31 @@ impl Config {
     /// Parses and validates YAML text.
     pub fn from_yaml(text: &str) -> Result<Config, Vec<ConfigError>> {
         validate::validate(&parse(text)?)
+    }
+
+    /// What diagnosis needs of this config: its settings, the policies' names and path
+    /// templates, and the secrets it must redact (credentials, the admin token).
+    pub fn diagnosis_given(&self) -> crate::diagnosis::Given<'_> {
+        let (mut names, mut values) = (Vec::new(), Vec::new());
+        for p in &self.policies.policies {
+            if let Some((accounts, _)) = &p.spec.credentials {
+                crate::policy::remedies::credentials::secrets(accounts, &mut names, &mut values);
+            }
+        }
+        if let Some(t) = &self.admin.token {
+            values.push(t.expose().to_owned());
+        }
+        crate::diagnosis::Given {
+            settings: &self.diagnosis,
+            policies: self
+                .policies
+                .policies
+                .iter()
+                .map(|p| (p.name.as_str(), p.matcher.path.as_ref().map(|t| t.as_str())))
+                .collect(),
+            secret_names: names,
+            secret_values: values,
+        }
     }
 
     /// The effective configuration as JSON, secrets masked (served by `GET /config`).

@@ -16,7 +16,6 @@ pub mod tap;
 pub mod trace;
 pub mod worker;
 
-use crate::config::Config;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::sync::Arc;
 
@@ -52,22 +51,33 @@ pub struct HarPlan {
     pub max_body: usize,
 }
 
+/// What diagnosis needs to know of the rest of the config (the config builds it:
+/// diagnosis does not read the config).
+pub struct Given<'a> {
+    pub settings: &'a settings::Diagnosis,
+    /// Each policy's name and its path template, in order.
+    pub policies: Vec<(&'a str, Option<&'a str>)>,
+    /// Header and query names whose values are secret (credentials), lower case.
+    pub secret_names: Vec<String>,
+    /// Secret values the config holds (credentials, the admin token).
+    pub secret_values: Vec<String>,
+}
+
 impl Plan {
-    pub fn new(config: &Config) -> Self {
-        let d = &config.diagnosis;
+    pub fn new(given: &Given<'_>) -> Self {
+        let d = given.settings;
         let har = d.har.enabled.then(|| HarPlan {
             sample: d.har.sample,
             policies: (!d.har.policies.is_empty()).then(|| {
-                config
-                    .policies
+                given
                     .policies
                     .iter()
-                    .map(|p| d.har.policies.contains(&p.name))
+                    .map(|(name, _)| d.har.policies.iter().any(|p| p == name))
                     .collect()
             }),
             max_body: d.har.max_body_bytes,
         });
-        let redactor = Arc::new(har::redact::Redactor::new(config));
+        let redactor = Arc::new(har::redact::Redactor::new(given));
         Self {
             discovery: d.discovery.enabled,
             consumer_secret: d
@@ -79,14 +89,12 @@ impl Plan {
             har,
             traces: d.traces.enabled.then_some(d.traces.sample),
             redactor,
-            templates: config
-                .policies
+            templates: given
                 .policies
                 .iter()
-                .map(|p| {
+                .map(|(_, t)| {
                     // A template ending in `*` covers many endpoints: learn those instead.
-                    let t = p.matcher.path.as_ref().filter(|t| !t.has_rest());
-                    Arc::from(t.map_or("", |t| t.as_str()))
+                    Arc::from(t.filter(|t| !t.ends_with('*')).unwrap_or(""))
                 })
                 .collect(),
         }
@@ -194,7 +202,7 @@ pub fn unix_ns() -> u64 {
 
 /// What `tollgate check` builds besides the config: the plan, and the sinks' clients
 /// (TLS settings, URLs), without starting anything.
-pub fn check(config: &Config) -> Result<(), String> {
-    let _ = Plan::new(config);
-    worker::check(config)
+pub fn check(given: &Given<'_>, upstream: &crate::upstream::Settings) -> Result<(), String> {
+    let _ = Plan::new(given);
+    worker::check(given.settings, upstream)
 }

@@ -7,7 +7,6 @@ use super::har::HarWriter;
 use super::har::collector::{self, Pending, Poster};
 use super::remedy_stats::RemedyStats;
 use super::trace::Finished;
-use crate::config::Config;
 use crate::diagnosis::aggregated::AggregateStats;
 use crate::metrics::{Metrics, SinkLabels};
 use crate::upstream::{Connector, dns, tls};
@@ -38,8 +37,11 @@ pub struct Diagnostics {
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Diagnostics {
-    pub fn start(config: &Config, metrics: &Metrics) -> std::io::Result<Self> {
-        let d = &config.diagnosis;
+    pub fn start(
+        d: &super::settings::Diagnosis,
+        upstream: &crate::upstream::Settings,
+        metrics: &Metrics,
+    ) -> std::io::Result<Self> {
         let endpoints = d
             .discovery
             .enabled
@@ -58,7 +60,7 @@ impl Diagnostics {
         if !d.har.enabled && traces.is_none() {
             return Ok(this);
         }
-        let connector = connector(config).map_err(std::io::Error::other)?;
+        let connector = connector(upstream).map_err(std::io::Error::other)?;
         let (har, mut sinks) = match d.har.enabled {
             true => {
                 let (w, s) = super::har::writer_channel(&d.har, metrics)?;
@@ -200,12 +202,11 @@ impl Drop for Diagnostics {
 
 /// A connector for the sinks: the upstream TLS settings, no egress rules of the proxied
 /// traffic (the operator named these endpoints).
-fn connector(config: &Config) -> Result<Connector, String> {
-    let u = &config.upstream;
+fn connector(u: &crate::upstream::Settings) -> Result<Connector, String> {
     let tls = tls::client_configs(u.extra_ca_file.as_deref())?;
     Ok(Connector::new(
         dns::Resolver::new(u.dns_ttl),
-        crate::egress::Egress::new(&Config::default(), &[]),
+        crate::egress::Egress::new(&crate::egress::EgressRules::default(), &[]),
         u.connect_timeout,
         tls,
         u.insecure_skip_verify.clone(),
@@ -214,8 +215,10 @@ fn connector(config: &Config) -> Result<Connector, String> {
 }
 
 /// Builds the sinks' clients without starting them (for `tollgate check`).
-pub fn check(config: &Config) -> Result<(), String> {
-    let d = &config.diagnosis;
+pub fn check(
+    d: &super::settings::Diagnosis,
+    upstream: &crate::upstream::Settings,
+) -> Result<(), String> {
     if !d.har.enabled && !d.traces.enabled {
         return Ok(());
     }
@@ -229,7 +232,7 @@ pub fn check(config: &Config) -> Result<(), String> {
             )
         })?;
     }
-    let c = connector(config)?;
+    let c = connector(upstream)?;
     for s in d.har.collector.iter().chain(d.traces.endpoint.iter()) {
         Poster::new(s, c.clone(), "application/json")?;
     }

@@ -478,8 +478,8 @@ impl Fanout<'_> {
                 )),
                 ReadError::Failed(err) => Failure::Failed(format!("reading the answer: {err}")),
             })?;
-        let buf =
-            crate::aggregate::inflate::decoded(&encoding, buf, e.max_body_bytes).map_err(Failure::Failed)?;
+        let buf = crate::aggregate::inflate::decoded(&encoding, buf, e.max_body_bytes)
+            .map_err(Failure::Failed)?;
         serde_json::from_slice(&buf)
             .map_err(|err| Failure::Failed(format!("the answer is not JSON: {err}")))
     }

@@ -117,7 +117,7 @@ impl Gateway {
         let own = vec![(proxy_addr, Listener::Proxy), (admin_addr, Listener::Admin)];
         let clients = UpstreamClient::for_workers(
             &config.upstream,
-            &Egress::new(&config, &own),
+            &Egress::new(&config.egress, &own),
             &metrics,
             workers,
         )
@@ -128,7 +128,7 @@ impl Gateway {
         let store: Arc<dyn Store> = Arc::new(Memory::default());
         let engine = Engine::build(&config.policies, None, &store, &metrics);
         let runtime = Runtime {
-            diag: Arc::new(crate::diagnosis::Plan::new(&config)),
+            diag: Arc::new(crate::diagnosis::Plan::new(&config.diagnosis_given())),
             config: Arc::new(config),
             client: clients[0].clone(),
             engine: Arc::new(engine),

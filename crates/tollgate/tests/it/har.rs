@@ -553,7 +553,7 @@ async fn a_captured_entry_becomes_a_mock_policy() {
     let entries = read::load(dir.path()).unwrap();
     for which in ["1", id] {
         let entry = read::find(&entries, which).unwrap();
-        tollgate::diagnosis::har::append::append_to_file(&dev, entry).unwrap();
+        tollgate::config::append::append_to_file(&dev, entry).unwrap();
     }
     let text = std::fs::read_to_string(&dev).unwrap();
     assert!(text.starts_with("# my dev config\n"), "{text}");

@@ -3,7 +3,6 @@
 //! and writes them to every sink. A full queue drops the entry and counts it; the call
 //! never waits.
 
-pub mod append;
 mod body;
 pub mod collector;
 pub mod entry;

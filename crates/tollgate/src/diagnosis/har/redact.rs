@@ -6,11 +6,8 @@
 //! with the installation's key, so equal values stay correlatable while a dictionary of
 //! likely values (emails, phone numbers) cannot be hashed to reverse them.
 
-use crate::config::Config;
 use crate::diagnosis::settings::Obfuscate;
 use crate::paths::percent_decode;
-use crate::policy::remedies::credentials::Credential;
-use base64::Engine as _;
 use std::borrow::Cow;
 
 pub const REDACTED: &str = "REDACTED";
@@ -41,66 +38,28 @@ pub struct Obfuscator {
 }
 
 impl Redactor {
-    pub fn new(config: &Config) -> Self {
+    pub fn new(given: &crate::diagnosis::Given<'_>) -> Self {
         let mut names: Vec<String> = BUILT_IN.iter().map(|s| s.to_string()).collect();
-        let mut values = Vec::new();
-        for p in &config.policies.policies {
-            let Some((accounts, _)) = &p.spec.credentials else {
-                continue;
-            };
-            for a in accounts {
-                match a {
-                    Credential::Header(n, v) => {
-                        names.push(n.as_str().to_owned());
-                        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-                        if let Some((scheme, token)) = v.split_once(' ') {
-                            values.push(token.to_owned());
-                            // RFC 7617: a provider may quote back the user id or the
-                            // password on its own (Stripe's secret key is the user id).
-                            if scheme.eq_ignore_ascii_case("basic") {
-                                values.extend(basic_parts(token));
-                            }
-                        }
-                        values.push(v);
-                    }
-                    Credential::Query(n, v) => {
-                        names.push(n.to_ascii_lowercase());
-                        values.push(v.expose().to_owned());
-                        if let Some(decoded) = percent_decode(v.expose()) {
-                            values.push(decoded);
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(c) = &config.diagnosis.har.collector {
+        names.extend(given.secret_names.iter().cloned());
+        let mut values = given.secret_values.clone();
+        let d = given.settings;
+        if let Some(c) = &d.har.collector {
             values.extend(
                 c.headers
                     .iter()
                     .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             );
         }
-        if let Some(t) = &config.admin.token {
-            values.push(t.expose().to_owned());
-        }
-        names.extend(config.diagnosis.har.redact.iter().cloned());
+        names.extend(d.har.redact.iter().cloned());
         names.sort();
         names.dedup();
         values.retain(|v| v.len() >= MIN_SECRET_LEN);
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
-        let obfuscate = config
-            .diagnosis
-            .har
-            .obfuscate
-            .clone()
-            .map(|settings| Obfuscator {
-                key: ring::hmac::Key::new(
-                    ring::hmac::HMAC_SHA256,
-                    settings.key.expose().as_bytes(),
-                ),
-                settings,
-            });
+        let obfuscate = d.har.obfuscate.clone().map(|settings| Obfuscator {
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, settings.key.expose().as_bytes()),
+            settings,
+        });
         Self {
             names,
             values,
@@ -199,16 +158,6 @@ impl Redactor {
             ..Self::default()
         }
     }
-}
-
-/// The user id and password of a basic credential's base64 token.
-fn basic_parts(token: &str) -> Vec<String> {
-    let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(token.trim()) else {
-        return Vec::new();
-    };
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (user, password) = raw.split_once(':').unwrap_or((&raw, ""));
-    vec![user.to_owned(), password.to_owned()]
 }
 
 /// What one entry redacts with: the config's redactor and this entry's own secrets (the

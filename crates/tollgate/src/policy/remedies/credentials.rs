@@ -133,6 +133,46 @@ impl Credentials {
     }
 }
 
+/// The names and values a diagnosis capture must redact for these accounts: the header
+/// or query names, the values, a token on its own, and a basic credential's user id and
+/// password (RFC 7617: a provider may quote back either; Stripe's secret key is the user
+/// id).
+pub fn secrets(accounts: &[Credential], names: &mut Vec<String>, values: &mut Vec<String>) {
+    for a in accounts {
+        match a {
+            Credential::Header(n, v) => {
+                names.push(n.as_str().to_owned());
+                let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                if let Some((scheme, token)) = v.split_once(' ') {
+                    values.push(token.to_owned());
+                    if scheme.eq_ignore_ascii_case("basic") {
+                        values.extend(basic_parts(token));
+                    }
+                }
+                values.push(v);
+            }
+            Credential::Query(n, v) => {
+                names.push(n.to_ascii_lowercase());
+                values.push(v.expose().to_owned());
+                if let Some(decoded) = crate::paths::percent_decode(v.expose()) {
+                    values.push(decoded);
+                }
+            }
+        }
+    }
+}
+
+/// The user id and password of a basic credential's base64 token.
+fn basic_parts(token: &str) -> Vec<String> {
+    let Ok(raw) = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, token.trim())
+    else {
+        return Vec::new();
+    };
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (user, password) = raw.split_once(':').unwrap_or((&raw, ""));
+    vec![user.to_owned(), password.to_owned()]
+}
+
 /// `credentials:` in a policy.
 pub struct Kind;
 

@@ -2,7 +2,7 @@
 //! under its `policies:` list, so the user's comments, order and formatting stay. Two
 //! outputs appended with `>>` would be two `policies:` keys: an invalid config.
 
-use super::read::MockPolicy;
+use crate::diagnosis::har::read::MockPolicy;
 
 /// `config` with `policy` added at the end of its `policies:` list (the list created when
 /// there is none). A name already taken gets a `-2`, `-3`… suffix.
@@ -106,14 +106,14 @@ fn indent(text: &str, n: usize) -> String {
 /// Adds the entry's mock policy to `file`, written whole or not at all (a temporary file
 /// renamed over it).
 pub fn append_to_file(file: &std::path::Path, entry: &serde_json::Value) -> Result<(), String> {
-    let policy = super::read::mock_policy(entry)?;
+    let policy = crate::diagnosis::har::read::mock_policy(entry)?;
     let config = match std::fs::read_to_string(file) {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
     let out = append(&config, policy).map_err(|e| format!("{}: {e}", file.display()))?;
-    if let Err(errors) = crate::config::parse(&out) {
+    if let Err(errors) = super::parse(&out) {
         let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         return Err(format!(
             "{} would not parse with the mock added, so it is left as it was: {}",
