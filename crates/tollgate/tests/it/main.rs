@@ -9,6 +9,7 @@ mod support;
 mod access_log;
 mod admin;
 mod aggregate;
+mod architecture;
 mod cache;
 mod client_contract;
 mod clients;

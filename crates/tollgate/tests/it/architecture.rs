@@ -1,0 +1,131 @@
+//! docs/architecture.md opens with the library's modules in layers, each using only
+//! modules below it: the picture is computed here from the source (`crate::X` paths, test
+//! modules left out) and must match the doc's (`TOLLGATE_BLESS=1` rewrites it); there is
+//! no import cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Each top-level module of the library and the top-level modules it imports.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut files = vec![src.clone()];
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let rel = p.strip_prefix(&src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let top = top.trim_end_matches(".rs").to_owned();
+        if top == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = text.split("#[cfg(test)]").next().unwrap();
+        let deps = out.entry(top.clone()).or_default();
+        for part in text.split("crate::").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            // The crate root's re-exports.
+            let name = match name.as_str() {
+                "Config" => "config".to_owned(),
+                "Gateway" | "StartError" | "StartOptions" => "server".to_owned(),
+                "Overrides" => "state".to_owned(),
+                _ => name,
+            };
+            if name != top && !name.is_empty() {
+                deps.insert(name);
+            }
+        }
+    }
+    let known: BTreeSet<String> = out.keys().cloned().collect();
+    for deps in out.values_mut() {
+        deps.retain(|d| known.contains(d));
+    }
+    out
+}
+
+/// Each module's layer: 0 for one that imports none of the others, else one above the
+/// highest it imports. `Err` names the modules left when there is a cycle.
+fn layers(g: &BTreeMap<String, BTreeSet<String>>) -> Result<BTreeMap<String, usize>, Vec<String>> {
+    let mut layer = BTreeMap::new();
+    while layer.len() < g.len() {
+        let ready: Vec<_> = g
+            .iter()
+            .filter(|(m, deps)| {
+                !layer.contains_key(*m) && deps.iter().all(|d| layer.contains_key(d))
+            })
+            .map(|(m, deps)| {
+                (
+                    m.clone(),
+                    deps.iter().map(|d| layer[d] + 1).max().unwrap_or(0),
+                )
+            })
+            .collect();
+        if ready.is_empty() {
+            return Err(g
+                .keys()
+                .filter(|m| !layer.contains_key(*m))
+                .cloned()
+                .collect());
+        }
+        layer.extend(ready);
+    }
+    Ok(layer)
+}
+
+fn picture(g: &BTreeMap<String, BTreeSet<String>>, layer: &BTreeMap<String, usize>) -> String {
+    let mut out = String::from("| layer | module | uses |\n|---|---|---|\n");
+    let mut rows: Vec<_> = layer.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (m, l) in rows {
+        let uses: Vec<_> = g[m].iter().map(|d| format!("`{d}`")).collect();
+        out.push_str(&format!("| {l} | `{m}` | {} |\n", uses.join(" ")));
+    }
+    out
+}
+
+#[test]
+fn the_modules_form_layers_as_the_architecture_doc_shows() {
+    let g = imports();
+    let layer = layers(&g).unwrap_or_else(|left| panic!("an import cycle among {left:?}"));
+    let text = picture(&g, &layer);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let (open, close) = (
+        "<!-- generated:modules -->\n",
+        "<!-- /generated:modules -->",
+    );
+    let start = doc
+        .find(open)
+        .expect("architecture.md has the modules marker")
+        + open.len();
+    let end = start + doc[start..].find(close).unwrap();
+    if doc[start..end] != text {
+        assert!(
+            std::env::var_os("TOLLGATE_BLESS").is_some(),
+            "docs/architecture.md's module picture differs from the code; run `TOLLGATE_BLESS=1 cargo test -p tollgate --test it architecture`"
+        );
+        std::fs::write(path, format!("{}{text}{}", &doc[..start], &doc[end..])).unwrap();
+    }
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let g: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "a"), ("c", "a")]
+        .into_iter()
+        .map(|(m, d)| (m.to_owned(), BTreeSet::from([d.to_owned()])))
+        .collect();
+    assert_eq!(layers(&g).unwrap_err(), vec!["a", "b", "c"]);
+}
