@@ -135,6 +135,45 @@ impl Chain {
 /// (a concurrency slot, a cache fill ticket): dropping it releases it.
 pub type Hold = Box<dyn Send + Sync>;
 
+/// What remedies keep for one request, each value under its own type (the cache's
+/// pending fill, a breaker's probe, retry's deadline): a remedy's per-request state is
+/// its own, and another remedy that reads it names its type. Empty (no allocation) for a
+/// chain whose remedies keep nothing.
+#[derive(Default)]
+pub struct Locals(Vec<Box<dyn std::any::Any + Send + Sync>>);
+
+impl Locals {
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.iter().find_map(|v| v.downcast_ref())
+    }
+
+    pub fn get_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        self.0.iter_mut().find_map(|v| v.downcast_mut())
+    }
+
+    /// Sets the value of type `T`, replacing one set before.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        match self.get_mut::<T>() {
+            Some(v) => *v = value,
+            None => self.0.push(Box::new(value)),
+        }
+    }
+
+    /// The value of type `T`, removed.
+    pub fn take<T: 'static>(&mut self) -> Option<T> {
+        let i = self.0.iter().position(|v| v.is::<T>())?;
+        self.0.swap_remove(i).downcast().ok().map(|b| *b)
+    }
+
+    /// The value of type `T`, set to its default first when absent.
+    pub fn get_or_default<T: Default + Send + Sync + 'static>(&mut self) -> &mut T {
+        if self.get::<T>().is_none() {
+            self.0.push(Box::new(T::default()));
+        }
+        self.get_mut().expect("just set")
+    }
+}
+
 /// One request on its way through a chain.
 pub struct Exchange {
     pub chain: Arc<Chain>,
@@ -161,22 +200,8 @@ pub struct Exchange {
     /// budget or deadline spent, or a `Retry-After` past the cap): a client retry now is
     /// what tollgate just declined.
     pub retry_declined: bool,
-    /// `x-tollgate-cache` for the response.
-    pub cache_status: Option<crate::policy::remedies::cache::CacheStatus>,
-    pub cache: Option<crate::policy::remedies::cache::Pending>,
-    /// This request is one of a half-open breaker's probes (of the opening that ended at
-    /// this unix ms), not yet answered.
-    pub probe: Option<u64>,
-    /// The end of the retries (`retry.deadline`).
-    pub retry_deadline: Option<tokio::time::Instant>,
-    /// The credentials account the current attempt used.
-    pub account: Option<usize>,
-    /// The last attempt's account was told to wait (429) and another is free now: a
-    /// retry goes there at once instead of waiting out the tired account's `Retry-After`.
-    pub fresh_account: bool,
-    /// What a limit with `refund_on` counted this request in, by remedy, to give back
-    /// if the answer is one the provider does not charge.
-    pub refunds: Vec<(&'static str, Vec<crate::policy::store::Key>)>,
+    /// Each remedy's own per-request values, by type.
+    pub locals: Locals,
     /// Cancelled at the gateway's drain deadline: queue waits give up (503).
     pub give_up: Option<tokio_util::sync::CancellationToken>,
     pub holds: Vec<Hold>,
@@ -202,13 +227,7 @@ impl Exchange {
             retries: 0,
             replayable: false,
             retry_declined: false,
-            cache_status: None,
-            cache: None,
-            account: None,
-            fresh_account: false,
-            refunds: Vec::new(),
-            probe: None,
-            retry_deadline: None,
+            locals: Locals::default(),
             give_up: None,
             holds: Vec::new(),
             diag: None,

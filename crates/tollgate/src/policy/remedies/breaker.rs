@@ -45,6 +45,10 @@ pub struct BreakerResource {
     parts: [Arc<str>; 7],
 }
 
+/// This request is one of a half-open breaker's probes (of the opening that ended at
+/// this unix ms), not yet answered.
+struct Probe(u64);
+
 const OPEN: usize = 0;
 const CLOSED_AT: usize = 1;
 const CONSECUTIVE: usize = 2;
@@ -136,7 +140,7 @@ impl BreakerResource {
                 let probes = u64::from(self.spec.half_open_probes);
                 match self.store.add(&k, 1, probes, 0).await {
                     Ok(a) if a.taken => {
-                        x.probe = Some(opened_until);
+                        x.locals.insert(Probe(opened_until));
                         Ok(())
                     }
                     _ => {
@@ -172,7 +176,7 @@ impl BreakerResource {
     async fn record(&self, x: &mut Exchange, o: Outcome<'_>, actions: &Actions<Action>) {
         let failed = self.is_failure(&o);
         let s = &self.spec;
-        if let Some(opened_until) = x.probe.take() {
+        if let Some(Probe(opened_until)) = x.locals.take::<Probe>() {
             if failed {
                 actions.record(x, Action::Tripped);
                 return self.open().await;
@@ -333,7 +337,7 @@ impl Remedy for Breaker {
     /// A probe that never got its answer (refused later in the chain, client gone) gives
     /// its place back, so the breaker cannot stay half-open for good.
     fn end(&self, x: &Exchange) {
-        if let Some(opened_until) = x.probe {
+        if let Some(&Probe(opened_until)) = x.locals.get::<Probe>() {
             let r = &self.resource;
             r.store.release(&r.key(PROBES, opened_until), 1);
         }

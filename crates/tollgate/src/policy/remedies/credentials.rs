@@ -173,6 +173,15 @@ fn basic_parts(token: &str) -> Vec<String> {
     vec![user.to_owned(), password.to_owned()]
 }
 
+/// The account a request's current attempt used.
+#[derive(Default)]
+pub struct Account {
+    pub used: Option<usize>,
+    /// The last attempt's account was told to wait (429) and another is free now: a
+    /// retry goes there at once instead of waiting out the tired account's `Retry-After`.
+    pub fresh: bool,
+}
+
 /// `credentials:` in a policy.
 pub struct Kind;
 
@@ -254,20 +263,21 @@ impl Remedy for Credentials {
         req: &'a mut Request<Body>,
     ) -> BoxFuture<'a, Result<(), ProxyError>> {
         let i = self.pick();
-        x.account = Some(i);
+        x.locals.get_or_default::<Account>().used = Some(i);
         Box::pin(std::future::ready(self.accounts[i].apply(req)))
     }
 
     fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        x.fresh_account = false;
-        if let (Ok(head), Some(i)) = (o, x.account)
+        let account = x.locals.get_or_default::<Account>();
+        account.fresh = false;
+        if let (Ok(head), Some(i)) = (o, account.used)
             && head.status == StatusCode::TOO_MANY_REQUESTS
             && self.accounts.len() > 1
         {
             let wait = provider_hints::retry_after(&head.headers).unwrap_or(self.cooldown);
             let until = clock::now_ms().saturating_add(wait.as_millis() as u64);
             self.cooling[i].fetch_max(until, Ordering::Relaxed);
-            x.fresh_account = self.another_free(i);
+            account.fresh = self.another_free(i);
         }
         Box::pin(std::future::ready(()))
     }

@@ -129,7 +129,10 @@ impl Remedy for Quota {
                     r.remaining.set(t.remaining as i64);
                     self.actions.record(x, Action::Allowed);
                     if !t.counted.is_empty() {
-                        x.refunds.push((Kind::NAME, t.counted));
+                        x.locals
+                            .get_or_default::<super::rate_limit::Refunds>()
+                            .0
+                            .push((Kind::NAME, t.counted));
                     }
                     Ok(Flow::Continue)
                 }

@@ -284,7 +284,10 @@ impl Remedy for RateLimit {
             )
             .await?;
             if !counted.is_empty() {
-                x.refunds.push((Kind::NAME, counted));
+                x.locals
+                    .get_or_default::<Refunds>()
+                    .0
+                    .push((Kind::NAME, counted));
             }
             Ok(Flow::Continue)
         })
@@ -302,16 +305,24 @@ impl Remedy for RateLimit {
     }
 }
 
+/// What a limit with `refund_on` counted a request in, by remedy (quota, rate limit),
+/// to give back if the answer is one the provider does not charge.
+#[derive(Default)]
+pub struct Refunds(pub Vec<(&'static str, Vec<Key>)>);
+
 /// Gives back what `stage` counted when the provider's answer is one of the limit's
 /// `refund_on` statuses (it did not charge the request). Whether it did.
 pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::StatusCode) -> bool {
     if !limit.spec.refund_on.contains(&status.as_u16()) {
         return false;
     }
-    let Some(i) = x.refunds.iter().position(|(s, _)| *s == stage) else {
+    let Some(refunds) = x.locals.get_mut::<Refunds>() else {
         return false;
     };
-    let (_, counted) = x.refunds.swap_remove(i);
+    let Some(i) = refunds.0.iter().position(|(s, _)| *s == stage) else {
+        return false;
+    };
+    let (_, counted) = refunds.0.swap_remove(i);
     limit.refund(&counted);
     true
 }

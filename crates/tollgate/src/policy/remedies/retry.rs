@@ -14,6 +14,7 @@
 //! Only a request the connection refused before sending any of it is still resent by
 //! the pool, invisibly: it never left.
 
+use super::credentials::Account;
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::{DAY, Errors, HOUR, MS, SEC};
@@ -63,6 +64,9 @@ crate::policy::actions::actions! {
         GaveUp = "gave_up",
     }
 }
+
+/// The end of a request's retries (`retry.deadline`).
+struct Deadline(tokio::time::Instant);
 
 const REQUESTS: usize = 0;
 const RETRIES: usize = 1;
@@ -162,7 +166,7 @@ impl Retry {
         // A provider asking for longer than the cap gets its answer relayed instead.
         let wait = match asked {
             // The wait was the tired account's; another one is free now.
-            _ if x.fresh_account => Duration::ZERO,
+            _ if x.locals.get::<Account>().is_some_and(|a| a.fresh) => Duration::ZERO,
             Some(d) if d > s.max_delay => return self.give_up(x),
             Some(d) => d,
             None => {
@@ -173,7 +177,7 @@ impl Retry {
                 Duration::from_nanos(fastrand::u64(0..=exp.as_nanos() as u64))
             }
         };
-        if let Some(d) = x.retry_deadline
+        if let Some(&Deadline(d)) = x.locals.get::<Deadline>()
             && tokio::time::Instant::now() + wait >= d
         {
             return self.give_up(x);
@@ -257,7 +261,9 @@ impl Remedy for RetryStage {
         Box::pin(async move {
             let r = &self.0;
             r.count_request().await;
-            x.retry_deadline = r.spec.deadline.map(|d| tokio::time::Instant::now() + d);
+            if let Some(d) = r.spec.deadline {
+                x.locals.insert(Deadline(tokio::time::Instant::now() + d));
+            }
             // A body over the cap is sent once; a smaller one is kept for replay.
             x.replayable = x.buffer(r.spec.max_body).await?.is_some();
             Ok(Flow::Continue)

@@ -301,7 +301,7 @@ impl Remedy for CacheStage {
                     && e.fresh_until_ms > now
                 {
                     c.actions.record(x, Action::Hit);
-                    x.cache_status = Some(CacheStatus::Hit);
+                    x.locals.insert(CacheStatus::Hit);
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
@@ -324,8 +324,8 @@ impl Remedy for CacheStage {
                 add_validators(x, e);
             }
             c.actions.record(x, Action::Miss);
-            x.cache_status = Some(CacheStatus::Miss);
-            x.cache = Some(Pending {
+            x.locals.insert(CacheStatus::Miss);
+            x.locals.insert(Pending {
                 key,
                 stale,
                 fill,
@@ -337,10 +337,10 @@ impl Remedy for CacheStage {
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         let c = &self.0;
-        let Some(status) = x.cache_status else {
+        let Some(&status) = x.locals.get::<CacheStatus>() else {
             return resp;
         };
-        let Some(pending) = x.cache.take() else {
+        let Some(pending) = x.locals.take::<Pending>() else {
             return with_status(resp, status);
         };
         let (mut head, body) = resp.into_parts();
@@ -451,7 +451,7 @@ fn vary(
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
     c.actions.record(x, Action::Bypass);
-    x.cache_status = Some(CacheStatus::Bypass);
+    x.locals.insert(CacheStatus::Bypass);
     Flow::Continue
 }
 
