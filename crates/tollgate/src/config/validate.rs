@@ -269,7 +269,7 @@ pub(super) fn validate_env(
 /// The effective config as JSON with defaults filled in and secrets masked.
 pub(super) fn effective(c: &Config) -> serde_json::Value {
     let d = |d: Duration| format_duration(d);
-    json!({
+    let mut shown = json!({
         "listen": {
             "address": c.listen.address.to_string(),
             "max_header_bytes": c.listen.max_header_bytes,
@@ -321,5 +321,8 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "metrics": { "max_hosts": c.metrics.max_hosts },
         "diagnosis": super::validate_diagnosis::effective(&c.diagnosis),
         "shutdown": { "drain_timeout": d(c.shutdown.drain_timeout) },
-    })
+    });
+    // Every other key as written (defaults filled in, secrets masked).
+    super::written::fill_missing(&mut shown, &c.written["all"]);
+    shown
 }

@@ -34,12 +34,60 @@ pub(super) fn written(raw: &RawConfig) -> Value {
         })
         .collect();
     json!({
+        "all": everything(raw),
         "policies": policies,
         "rate_limits": to_value(&raw.rate_limits),
         "quotas": to_value(&raw.quotas),
         "concurrency_limits": to_value(&raw.concurrency_limits),
         "breakers": to_value(&raw.breakers),
     })
+}
+
+/// The whole file as written, defaults filled in, secrets masked: what `/config` shows
+/// for a key its validated sections do not spell out.
+fn everything(raw: &RawConfig) -> Value {
+    let mut v = to_value(raw);
+    for path in [
+        &["admin", "token"][..],
+        &["diagnosis", "har", "obfuscate", "key"],
+    ] {
+        if let Some(s) = path.iter().try_fold(&mut v, |v, k| v.get_mut(*k)) {
+            mask(s);
+        }
+    }
+    // Headers sent to a collector or a trace endpoint carry its credentials.
+    for path in [
+        &["diagnosis", "traces", "headers"][..],
+        &["diagnosis", "har", "collector", "headers"],
+    ] {
+        if let Some(Value::Object(m)) = path.iter().try_fold(&mut v, |v, k| v.get_mut(*k)) {
+            m.values_mut().for_each(mask);
+        }
+    }
+    v
+}
+
+/// Adds to `shown` every key of `written` it lacks (recursing into objects and into
+/// lists of the same length), so the view shows every key.
+pub(super) fn fill_missing(shown: &mut Value, written: &Value) {
+    match (shown, written) {
+        (Value::Object(s), Value::Object(w)) => {
+            for (k, wv) in w {
+                match s.get_mut(k) {
+                    Some(sv) => fill_missing(sv, wv),
+                    None => {
+                        s.insert(k.clone(), wv.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(s), Value::Array(w)) if s.len() == w.len() => {
+            s.iter_mut()
+                .zip(w)
+                .for_each(|(sv, wv)| fill_missing(sv, wv));
+        }
+        _ => {}
+    }
 }
 
 fn to_value<T: Serialize>(t: &T) -> Value {

@@ -481,3 +481,67 @@ fn full_yaml_lists_every_key() {
     let missing: Vec<&String> = all.iter().filter(|k| !written(k)).collect();
     assert!(missing.is_empty(), "examples/full.yaml lacks {missing:?}");
 }
+
+/// `GET /config` shows every key: each key path written in `examples/full.yaml` (which
+/// lists every key) is in the effective config.
+#[test]
+fn the_effective_config_shows_every_key() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let text = std::fs::read_to_string(format!("{root}/examples/full.yaml")).unwrap();
+    let config = tollgate::Config::load_env_optional(std::path::Path::new(&format!(
+        "{root}/examples/full.yaml"
+    )))
+    .unwrap_or_else(|e| panic!("{e}"))
+    .0;
+    let written: serde_json::Value = yaml_serde::from_str(&text).unwrap();
+    let effective = config.effective();
+    fn walk(w: &serde_json::Value, e: &serde_json::Value, path: String, out: &mut Vec<String>) {
+        match (w, e) {
+            (serde_json::Value::Object(wm), serde_json::Value::Object(em)) => {
+                for (k, v) in wm {
+                    let p = format!("{path}.{k}");
+                    match em.get(k) {
+                        Some(ev) => walk(v, ev, p, out),
+                        None => out.push(p),
+                    }
+                }
+            }
+            (serde_json::Value::Array(wa), serde_json::Value::Array(ea)) => {
+                // A list's items are values; the keys inside them must show.
+                for (i, (v, ev)) in wa.iter().zip(ea).enumerate() {
+                    walk(v, ev, format!("{path}[{i}]"), out);
+                }
+            }
+            (serde_json::Value::Object(_), _) => out.push(path),
+            _ => {}
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&written, &effective, String::new(), &mut missing);
+    assert!(missing.is_empty(), "/config lacks {missing:#?}");
+}
+
+/// The keys `/config` shows as written keep their secrets masked: the headers sent to a
+/// trace endpoint or a HAR collector, the obfuscation key, the admin token.
+#[test]
+fn the_effective_config_masks_the_secrets_it_shows_as_written() {
+    let c = tollgate::Config::from_yaml(
+        "admin: {address: '127.0.0.1:9901', token: admin-token-literal}\ndiagnosis:\n  traces: {enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces', headers: {authorization: Bearer trace-secret-literal, x-env: '${HOME}'}}\n  har:\n    enabled: true\n    collector: {url: 'http://127.0.0.1:9/har', headers: {x-api-key: collector-secret-literal}}\n    obfuscate: {key: obfuscation-key-literal-0123456789}\n",
+    )
+    .unwrap();
+    let shown = c.effective();
+    let text = shown.to_string();
+    for secret in [
+        "admin-token-literal",
+        "trace-secret-literal",
+        "collector-secret-literal",
+        "obfuscation-key-literal",
+    ] {
+        assert!(!text.contains(secret), "/config shows `{secret}`: {text}");
+    }
+    assert_eq!(shown["diagnosis"]["traces"]["headers"]["x-env"], "${HOME}");
+    assert_eq!(
+        shown["diagnosis"]["traces"]["headers"]["authorization"],
+        "MASKED"
+    );
+}
