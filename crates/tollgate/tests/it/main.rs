@@ -41,4 +41,5 @@ mod transparency;
 mod upgrades;
 mod upstream_pool;
 mod wire;
+mod wire_matrix;
 mod workers;
