@@ -7,9 +7,8 @@ use super::chain::{Exchange, Flow};
 use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
-use crate::upstream::CONNECT_TIMEOUT;
-use crate::upstream::UpstreamClient;
 use crate::upstream::deadline::ResponseTimer;
+use crate::upstream::{AttemptSettings, Sender};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -30,7 +29,7 @@ pub struct Done {
 /// diagnosis travels in the exchange and comes back in `diag`, whatever the outcome.
 pub async fn run(
     mut x: Exchange,
-    client: &UpstreamClient,
+    client: &dyn Sender,
     timer: &ResponseTimer,
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
@@ -78,7 +77,7 @@ fn total_timeout(x: &Exchange) -> ProxyError {
 
 async fn phases(
     x: &mut Exchange,
-    client: &UpstreamClient,
+    client: &dyn Sender,
     timer: &ResponseTimer,
 ) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
     let chain = x.chain.clone();
@@ -125,7 +124,7 @@ fn respond(x: &mut Exchange, mut resp: Response<Body>, ran: usize) -> Response<B
 /// One attempt: the attempt hooks before, the send, the attempt hooks after.
 async fn attempt(
     x: &mut Exchange,
-    client: &UpstreamClient,
+    client: &dyn Sender,
     timer: &ResponseTimer,
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
@@ -154,15 +153,14 @@ async fn attempt(
         d.sent_at = Some(sent);
         d.retries = x.retries;
     }
-    let limit = x
-        .response_timeout
-        .unwrap_or(client.settings.response_timeout);
-    let resend_lost = chain.driver.is_none();
-    let send = client.send_within(req, &x.target, timer, sent, limit, resend_lost);
-    let result = match x.connect_timeout {
-        Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
-        None => send.await,
+    let settings = AttemptSettings {
+        response_timeout: x.response_timeout.unwrap_or(client.response_timeout()),
+        connect_timeout: x.connect_timeout,
+        resend_lost: chain.driver.is_none(),
     };
+    let result = client
+        .send_attempt(req, &x.target, timer, sent, settings)
+        .await;
     if result.is_ok() {
         *upstream = Some(sent.elapsed());
     }
@@ -183,7 +181,7 @@ async fn attempt(
         chain.remedies[i].after_attempt(x, result.as_ref()).await;
     }
     match (result, body) {
-        (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body.boxed_unsync())),
+        (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body)),
         (Err(e), _) => Err(e),
         (Ok(_), None) => unreachable!("a response always has its body"),
     }

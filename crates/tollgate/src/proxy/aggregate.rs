@@ -546,7 +546,7 @@ impl Fanout<'_> {
             Some(i) => {
                 let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
                 let mut diag = None;
-                engine::run(x, &rt.client, timer, &mut diag)
+                engine::run(x, &*rt.client, timer, &mut diag)
                     .await
                     .map(|d| d.response)
                     // The backend's outcome is classified by the error itself.

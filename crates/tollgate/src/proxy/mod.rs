@@ -104,7 +104,7 @@ pub fn handle(
                 x.give_up = Some(worker.local().give_up.clone());
                 let done = Box::pin(engine::run(
                     x,
-                    &rt.client,
+                    &*rt.client,
                     ctx.in_flight.response_timer(),
                     &mut ctx.diag,
                 ))

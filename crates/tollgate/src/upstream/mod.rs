@@ -6,6 +6,7 @@ mod connector;
 pub mod deadline;
 pub mod dns;
 mod h1pool;
+mod sender;
 pub mod tls;
 
 use deadline::ResponseTimer;
@@ -13,6 +14,7 @@ pub use h1pool::PooledBody;
 use h1pool::{H1Pool, PoolError};
 
 pub use connector::{ConnectError, Connector};
+pub use sender::{AttemptSettings, SendFuture, Sender};
 
 use crate::body::Body;
 use crate::egress::{Denied, Egress};

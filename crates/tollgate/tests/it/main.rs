@@ -30,6 +30,7 @@ mod metric_labels;
 mod policies;
 mod provider;
 mod reload;
+mod remedies_paused;
 mod resilience;
 mod routing;
 mod sdks;

@@ -1,7 +1,7 @@
 //! Per-policy timeouts: `connect` and `response` (per attempt) override the `upstream`
-//! ones (the connect timeout reaches the connector through
-//! [`crate::upstream::CONNECT_TIMEOUT`]); `total` frames the whole exchange (the engine enforces it, queue waits,
-//! attempts, backoffs and the response body included).
+//! ones (the engine passes them with each attempt, [`crate::upstream::AttemptSettings`]);
+//! `total` frames the whole exchange (the engine enforces it, queue waits, attempts,
+//! backoffs and the response body included).
 
 use crate::error::ProxyError;
 use crate::fields::{DAY, HOUR, MS};

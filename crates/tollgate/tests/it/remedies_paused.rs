@@ -1,0 +1,185 @@
+//! Remedies tested as tower and linkerd test their layers: the policy engine runs a
+//! compiled chain against a scripted provider (a [`Sender`] that answers from a list and
+//! notes when each attempt was sent), on tokio's paused clock, without a socket. Waits
+//! are exact: a `Retry-After: 7` is seven seconds to the millisecond.
+
+use http::{Request, Response};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tollgate::body::{Body, full};
+use tollgate::error::ProxyError;
+use tollgate::policy::chain::Exchange;
+use tollgate::policy::engine;
+use tollgate::policy::store::{Store, memory::Memory};
+use tollgate::target::{Scheme, Target};
+use tollgate::upstream::deadline::ResponseTimer;
+use tollgate::upstream::{AttemptSettings, SendFuture, Sender};
+
+/// A scripted answer: a status and its headers.
+type Answer = (u16, Vec<(&'static str, &'static str)>);
+
+/// A provider that answers each attempt with the next scripted status and headers.
+#[derive(Default)]
+struct Script {
+    answers: Mutex<VecDeque<Answer>>,
+    /// When each attempt was sent, and its settings.
+    sent: Mutex<Vec<(Instant, AttemptSettings)>>,
+}
+
+impl Script {
+    fn new(answers: &[(u16, &[(&'static str, &'static str)])]) -> Self {
+        Self {
+            answers: Mutex::new(answers.iter().map(|(s, h)| (*s, h.to_vec())).collect()),
+            sent: Mutex::default(),
+        }
+    }
+
+    fn sent_at(&self) -> Vec<Instant> {
+        self.sent.lock().unwrap().iter().map(|(t, _)| *t).collect()
+    }
+}
+
+impl Sender for Script {
+    fn send_attempt<'a>(
+        &'a self,
+        _req: Request<Body>,
+        _target: &'a Target,
+        _timer: &'a ResponseTimer,
+        _sent: Instant,
+        settings: AttemptSettings,
+    ) -> SendFuture<'a> {
+        self.sent.lock().unwrap().push((Instant::now(), settings));
+        let (status, headers) = self
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("the script has an answer for every attempt");
+        let mut r = Response::new(full(format!("answer {status}")));
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        for (n, v) in headers {
+            r.headers_mut().insert(n, v.parse().unwrap());
+        }
+        Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn response_timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+}
+
+/// The first policy of `yaml`, compiled, with its store.
+fn engine(yaml: &str) -> tollgate::policy::Engine {
+    let config = tollgate::Config::from_yaml(yaml).unwrap();
+    let store: Arc<dyn Store> = Arc::new(Memory::default());
+    tollgate::policy::Engine::build(
+        &config.policies,
+        None,
+        &store,
+        &tollgate::metrics::Metrics::default(),
+    )
+}
+
+/// One GET through the engine's first chain.
+async fn request(
+    e: &tollgate::policy::Engine,
+    script: &Script,
+) -> Result<Response<Body>, ProxyError> {
+    let req = Request::get("http://api.example.com/v1/x")
+        .body(tollgate::body::empty())
+        .unwrap();
+    let target = Target::parse(Scheme::Http, "api.example.com").unwrap();
+    let x = Exchange::new(e.chains[0].clone(), req, target);
+    let timer = ResponseTimer::default();
+    engine::run(x, script, &timer, &mut None)
+        .await
+        .map(|d| d.response)
+}
+
+fn header<'a>(r: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_waits_exactly_the_providers_retry_after() {
+    let e = engine(
+        "policies:\n  - name: p\n    retry: {statuses: ['503'], max_delay: 10s, budget_min: 100}\n    timeouts: {connect: 2s, response: 9s}\n",
+    );
+    let script = Script::new(&[(503, &[("retry-after", "7")]), (200, &[])]);
+    let r = request(&e, &script).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-tollgate-retries"), Some("1"));
+    let at = script.sent_at();
+    assert_eq!(at.len(), 2);
+    assert_eq!(at[1] - at[0], Duration::from_secs(7));
+    // Each attempt carries the policy's settings, and word not to resend by itself.
+    for (_, s) in script.sent.lock().unwrap().iter() {
+        assert_eq!(s.connect_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(s.response_timeout, Duration::from_secs(9));
+        assert!(!s.resend_lost);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_past_the_cap_is_relayed_and_the_client_told_not_to_retry() {
+    let e = engine(
+        "policies:\n  - name: p\n    retry: {statuses: ['503'], max_delay: 5s, budget_min: 100}\n",
+    );
+    let script = Script::new(&[(503, &[("retry-after", "60")])]);
+    let start = Instant::now();
+    let r = request(&e, &script).await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(header(&r, "x-should-retry"), Some("false"));
+    assert_eq!(header(&r, "retry-after"), Some("60"), "relayed untouched");
+    assert_eq!(script.sent_at().len(), 1);
+    assert_eq!(Instant::now(), start, "no time spent waiting");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_opens_refuses_without_sending_and_closes_after_a_probe() {
+    let e =
+        engine("policies:\n  - name: p\n    breaker: {consecutive_failures: 2, open_for: 30s}\n");
+    let script = Script::new(&[(500, &[]), (500, &[]), (200, &[])]);
+    for _ in 0..2 {
+        assert_eq!(request(&e, &script).await.unwrap().status(), 500);
+    }
+    let refused = request(&e, &script).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("open"),
+        "refused as open: {refused}"
+    );
+    assert_eq!(script.sent_at().len(), 2, "an open breaker sends nothing");
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert!(request(&e, &script).await.is_err(), "still open at 29 s");
+    // Past `open_for` (its end is kept to the millisecond): half-open.
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    assert_eq!(
+        request(&e, &script).await.unwrap().status(),
+        200,
+        "the probe"
+    );
+    assert_eq!(script.sent_at().len(), 3);
+    // Closed: the next one goes out at once.
+    script.answers.lock().unwrap().push_back((200, Vec::new()));
+    assert_eq!(request(&e, &script).await.unwrap().status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_total_timeout_frames_attempts_and_backoffs() {
+    let e = engine(
+        "policies:\n  - name: p\n    timeouts: {total: 10s}\n    retry: {statuses: ['503'], max_delay: 1h, budget_min: 100}\n",
+    );
+    // The provider asks for 8 s twice: the second wait would end past the 10 s total.
+    let script = Script::new(&[
+        (503, &[("retry-after", "8")]),
+        (503, &[("retry-after", "8")]),
+        (200, &[]),
+    ]);
+    let start = Instant::now();
+    let err = request(&e, &script).await.unwrap_err();
+    assert_eq!(err.code(), "upstream_timeout", "{err}");
+    assert_eq!(Instant::now() - start, Duration::from_secs(10));
+    assert_eq!(script.sent_at().len(), 2);
+}
