@@ -1,13 +1,10 @@
 //! Taps on a streaming body: bytes counted, and a copy kept up to a cap, as frames pass.
 //! The body is never held back: each frame is handed on as it arrives.
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use bytes::{Bytes, BytesMut};
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
 /// A capped copy of a body: the first `cap` bytes, and the full size seen.
 #[derive(Debug, Default)]
@@ -66,47 +63,14 @@ impl Tap {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A request body passing through a [`Tap`].
-    pub struct Tapped {
-        #[pin]
-        inner: Body,
-        tap: std::sync::Arc<Tap>,
-    }
-}
+/// A request body passing through a [`Tap`].
+pub type Tapped = crate::body::Watched<Body, std::sync::Arc<Tap>>;
 
-impl Tapped {
-    pub fn new(inner: Body, tap: std::sync::Arc<Tap>) -> Self {
-        Self { inner, tap }
-    }
-}
-
-impl HttpBody for Tapped {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let r = this.inner.poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &r
-            && let Some(d) = frame.data_ref()
-        {
-            this.tap.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
-            if let Some(c) = &this.tap.copy {
-                c.lock().unwrap_or_else(|p| p.into_inner()).push(d);
-            }
+impl crate::body::Watch for std::sync::Arc<Tap> {
+    fn data(&mut self, d: &Bytes) {
+        self.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
+        if let Some(c) = &self.copy {
+            c.lock().unwrap_or_else(|p| p.into_inner()).push(d);
         }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

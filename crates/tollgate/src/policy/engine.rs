@@ -9,12 +9,10 @@ use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
 use crate::upstream::{AttemptSettings, Sender};
-use bytes::Bytes;
 use http::Response;
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
@@ -56,11 +54,13 @@ pub async fn run(
         }
     })?;
     let (parts, body) = response.into_parts();
-    let body = Ending {
-        inner: body,
-        deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-        exchange: Some(Box::new(x)),
-    };
+    let body = crate::body::Watched::new(
+        body,
+        Ending {
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            exchange: Some(Box::new(x)),
+        },
+    );
     Ok(Done {
         response: Response::from_parts(parts, body.boxed_unsync()),
         upstream,
@@ -187,46 +187,26 @@ async fn attempt(
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The response body of a matched request: it owns the exchange, dropped (running
-    /// the end hooks, releasing what the request held) when the body ends or the client
-    /// goes away; and it ends the body with an error at `timeouts.total`.
-    struct Ending {
-        #[pin]
-        inner: Body,
-        deadline: Option<Pin<Box<Sleep>>>,
-        exchange: Option<Box<Exchange>>,
-    }
+/// Watches the response body of a matched request: it owns the exchange, dropped
+/// (running the end hooks, releasing what the request held) when the body ends or the
+/// client goes away; and it ends the body with an error at `timeouts.total`.
+struct Ending {
+    deadline: Option<Pin<Box<Sleep>>>,
+    exchange: Option<Box<Exchange>>,
 }
 
-impl HttpBody for Ending {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        if let Some(d) = this.deadline
-            && d.as_mut().poll(cx).is_ready()
-        {
-            let err = this.exchange.as_ref().map(|x| total_timeout(x).to_string());
-            this.exchange.take();
-            return Poll::Ready(Some(Err(err.unwrap_or_default().into())));
+impl crate::body::Watch for Ending {
+    fn interrupt(&mut self, cx: &mut Context<'_>) -> Option<BoxError> {
+        let d = self.deadline.as_mut()?;
+        if d.as_mut().poll(cx).is_pending() {
+            return None;
         }
-        let r = this.inner.poll_frame(cx);
-        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            this.exchange.take();
-        }
-        r
+        let err = self.exchange.as_ref().map(|x| total_timeout(x).to_string());
+        self.exchange.take();
+        Some(err.unwrap_or_default().into())
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn end(&mut self, _complete: bool) {
+        self.exchange.take();
     }
 }

@@ -36,12 +36,10 @@ use crate::upstream::PooledBody;
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
 use http::{HeaderValue, Method, Request, Response, Version, header};
-use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body::Body as HttpBody;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// Entry point for one request on the proxy listener. Never fails: errors become responses.
@@ -398,16 +396,18 @@ where
     let status = parts.status.as_u16();
     // On HTTP/2 the sweep watches each stream's body on its own (stream_watch.rs).
     let h2 = ctx.in_flight.h2_conn().cloned();
-    let observed = Observed {
-        inner: body,
-        bytes: 0,
-        done: false,
-        report: Some(Report {
-            worker,
-            ctx,
-            status,
-        }),
-    };
+    let observed = crate::body::Watched::new(
+        body,
+        Observe {
+            bytes: 0,
+            done: false,
+            report: Some(Report {
+                worker,
+                ctx,
+                status,
+            }),
+        },
+    );
     let body = match h2 {
         Some(conn) => {
             let body = Severable::new(observed.boxed_unsync());
@@ -480,75 +480,39 @@ struct Report {
     status: u16,
 }
 
-pin_project_lite::pin_project! {
-    /// The provider's response body, streamed as is; when it ends or is dropped (client
-    /// gone) the request event is emitted with the total time and byte count.
-    struct Observed<B>
-    where
-        B: HttpBody,
-    {
-        #[pin]
-        inner: B,
-        bytes: u64,
-        done: bool,
-        report: Option<Report>,
-    }
-
-    impl<B> PinnedDrop for Observed<B>
-    where
-        B: HttpBody,
-    {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            if let Some(mut r) = this.report.take() {
-                // hyper stops polling once `is_end_stream` says so, so the end is seen here.
-                let done = *this.done || this.inner.is_end_stream();
-                let event = r.ctx.event(&r.worker.shared, r.status, None, *this.bytes, done);
-                r.worker.local().observer.emit(event);
-            }
-        }
-    }
+/// Watches the provider's response body, streamed as is: when it ends or is dropped
+/// (client gone) the request event is emitted with the total time and byte count.
+struct Observe {
+    bytes: u64,
+    done: bool,
+    report: Option<Report>,
 }
 
-impl<B: HttpBody<Data = Bytes, Error = BoxError>> HttpBody for Observed<B> {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        match this.inner.poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(d) = frame.data_ref() {
-                    *this.bytes += d.len() as u64;
-                    if let Some(h) = this
-                        .report
-                        .as_mut()
-                        .and_then(|r| r.ctx.diag.as_mut())
-                        .and_then(|d| d.har.as_mut())
-                    {
-                        h.response_body.push(d);
-                    }
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(None) => {
-                *this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Pending => Poll::Pending,
+impl crate::body::Watch for Observe {
+    fn data(&mut self, d: &Bytes) {
+        self.bytes += d.len() as u64;
+        if let Some(h) = self
+            .report
+            .as_mut()
+            .and_then(|r| r.ctx.diag.as_mut())
+            .and_then(|d| d.har.as_mut())
+        {
+            h.response_body.push(d);
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+    fn end(&mut self, complete: bool) {
+        self.done |= complete;
     }
 
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn dropped(&mut self, ended: bool) {
+        if let Some(mut r) = self.report.take() {
+            let done = self.done || ended;
+            let event = r
+                .ctx
+                .event(&r.worker.shared, r.status, None, self.bytes, done);
+            r.worker.local().observer.emit(event);
+        }
     }
 }
 

@@ -412,7 +412,7 @@ impl Remedy for CacheStage {
         } else {
             ttl
         };
-        let tee = tee::Tee::new(
+        let tee = tee::tee(
             body,
             c.spec.max_entry,
             tee::Storing {

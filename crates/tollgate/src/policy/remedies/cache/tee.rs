@@ -4,14 +4,11 @@
 
 use super::Cache;
 use super::store::Entry;
-use crate::body::{Body, BoxError};
+use crate::body::{Body, Watch, Watched};
 use crate::policy::clock;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub struct Storing {
@@ -26,36 +23,54 @@ pub struct Storing {
     pub fill: Option<super::Fill>,
 }
 
-pin_project_lite::pin_project! {
-    pub struct Tee {
-        #[pin]
-        inner: Body,
-        copy: BytesMut,
-        cap: usize,
-        storing: Option<Storing>,
-    }
-
-    impl PinnedDrop for Tee {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            // hyper stops polling once `is_end_stream` says so: a body that ended without
-            // a final `None` poll is stored here.
-            if this.inner.is_end_stream()
-                && let Some(s) = this.storing.take()
-            {
-                store(s, std::mem::take(this.copy).freeze());
-            }
-        }
-    }
+/// Watches a response body being cached: keeps a copy up to the cap, stores it when the
+/// body has ended complete.
+pub struct Keep {
+    copy: BytesMut,
+    cap: usize,
+    storing: Option<Storing>,
 }
 
-impl Tee {
-    pub fn new(inner: Body, cap: usize, storing: Storing) -> Self {
-        Self {
-            inner,
+/// The response body being cached.
+pub type Tee = Watched<Body, Keep>;
+
+/// `inner`, copied up to `cap` bytes and stored when it ends complete.
+pub fn tee(inner: Body, cap: usize, storing: Storing) -> Tee {
+    Watched::new(
+        inner,
+        Keep {
             copy: BytesMut::new(),
             cap,
             storing: Some(storing),
+        },
+    )
+}
+
+impl Watch for Keep {
+    fn data(&mut self, d: &Bytes) {
+        if self.storing.is_some() {
+            if self.copy.len() + d.len() > self.cap {
+                // Too big to store: stream on, let the waiters go.
+                self.storing.take();
+                self.copy = BytesMut::new();
+            } else {
+                self.copy.extend_from_slice(d);
+            }
+        }
+    }
+
+    fn end(&mut self, complete: bool) {
+        match self.storing.take() {
+            Some(s) if complete => store(s, std::mem::take(&mut self.copy).freeze()),
+            _ => {}
+        }
+    }
+
+    fn dropped(&mut self, ended: bool) {
+        // hyper stops polling once `is_end_stream` says so: a body that ended without a
+        // final `None` poll is stored here.
+        if ended && let Some(s) = self.storing.take() {
+            store(s, std::mem::take(&mut self.copy).freeze());
         }
     }
 }
@@ -84,50 +99,4 @@ fn store(s: Storing, body: Bytes) {
         // The waiters look again only now that the entry is there.
         drop(fill);
     });
-}
-
-impl HttpBody for Tee {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let r = this.inner.poll_frame(cx);
-        match &r {
-            Poll::Ready(Some(Ok(frame))) => {
-                if this.storing.is_some()
-                    && let Some(d) = frame.data_ref()
-                {
-                    if this.copy.len() + d.len() > *this.cap {
-                        // Too big to store: stream on, let the waiters go.
-                        this.storing.take();
-                        *this.copy = BytesMut::new();
-                    } else {
-                        this.copy.extend_from_slice(d);
-                    }
-                }
-            }
-            Poll::Ready(None) => {
-                if let Some(s) = this.storing.take() {
-                    store(s, std::mem::take(this.copy).freeze());
-                }
-            }
-            Poll::Ready(Some(Err(_))) => {
-                this.storing.take();
-            }
-            Poll::Pending => {}
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }

@@ -1,4 +1,8 @@
-//! Body types: everything the proxy sends is a boxed, streaming body.
+//! Body types: everything the proxy sends is a boxed, streaming body; [`Watched`] is the
+//! one wrapper that sees frames pass (counting, copying, storing, ending on a deadline).
+
+mod watched;
+pub use watched::{Watch, Watched};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
