@@ -37,24 +37,83 @@ pub fn blocks() -> Vec<Block> {
             text: keys_table("header_guard"),
         },
     ]
+    .into_iter()
+    .chain(SECTIONS.iter().map(|s| Block {
+        doc: "docs/configuration.md",
+        name: s,
+        text: section_table(s),
+    }))
+    .collect()
 }
 
-/// The keys of a remedy's config (`retry`), each with its default and its doc comment,
-/// read from the config's JSON schema (the raw types are its source).
-pub fn keys_table(remedy: &str) -> String {
+/// The sections of the file whose tables configuration.md shows generated.
+const SECTIONS: [&str; 8] = [
+    "listen", "admin", "upstream", "domains", "egress", "metrics", "log", "shutdown",
+];
+
+/// A section's keys (`upstream`: `connect_timeout`, …, `pool.idle_timeout`), in the
+/// order the raw type declares them, each with its default and its doc comment.
+pub fn section_table(section: &str) -> String {
     let schema: serde_json::Value =
         serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
-    let defs = &schema["$defs"];
-    // Follow `$ref`s and `anyOf` (an optional or `name | definition` key) to the
-    // definition with the fields.
-    let mut at = &defs["RawPolicy"]["properties"][remedy];
+    // The defaults as YAML: a mapping keeps the order the fields are declared in.
+    let defaults = yaml_serde::to_value(crate::config::raw::RawConfig::default())
+        .unwrap_or(yaml_serde::Value::Null);
+    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
+    let def = definition(&schema, &schema["properties"][section]);
+    rows(&schema, def, &defaults[section], "", &mut out);
+    out
+}
+
+fn rows(
+    schema: &serde_json::Value,
+    def: &serde_json::Value,
+    defaults: &yaml_serde::Value,
+    prefix: &str,
+    out: &mut String,
+) {
+    let Some(map) = defaults.as_mapping() else {
+        return;
+    };
+    for (k, v) in map {
+        let Some(key) = k.as_str() else { continue };
+        let field = &def["properties"][key];
+        let inner = definition(schema, field);
+        if v.is_mapping() && inner.get("properties").is_some() {
+            rows(schema, inner, v, &format!("{prefix}{key}."), out);
+            continue;
+        }
+        let default = match v {
+            yaml_serde::Value::Null => "none".to_owned(),
+            yaml_serde::Value::String(s) => format!("`{s}`"),
+            other => format!(
+                "`{}`",
+                serde_json::to_string(other)
+                    .unwrap_or_default()
+                    .replace('"', "")
+            ),
+        };
+        let doc = field["description"]
+            .as_str()
+            .unwrap_or_default()
+            .replace('\n', " ");
+        out.push_str(&format!("| `{prefix}{key}` | {default} | {doc} |\n"));
+    }
+}
+
+/// Follows `$ref`s and `anyOf`s (an optional key, a short form beside the mapping) to
+/// the definition with the fields.
+fn definition<'a>(
+    schema: &'a serde_json::Value,
+    mut at: &'a serde_json::Value,
+) -> &'a serde_json::Value {
     for _ in 0..8 {
         if at.get("properties").is_some() {
             break;
         }
         at = match (at.get("$ref"), at.get("anyOf")) {
             (Some(r), _) => {
-                &defs[r
+                &schema["$defs"][r
                     .as_str()
                     .unwrap_or_default()
                     .trim_start_matches("#/$defs/")]
@@ -69,6 +128,15 @@ pub fn keys_table(remedy: &str) -> String {
             _ => break,
         };
     }
+    at
+}
+
+/// The keys of a remedy's config (`retry`), each with its default and its doc comment,
+/// read from the config's JSON schema (the raw types are its source).
+pub fn keys_table(remedy: &str) -> String {
+    let schema: serde_json::Value =
+        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
+    let at = definition(&schema, &schema["$defs"]["RawPolicy"]["properties"][remedy]);
     let required: Vec<&str> = at["required"]
         .as_array()
         .map(|r| r.iter().filter_map(|v| v.as_str()).collect())

@@ -61,15 +61,15 @@ pub struct RawConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawListen {
-    /// Address of the proxy listener.
+    /// Address applications send their calls to. Loopback by default: expose it deliberately.
     pub address: String,
-    /// Largest total size of request headers (names + values) accepted; larger requests get 431 `headers_too_large`.
+    /// Largest request header section (names + values); larger gets 431 `headers_too_large`. 1KiB to 16MiB. HTTP/1.1 requests with more than 100 header fields are refused by hyper with a bare 431.
     pub max_header_bytes: String,
-    /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or its previous response's end (slow-loris guard and keep-alive idle limit). Checked every quarter of it: a quiet connection closes between 1x and 1.25x this.
+    /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or the end of its previous response: the slow-loris guard and the keep-alive idle limit. A connection with a request in flight is never cut, however slow the response. Checked by one sweep over all connections every quarter of the limit, so a quiet connection closes between 1× and 1.25× it; a reload applies from the next sweep. HTTP/2 connections are left to their client. 10ms to 1h.
     pub header_read_timeout: String,
-    /// Largest number of concurrent HTTP/2 streams per client connection (1 to 100000), and so the most upstream connections one client connection can hold (each stream in flight holds at most one). nginx's default is 128 too.
+    /// Concurrent HTTP/2 streams per client connection (advertised in SETTINGS), and so the most upstream connections one client connection can hold: each stream in flight holds at most one. nginx's default is 128 too. 1 to 100000.
     pub max_concurrent_streams: u32,
-    /// Time a client may leave a response unread before it is released with its upstream connection: a connection whose writes wait on the client (its window full) this long is cut, whatever produced the response (relayed, cached, aggregated); on HTTP/2 also each stream the client gives no flow-control window this long is reset, the connection's other streams going on. Checked with the read deadline's sweep: a stall ends between 1x and 1.25x this.
+    /// How long a response may wait on a client that stopped reading it. tollgate watches the client socket itself: when its writes have found the client's window full for this long, with no byte going through, the connection is cut, which drops the response and closes its upstream connection. That covers every response, whatever produced it (relayed, cache hit, aggregated, mock), including the last bytes hyper writes after the body has ended. On HTTP/2, each stream is also watched on its own: a stream whose response the client gives no flow-control window for this long is released (its upstream connection closed, the stream reset when the client next opens its window), the connection's other streams going on. Each counts in `tollgate_stalls_total{kind="connection"|"stream"}`. A slow *upstream* is not a stalled client: only waits on the client count. Checked by the same sweep as `header_read_timeout` (every quarter of the shorter of the two), so a stall ends between 1× and 1.25× the limit. 10ms to 1h.
     pub send_timeout: String,
 }
 
@@ -88,9 +88,9 @@ impl Default for RawListen {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
-    /// Address of the admin listener.
+    /// `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /config`, `GET /policies`, `GET /discover`, `GET /remedy-stats`, `POST /reload`. Never reachable through the proxy, by any spelling of its address (`0.0.0.0` and `::` included: see `egress`).
     pub address: String,
-    /// Bearer token required by `/metrics`, `/config` and `/reload` (`Authorization: Bearer TOKEN`); `/healthz` and `/readyz` stay open. `${ENV_VAR}` is substituted. Absent: no token (a warning is printed when the admin listener is not on a loopback address).
+    /// Bearer token required by all six endpoints but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats` and `/reload` (`Authorization: Bearer TOKEN`; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; shown as `MASKED` in `/config`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
     pub token: Option<String>,
 }
 
@@ -106,13 +106,13 @@ impl Default for RawAdmin {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawUpstream {
-    /// Time allowed to resolve, connect and (for https) finish the TLS handshake; then 504 `upstream_timeout`.
+    /// DNS + TCP connect + TLS handshake; past it: 504 `upstream_timeout`. 1ms to 1h.
     pub connect_timeout: String,
-    /// Time allowed from sending the request until the provider's response headers arrive, including connecting when no pooled connection is free (keep it above connect_timeout); then 504 `upstream_timeout`.
+    /// From handing the request to the upstream client to the provider's response head, including connecting when no pooled connection is free (so keep it above `connect_timeout`, or a slow connect reports as a response timeout); past it: 504 `upstream_timeout`. The body then streams without a deadline. 1ms to 1day.
     pub response_timeout: String,
-    /// How long resolved addresses are cached (0 to 1d; 0 caches for 1ms, coalescing concurrent lookups only).
+    /// How long resolved addresses are cached (failures are not cached; concurrent lookups of one name are coalesced). 0 to 1day.
     pub dns_ttl: String,
-    /// For a request with `Expect: 100-continue`, how long tollgate waits for the provider's `100 Continue` (or final answer) before sending the body anyway (RFC 9110 §10.1.1). The client gets the provider's interim response, never one made up by tollgate.
+    /// A request with `Expect: 100-continue` (RFC 9110 §10.1.1) is forwarded with it, and its body is held back until the provider answers `100 Continue`, which then reaches the client: the client never uploads a body the provider refuses on its headers (a final answer that comes first is relayed and the body is never read). A provider that never sends `100` gets the body after this long. For HTTP/2 providers, which send no interim answer through hyper, the body always waits this long. 0 to 60s.
     pub expect_continue_timeout: String,
     /// The upstream connection pool.
     pub pool: RawPool,
@@ -136,9 +136,9 @@ impl Default for RawUpstream {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawPool {
-    /// Idle upstream connections are closed after this long.
+    /// Idle keep-alive upstream connections are not reused after this and are closed by the next sweep (every half timeout), so within 1.5× of it. 0 to 1day.
     pub idle_timeout: String,
-    /// Most idle keep-alive connections kept per upstream host, per data-plane worker (0 to 100000; 0 disables reuse).
+    /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool). 0 (no reuse) to 100000.
     pub max_idle_per_host: usize,
 }
 
@@ -154,33 +154,33 @@ impl Default for RawPool {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTls {
-    /// A PEM file of extra CA certificates trusted in addition to the webpki (Mozilla) roots.
+    /// PEM file of CA certificates trusted in addition to the webpki (Mozilla) roots. Checked at load by building the TLS configuration `run` uses: it must exist and hold at least one certificate rustls accepts.
     pub extra_ca_file: Option<String>,
-    /// Upstream host names whose certificates are NOT verified. Only exact names; use for test servers only.
+    /// Exact host names whose certificates are **not** verified (test servers only). No wildcards; every other host stays verified.
     pub insecure_skip_verify: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDomains {
-    /// When non-empty, only hosts matching one of these glob patterns (`*.example.com`, `api.*.com`, `*`) are reachable.
+    /// When non-empty, only hosts matching one of these globs are reachable.
     pub allow: Vec<String>,
-    /// Hosts matching one of these glob patterns are refused with 403 `domain_denied`. Deny wins over allow.
+    /// Hosts matching one of these globs get 403 `domain_denied`. Deny wins over allow.
     pub deny: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawEgress {
-    /// Deny connections to loopback, private (RFC 1918, RFC 4193), shared (CGNAT), link-local, multicast and reserved addresses, whatever name resolved to them. Switch on in production.
+    /// Deny loopback, private (RFC 1918, RFC 4193), shared (100.64/10), link-local, benchmarking, multicast and reserved ranges: `0.0.0.0/8 10.0.0.0/8 100.64.0.0/10 127.0.0.0/8 169.254.0.0/16 172.16.0.0/12 192.0.0.0/24 192.168.0.0/16 198.18.0.0/15 224.0.0.0/4 240.0.0.0/4 ::/128 ::1/128 fc00::/7 fe80::/10 ff00::/8`. **Switch it on in production**; it is off by default so that local development and providers on `localhost` work.
     pub deny_private: bool,
-    /// Deny the cloud metadata endpoints 169.254.169.254, 169.254.170.2, fd00:ec2::254 and 100.100.100.200.
+    /// Deny the cloud metadata endpoints `169.254.169.254` (AWS, GCP, Azure, OpenStack), `169.254.170.2` (AWS ECS), `fd00:ec2::254` (AWS IPv6), `100.100.100.200` (Alibaba).
     pub deny_metadata: bool,
-    /// Addresses or CIDR ranges (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.7`) never connected to. IP literals in `domains.deny` are added here too.
+    /// Addresses or CIDR ranges never connected to (`10.0.0.0/8`, `192.0.2.7`, `2001:db8::/32`).
     pub deny: Vec<String>,
-    /// Addresses or CIDR ranges connected to even when a deny rule matches them (never tollgate's own listeners).
+    /// Addresses or CIDR ranges connected to even when a deny rule above matches (`deny_private: true` with `allow: [10.20.0.0/16]` for an internal provider).
     pub allow: Vec<String>,
-    /// Ports a CONNECT tunnel may reach: port numbers, or ranges as `"8000-8100"`; `"*"` for any port.
+    /// Ports a CONNECT tunnel may reach: numbers, ranges as `"8000-8100"`, or `"*"` for any. Other ports get 403 `port_denied` before any connection, so open and closed ports answer alike (no port scanning through the proxy). Squid's default.
     pub connect_ports: Vec<RawPort>,
 }
 
@@ -207,7 +207,7 @@ pub enum RawPort {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawMetrics {
-    /// Most distinct upstream hosts used as metric labels (1 to 100000); further hosts are counted under `host="other"` and in `tollgate_metric_hosts_folded_total`.
+    /// Most distinct upstream hosts used as `host` labels. Past it, requests count under `host="other"` and in `tollgate_metric_hosts_folded_total`. 1 to 100000; read at start-up.
     pub max_hosts: usize,
 }
 
@@ -229,15 +229,15 @@ pub struct RawRoute {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLog {
-    /// Log filter in `tracing` EnvFilter syntax (`info`, `tollgate=debug`). `RUST_LOG` overrides it.
+    /// `tracing` filter syntax (`info`, `tollgate=debug,hyper=warn`). `RUST_LOG` overrides it.
     pub level: String,
-    /// `text` or `json`.
+    /// `text` or `json`, for the process log (stderr) and the access log.
     pub format: String,
-    /// Write one access-log line per request (off the hot path, through a bounded queue).
+    /// One line per request: request id, method, host, path (without query: queries often carry secrets), status, error code, policy, total and upstream ms, body bytes, whether the body completed. Can be switched on and off by reload.
     pub access_log: bool,
-    /// Where access-log lines go: a file path (appended to), or absent for standard output. Read at start-up.
+    /// File the access log is appended to; absent: standard output.
     pub access_log_file: Option<String>,
-    /// Capacity of the access-log and metrics queue, one per data-plane worker (1 to 16777216); events beyond it are dropped and counted.
+    /// 1 to 16777216. Bounded queue between requests and the observer thread (metrics and access log), one per data-plane worker. When full, events are dropped and counted in `tollgate_events_dropped_total`; requests never wait.
     pub queue_capacity: usize,
 }
 
@@ -256,7 +256,7 @@ impl Default for RawLog {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawShutdown {
-    /// On SIGTERM/SIGINT, in-flight requests and tunnels get this long to finish before they are cut.
+    /// On SIGTERM/SIGINT, in-flight requests, CONNECT tunnels and upgraded connections get this long to finish. At the deadline, requests still waiting in a queue (rate limit, quota, concurrency) answer **503 `shutting_down`**: they were never sent, so the client may send them again elsewhere; what is left a second later (requests sent upstream and still waiting, tunnels) is cut. 0 to 1h.
     pub drain_timeout: String,
 }
 
