@@ -545,3 +545,17 @@ fn the_effective_config_masks_the_secrets_it_shows_as_written() {
         "MASKED"
     );
 }
+
+/// A reload diff names the leaf path of a key `/config` shows only as written.
+#[test]
+fn the_reload_diff_names_every_changed_leaf() {
+    let a = tollgate::Config::from_yaml("diagnosis:\n  traces: {batch_size: 512}\n").unwrap();
+    let b = tollgate::Config::from_yaml("diagnosis:\n  traces: {batch_size: 64}\n").unwrap();
+    let d = tollgate::config::diff(&a, &b);
+    assert_eq!(
+        d.paths,
+        vec!["diagnosis.traces.batch_size".to_owned()],
+        "{d:?}"
+    );
+    assert_eq!(d.changed, vec!["diagnosis"]);
+}
