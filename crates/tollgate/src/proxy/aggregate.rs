@@ -11,13 +11,10 @@ use crate::aggregate::{Backend, Endpoint, carries_body};
 use crate::body::{Body, ReadError, full, read_capped};
 use crate::error::ProxyError;
 use crate::metrics::method_label;
-use crate::policy::chain::Exchange;
-use crate::policy::engine;
 use crate::state::{Runtime, Worker};
 use crate::upstream::deadline::ResponseTimer;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, Uri, header};
-use http_body_util::BodyExt;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -494,12 +491,9 @@ impl Fanout<'_> {
     ) -> Result<Response<Body>, ProxyError> {
         let (call, worker, rt, timer) = (self.call, self.worker, self.rt, self.timer);
         let target = &b.target;
-        if !rt.config.domains.permits(&target.host) {
-            return Err(ProxyError::DomainDenied(target.host.to_string()));
-        }
         let pq = http::uri::PathAndQuery::try_from(pq)
             .map_err(|e| ProxyError::BadTarget(format!("backend `{}`: {e}", b.name)))?;
-        let path = pq.path().to_owned();
+        let policy = super::outbound::admit(rt, target, &b.method, pq.path())?;
         let mut req = Request::new(crate::body::empty());
         *req.method_mut() = b.method.clone();
         let h = req.headers_mut();
@@ -507,9 +501,9 @@ impl Fanout<'_> {
             h.append(n.clone(), v.clone());
         }
         // The same request form as a proxied call.
-        *req.uri_mut() = crate::target::upstream_uri(target, pq, req.headers_mut(), false)?;
+        *req.uri_mut() =
+            super::outbound::address(req.headers_mut(), &worker.local().via, target, pq, false)?;
         let h = req.headers_mut();
-        h.append(header::VIA, worker.local().via.clone());
         // A backend such as GitHub's API refuses a request without one (Lura sends one).
         if !h.contains_key(header::USER_AGENT) {
             h.insert(header::USER_AGENT, self.e.user_agent.clone());
@@ -542,24 +536,10 @@ impl Fanout<'_> {
                 }
             }
         }
-        match rt.config.policies.find(&target.host, &b.method, &path) {
-            Some(i) => {
-                let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
-                let mut diag = None;
-                engine::run(x, &*rt.client, timer, &mut diag)
-                    .await
-                    .map(|d| d.response)
-                    // The backend's outcome is classified by the error itself.
-                    .map_err(ProxyError::unretried)
-            }
-            None => {
-                let sent = Instant::now();
-                rt.client
-                    .send_within(req, target, timer, sent, limit, true)
-                    .await
-                    .map(|r| r.map(|b| b.boxed_unsync()))
-            }
-        }
+        super::outbound::send(rt, req, target, policy, timer, limit)
+            .await
+            // The backend's outcome is classified by the error itself.
+            .map_err(ProxyError::unretried)
     }
 }
 

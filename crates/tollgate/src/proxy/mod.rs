@@ -15,6 +15,7 @@
 //! 10. response: hop-by-hop removed, request id added, body streamed and observed
 
 mod aggregate;
+mod outbound;
 
 use crate::body::{Body, BoxError, from_incoming};
 use crate::conns::InFlight;
@@ -28,8 +29,8 @@ use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::{Runtime, Shared, Worker};
 use crate::stream_watch::Severable;
+use crate::target::url;
 use crate::target::{Scheme, Target};
-use crate::target::{upstream_uri, url};
 use crate::tunnel;
 use crate::upgrade;
 use crate::upstream::PooledBody;
@@ -248,14 +249,7 @@ fn prepare(
     }
     let (target, path_and_query) = resolve_target(config, &req)?;
     ctx.host = Some(target.host.clone());
-    if !config.domains.permits(&target.host) {
-        return Err(ProxyError::DomainDenied(target.host.to_string()));
-    }
-    // Policies match the upstream request: the path after a route's prefix is stripped,
-    // so a policy sees the same path in every routing mode.
-    let policy = config
-        .policies
-        .find(&target.host, req.method(), path_and_query.path());
+    let policy = outbound::admit(rt, &target, req.method(), path_and_query.path())?;
     if let Some(i) = policy {
         ctx.policy = Some(rt.engine.chains[i].policy.clone());
     }
@@ -278,21 +272,17 @@ fn prepare(
 
     let (mut parts, body) = req.into_parts();
     headers::strip_for_upstream(&mut parts.headers);
-    // RFC 9110 §7.6.3: each proxy appends itself to Via; seeing its own entry come back
-    // is how a loop through any address or name is caught.
-    parts
-        .headers
-        .append(header::VIA, worker.local().via.clone());
     // tollgate writes the request itself on its HTTP/1.1 pool (`http`) and on an
     // upgrade's own connection: origin-form (RFC 9112 §3.2.1; absolute-form is for a
     // next-hop proxy), and Host the upstream's authority (RFC 9110 §7.2), precomputed
     // with the target. hyper-util's client (`https`) needs the absolute URI to pick a
     // connection; it writes origin-form and sets Host on HTTP/1.1 and sends
     // `:authority` alone on HTTP/2.
-    parts.uri = upstream_uri(
+    parts.uri = outbound::address(
+        &mut parts.headers,
+        &worker.local().via,
         &target,
         path_and_query,
-        &mut parts.headers,
         upgrade.is_some(),
     )?;
     // The upstream protocol is chosen by ALPN, not by the client's version.
