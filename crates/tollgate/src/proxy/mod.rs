@@ -194,7 +194,9 @@ enum Forwarded {
     Ready(Response<Body>),
 }
 
-/// Phases 3–8: admission, target, domain lists, policy, and the upstream request.
+/// The synchronous phases, in docs/architecture.md's order (its `§` numbers; a test
+/// holds the two together): admission, CONNECT, aggregated endpoints, target, domain
+/// lists, policy match, the upstream request and its diagnosis.
 fn prepare(
     worker: &Worker,
     rt: &Runtime,
@@ -203,6 +205,7 @@ fn prepare(
 ) -> Result<Step, ProxyError> {
     let shared = &*worker.shared;
     let config = &rt.config;
+    // §5 Admission.
     if shared.is_draining() {
         return Err(ProxyError::ShuttingDown);
     }
@@ -227,6 +230,7 @@ fn prepare(
             "this request already passed through this tollgate (its Via pseudonym came back): the target leads back to tollgate".into(),
         ));
     }
+    // §6 CONNECT.
     if req.method() == Method::CONNECT {
         return Ok(Step::Connect(req));
     }
@@ -239,7 +243,7 @@ fn prepare(
             Uri::from_parts(parts).map_err(|e| ProxyError::BadTarget(e.to_string()))?;
     }
 
-    // Aggregated endpoints come before routes; a request naming its own target
+    // §6b Aggregated endpoints come before routes; a request naming its own target
     // (absolute-form, `x-tollgate-host`) is never one.
     if !config.endpoints.is_empty()
         && let Some((call, wants_body)) = endpoint_call(config, &req)
@@ -247,8 +251,10 @@ fn prepare(
         let body = wants_body.then(|| from_incoming(req.into_body()));
         return Ok(Step::Aggregate(Box::new(call), body));
     }
+    // §7 Target.
     let (target, path_and_query) = resolve_target(config, &req)?;
     ctx.host = Some(target.host.clone());
+    // §8 Domain lists, §9 policy match.
     let policy = outbound::admit(rt, &target, req.method(), path_and_query.path())?;
     if let Some(i) = policy {
         ctx.policy = Some(rt.engine.chains[i].policy.clone());
@@ -270,6 +276,7 @@ fn prepare(
     }
     .map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
 
+    // §10 Upstream request.
     let (mut parts, body) = req.into_parts();
     headers::strip_for_upstream(&mut parts.headers);
     // tollgate writes the request itself on its HTTP/1.1 pool (`http`) and on an
@@ -294,6 +301,7 @@ fn prepare(
     }
     let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
     let mut body = from_incoming(body);
+    // §10b Diagnosis, request side.
     if let Some(d) = &mut ctx.diag {
         body = diagnose_request(shared, rt, d, &mut parts, &target, policy, body);
     }

@@ -129,3 +129,81 @@ fn a_cycle_is_found() {
         .collect();
     assert_eq!(layers(&g).unwrap_err(), vec!["a", "b", "c"]);
 }
+
+/// The life of a request in docs/architecture.md (its numbered sections) is held to the
+/// code: each section's named code exists (a file, a folder, a `module::item`), and the
+/// synchronous phases in `proxy::prepare` carry the sections' numbers (`// §7`) in the
+/// doc's order.
+#[test]
+fn the_life_of_a_request_follows_the_code() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let doc = std::fs::read_to_string(root.join("../../docs/architecture.md")).unwrap();
+    let mut order = Vec::new();
+    for line in doc.lines() {
+        let Some(rest) = line.strip_prefix("## ") else {
+            continue;
+        };
+        let Some((number, title)) = rest.split_once(". ") else {
+            continue;
+        };
+        if !number.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        order.push(number.to_owned());
+        let anchors = title.split_once(" (").map_or("", |(_, a)| a);
+        for anchor in anchors.split('`').skip(1).step_by(2) {
+            let found = if let Some((module, item)) = anchor.split_once("::") {
+                let file = [format!("{module}.rs"), format!("{module}/mod.rs")]
+                    .into_iter()
+                    .map(|f| src.join(f))
+                    .find(|f| f.exists());
+                file.is_some_and(|f| {
+                    let text = std::fs::read_to_string(f).unwrap();
+                    ["fn ", "struct ", "enum ", "type "]
+                        .iter()
+                        .any(|k| text.contains(&format!("{k}{item}")))
+                })
+            } else {
+                src.join(anchor).exists()
+            };
+            assert!(
+                found,
+                "section {number} names `{anchor}`, which the code lacks"
+            );
+        }
+    }
+    let code = std::fs::read_to_string(src.join("proxy/mod.rs")).unwrap();
+    let prepare = code
+        .split("fn prepare(")
+        .nth(1)
+        .expect("proxy::prepare")
+        .split("\n}\n")
+        .next()
+        .unwrap();
+    let marks: Vec<String> = prepare
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("// §"))
+        .flat_map(|l| {
+            // `// §8 Domain lists, §9 policy match.`
+            std::iter::once(l)
+                .chain(l.split(", §").skip(1))
+                .map(|m| m.split([' ', '.']).next().unwrap_or("").to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(marks.len() >= 8, "prepare's phases are marked: {marks:?}");
+    let positions: Vec<usize> = marks
+        .iter()
+        .map(|m| {
+            order
+                .iter()
+                .position(|o| o == m)
+                .unwrap_or_else(|| panic!("§{m} in prepare is no section of architecture.md"))
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "prepare's phases {marks:?} are not in the doc's order {order:?}"
+    );
+}
