@@ -3,13 +3,13 @@
 //! fails when one differs from what the code generates now (`TOLLGATE_BLESS=1` rewrites
 //! them).
 
-use crate::policy::remedies::STAGES;
+use crate::policy::remedies::{self, STAGES};
 
 /// A generated block: the doc it lives in (relative to the repository root), its name,
 /// and its text.
 pub struct Block {
     pub doc: &'static str,
-    pub name: &'static str,
+    pub name: String,
     pub text: String,
 }
 
@@ -18,32 +18,51 @@ pub fn blocks() -> Vec<Block> {
     vec![
         Block {
             doc: "docs/architecture.md",
-            name: "stages",
+            name: "stages".into(),
             text: stage_table(),
         },
         Block {
             doc: "docs/policies.md",
-            name: "stages",
+            name: "stages".into(),
             text: stage_table(),
         },
         Block {
             doc: "docs/policies.md",
-            name: "actions",
+            name: "actions".into(),
             text: action_table(),
         },
         Block {
             doc: "docs/policies.md",
-            name: "keys:header_guard",
+            name: "keys:header_guard".into(),
             text: keys_table("header_guard"),
         },
+        remedy_block::<remedies::cache::RawCache>("cache", "RawCache"),
+        remedy_block::<remedies::breaker::RawBreaker>("breaker", "RawBreaker"),
+        remedy_block::<remedies::throttle::RawThrottle>("provider_throttling", "RawThrottle"),
+        remedy_block::<remedies::retry::RawRetry>("retry", "RawRetry"),
+        remedy_block::<remedies::timeouts::RawTimeouts>("timeouts", "RawTimeouts"),
     ]
     .into_iter()
     .chain(SECTIONS.iter().map(|s| Block {
         doc: "docs/configuration.md",
-        name: s,
+        name: s.to_string(),
         text: section_table(s),
     }))
     .collect()
+}
+
+/// A remedy's key table in policies.md, its rows in the order its raw type declares them.
+fn remedy_block<T: serde::Serialize + Default>(key: &str, def: &str) -> Block {
+    let schema: serde_json::Value =
+        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
+    let defaults = yaml_serde::to_value(T::default()).unwrap_or(yaml_serde::Value::Null);
+    let mut text = String::from("| key | default | meaning |\n|---|---|---|\n");
+    rows(&schema, &schema["$defs"][def], &defaults, "", &mut text);
+    Block {
+        doc: "docs/policies.md",
+        name: format!("keys:{key}"),
+        text,
+    }
 }
 
 /// The sections of the file whose tables configuration.md shows generated.
@@ -85,19 +104,29 @@ fn rows(
         }
         let default = match v {
             yaml_serde::Value::Null => "none".to_owned(),
-            yaml_serde::Value::String(s) => format!("`{s}`"),
-            other => format!(
-                "`{}`",
-                serde_json::to_string(other)
-                    .unwrap_or_default()
-                    .replace('"', "")
-            ),
+            other => format!("`{}`", plain(other)),
         };
         let doc = field["description"]
             .as_str()
             .unwrap_or_default()
             .replace('\n', " ");
         out.push_str(&format!("| `{prefix}{key}` | {default} | {doc} |\n"));
+    }
+}
+
+/// A default as a user writes it: `60s`, `[GET, HEAD]`, `{}`.
+fn plain(v: &yaml_serde::Value) -> String {
+    match v {
+        yaml_serde::Value::String(s) => s.clone(),
+        yaml_serde::Value::Sequence(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(plain).collect::<Vec<_>>().join(", ")
+            )
+        }
+        other => serde_json::to_string(other)
+            .unwrap_or_default()
+            .replace('"', ""),
     }
 }
 

@@ -365,23 +365,23 @@ impl Default for BreakerSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawBreaker {
-    /// Open after this many failures in a row (1 to 1000000; 0 switches the rule off).
+    /// Open after this many failures in a row; 0 switches this rule off (0 to 1000000).
     pub consecutive_failures: u32,
-    /// Open when failures reach this share of requests in `window` (`"50%"`; absent: rule off).
+    /// Open when failures reach this share (`"50%"`) of requests in the rolling `window` (absent: this rule is off)…
     pub failure_ratio: Option<String>,
-    /// Fewest requests in `window` before `failure_ratio` applies (1 to 1000000).
+    /// …once the window holds at least this many (1 to 1000000).
     pub min_requests: u64,
-    /// Rolling window of `failure_ratio` (1s to 1h).
+    /// Rolling window of the ratio, 1s to 1h (estimated from the current and previous fixed windows, weighted by their overlap).
     pub window: String,
-    /// How long the breaker stays open (10ms to 1h); then half-open.
+    /// How long it stays open (10ms to 1h); then half-open.
     pub open_for: String,
-    /// Requests let through while half-open (1 to 1000); all succeeding closes the breaker, one failing opens it again.
+    /// Requests let through half-open (1 to 1000): all succeeding closes it, one failing opens it again. A probe refused later in the chain or abandoned by its client gives its place back.
     pub half_open_probes: u32,
-    /// Statuses that count as failures: numbers (`503`) or ranges (`"500-599"`).
+    /// Statuses that count as failures: `503` or ranges `"500-599"`.
     pub failure_statuses: Vec<String>,
-    /// Connect, DNS and TLS errors count as failures.
+    /// DNS, connect and TLS failures count.
     pub connect_errors: bool,
-    /// Timeouts count as failures.
+    /// Response timeouts count.
     pub timeouts: bool,
 }
 

@@ -288,29 +288,29 @@ impl Remedy for RetryStage {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRetry {
-    /// Most attempts in all, the first included (2 to 20).
+    /// Attempts in all, the first included (2 to 20).
     pub attempts: u32,
-    /// Backoff before retry n: a random time up to min(max_delay, base_delay × 2^n) (full jitter).
+    /// Backoff before retry n: a random time between 0 and min(`max_delay`, `base_delay` × 2^n) ("full jitter").
     pub base_delay: String,
-    /// Upper bound of one backoff (1ms to 1h); also the longest provider `Retry-After` honoured.
+    /// Cap of one backoff (1ms to 1h). A retryable response's `Retry-After` is honoured when it is within this cap; a longer one ends the retries and the response is relayed (unless another `credentials` account is free: the retry goes there at once). A `Retry-After` too large for any clock counts as "very long", never as none.
     pub max_delay: String,
-    /// Response statuses retried: numbers or ranges (`"502-504"`).
+    /// Response statuses retried.
     pub statuses: Vec<String>,
-    /// Retry connect, DNS and TLS errors (the request never reached the provider).
+    /// Retry DNS, connect and TLS failures, and resets of a connection before the response.
     pub connect_errors: bool,
-    /// Retry timeouts waiting for the response head.
+    /// Retry a response-head timeout.
     pub timeouts: bool,
     /// Methods retried besides the idempotent ones (GET, HEAD, OPTIONS, TRACE, PUT, DELETE). A request with `Idempotency-Key` is always retryable.
     pub methods: Vec<String>,
-    /// Largest request body kept for replay (0 to 64MiB); a larger body is sent once and not retried.
+    /// Request bodies up to this are kept for replay (0 to 64MiB); a larger body is sent once and not retried.
     pub max_body: String,
-    /// Retries allowed as a share of requests over `budget_window` (`"20%"`), so retries never multiply an outage.
+    /// Retries allowed, as a share of requests over `budget_window`…
     pub budget: String,
-    /// Rolling window of the budget (1s to 1h).
+    /// …a rolling window (1s to 1h)…
     pub budget_window: String,
-    /// Retries always allowed per budget window, for low traffic (0 to 1000000).
+    /// …plus this many retries per window in any case, so low traffic can retry. When the budget is spent, failures are relayed at once: retries never multiply an outage.
     pub budget_min: u64,
-    /// All attempts and backoffs together end within this (1ms to 1d); absent: no overall deadline.
+    /// All attempts and backoffs end within this (1ms to 1d).
     pub deadline: Option<String>,
 }
 

@@ -168,13 +168,13 @@ impl Remedy for Throttle {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawThrottle {
-    /// While throttled: `reject` at once (429 `provider_throttled` with the remaining `Retry-After`), or `wait` until the provider's reset when it is within `max_wait`.
+    /// `reject`: refuse at once with **429 `provider_throttled`** and the remaining `Retry-After`. `wait`: hold the request until the pause ends when that is within `max_wait` (and the `total` timeout), else refuse.
     pub action: String,
-    /// Longest a request waits for the provider's reset with `action: wait` (1ms to 1h); longer resets are rejected at once.
+    /// 1ms to 1h.
     pub max_wait: String,
-    /// Statuses whose `Retry-After` throttles.
+    /// Responses whose `Retry-After` (seconds or HTTP-date) starts a pause.
     pub statuses: Vec<u16>,
-    /// Longest throttle honoured (1s to 1d): a provider asking for more is held to this.
+    /// Longest pause honoured, 1s to 1d.
     pub max_throttle: String,
 }
 

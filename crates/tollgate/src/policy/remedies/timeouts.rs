@@ -68,10 +68,10 @@ impl Remedy for Timeouts {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTimeouts {
-    /// Resolve, connect and TLS (1ms to 1h).
+    /// Resolve, connect and TLS, per attempt (1ms to 1h); absent: `upstream.connect_timeout`.
     pub connect: Option<String>,
-    /// From sending a request until the response head, per attempt (1ms to 1d).
+    /// From sending until the response head, per attempt (1ms to 1d); absent: `upstream.response_timeout`.
     pub response: Option<String>,
-    /// The whole exchange: queues, attempts, backoffs and the response body (1ms to 1d); then 504 `upstream_timeout` (or the body is cut).
+    /// The whole exchange: queue waits, attempts, backoffs and the response body (1ms to 1d). Before the head: **504 `upstream_timeout`**; during the body: the body is cut.
     pub total: Option<String>,
 }

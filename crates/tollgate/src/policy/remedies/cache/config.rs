@@ -9,25 +9,25 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCache {
-    /// How long a response is fresh (1s to 30d); the provider's `max-age`/`s-maxage` caps it.
+    /// Freshness, 1s to 30d. The provider's `max-age` (and `s-maxage` for a shared cache) caps it.
     pub ttl: String,
-    /// Methods cached. `POST` (and other methods with a body) needs `key_body: true`.
+    /// Methods cached; others bypass. `POST` needs `key_body: true`.
     pub methods: Vec<String>,
-    /// Response statuses stored.
+    /// Statuses stored.
     pub statuses: Vec<u16>,
-    /// Request headers whose values are part of the key (e.g. `accept`, `x-github-api-version`).
+    /// Request headers whose values are part of the key (`accept`, `x-github-api-version`, a tenant header…).
     pub key_headers: Vec<String>,
-    /// Put the request body in the key (hashed; a JSON body is canonicalised first, so key order and whitespace do not matter). For POST APIs such as search or LLM completions.
+    /// Put a SHA-256 of the request body in the key; a JSON body is canonicalised first (keys sorted, no whitespace), so `{"a":1, "b":2}` and `{"b":2,"a":1}` share an entry; numbers keep their spelling (`1.0` and `1.00` are different keys). For search and LLM completion APIs. A body over `max_entry` bypasses.
     pub key_body: bool,
-    /// Largest response body stored (1B to 1GiB); larger responses stream through uncached.
+    /// Largest response stored (1B to 1GiB); larger ones stream through uncached.
     pub max_entry: String,
-    /// Total size of stored bodies and headers (1KiB to 64GiB); least recently used entries are evicted beyond it.
+    /// Total size (bodies, headers, keys), 1KiB to 64GiB; least recently used entries are evicted beyond it.
     pub max_size: String,
-    /// `true` when the cache serves several users (a shared cache, RFC 9111 §3.5): responses with `Cache-Control: private` or to requests with `Authorization` are not stored then. A sidecar serving one application is private (the default).
+    /// Declare the cache shared (RFC 9111 §3.5): then `Cache-Control: private` responses, and responses to requests carrying their own `Authorization`, are not stored. A sidecar serving one application is a private cache, so GitHub's `private, max-age=60` stays cacheable by default.
     pub shared: bool,
-    /// Ignore the provider's `Cache-Control` (`no-store`, `max-age`, `private`) and store for `ttl`.
+    /// Store for `ttl` whatever the provider's `Cache-Control` says.
     pub ignore_cache_control: bool,
-    /// Keep a stale entry that has an `ETag` or `Last-Modified` (for up to `ttl` more) and revalidate it with `If-None-Match`/`If-Modified-Since`; a `304` from the provider is answered from the entry.
+    /// Keep entries with an `ETag` or `Last-Modified` for another `ttl` once stale, and revalidate them with `If-None-Match` / `If-Modified-Since`; a **304** is answered from the entry (its headers refreshed), so the provider's body is not resent and, for APIs that do not charge 304s (GitHub), your quota is spared.
     pub revalidate: bool,
 }
 
