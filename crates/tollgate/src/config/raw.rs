@@ -91,7 +91,7 @@ pub struct RawAdmin {
     /// `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /config`, `GET /policies`, `GET /discover`, `GET /remedy-stats`, `POST /reload`. Never reachable through the proxy, by any spelling of its address (`0.0.0.0` and `::` included: see `egress`).
     pub address: String,
     /// Bearer token required by all six endpoints but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats` and `/reload` (`Authorization: Bearer TOKEN`; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; shown as `MASKED` in `/config`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
-    pub token: Option<String>,
+    pub token: Option<crate::fields::SecretText>,
 }
 
 impl Default for RawAdmin {

@@ -103,7 +103,7 @@ pub struct RawObfuscate {
     /// Replace header values, query values, JSON leaves (strings and numbers) and the path segments that are not literal parts of the matched template by `HMAC-SHA-256(key, value)` (hex, first 16 bytes).
     pub enabled: bool,
     /// The per-installation key, at least 16 characters; `${ENV_VAR}` is substituted. Required when `enabled`.
-    pub key: Option<String>,
+    pub key: Option<crate::fields::SecretText>,
     /// Header names kept as they are.
     pub exclude_headers: Vec<String>,
     /// Query-parameter names kept as they are.
@@ -147,7 +147,7 @@ pub struct RawCollector {
     pub url: String,
     /// Headers sent with every batch (an API key for the collector). `${ENV_VAR}` is substituted; values are masked in `/config`.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, crate::fields::SecretText>,
     /// Most entries per POST (1 to 10000).
     #[serde(default = "default_batch")]
     pub batch_size: usize,
@@ -189,7 +189,7 @@ pub struct RawTraces {
     /// OTLP/HTTP traces endpoint (protobuf). `${ENV_VAR}` is substituted.
     pub endpoint: String,
     /// Headers sent with every export. `${ENV_VAR}` is substituted; values are masked in `/config`.
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, crate::fields::SecretText>,
     /// Fraction of new traces sampled, from 0 to 1. A client's `traceparent` decides for the traces it continues.
     pub sample: f64,
     /// `service.name` of the exported resource.

@@ -1,8 +1,9 @@
 //! The policies and shared limits as written, for `GET /config` and the reload diff:
 //! every key of every remedy with its default filled in (the raw types' serde defaults),
 //! a shared definition resolved under its name, and secrets `MASKED` unless written as
-//! `${VAR}`. The raw types are the source, so a key added to them shows here without
-//! more code.
+//! `${VAR}` (secret fields are `SecretText`, which serialises so; header values a
+//! transform sets are masked here when the header's name says it carries a secret). The
+//! raw types are the source, so a key added to them shows here without more code.
 
 use super::raw::RawConfig;
 use serde::Serialize;
@@ -20,9 +21,6 @@ pub(super) fn written(raw: &RawConfig) -> Value {
             resolve(&mut v, "quota", &raw.quotas);
             resolve(&mut v, "concurrency", &raw.concurrency_limits);
             resolve(&mut v, "breaker", &raw.breakers);
-            if let Some(c) = v.get_mut("credentials") {
-                mask_credentials(c);
-            }
             for transform in ["request", "response"] {
                 for list in ["set_headers", "add_headers"] {
                     if let Some(h) = v.get_mut(transform).and_then(|t| t.get_mut(list)) {
@@ -43,28 +41,11 @@ pub(super) fn written(raw: &RawConfig) -> Value {
     })
 }
 
-/// The whole file as written, defaults filled in, secrets masked: what `/config` shows
-/// for a key its validated sections do not spell out.
+/// The whole file as written, defaults filled in, secrets masked (each secret field is a
+/// [`crate::fields::SecretText`]): what `/config` shows for a key its validated sections
+/// do not spell out.
 fn everything(raw: &RawConfig) -> Value {
-    let mut v = to_value(raw);
-    for path in [
-        &["admin", "token"][..],
-        &["diagnosis", "har", "obfuscate", "key"],
-    ] {
-        if let Some(s) = path.iter().try_fold(&mut v, |v, k| v.get_mut(*k)) {
-            mask(s);
-        }
-    }
-    // Headers sent to a collector or a trace endpoint carry its credentials.
-    for path in [
-        &["diagnosis", "traces", "headers"][..],
-        &["diagnosis", "har", "collector", "headers"],
-    ] {
-        if let Some(Value::Object(m)) = path.iter().try_fold(&mut v, |v, k| v.get_mut(*k)) {
-            m.values_mut().for_each(mask);
-        }
-    }
-    v
+    to_value(raw)
 }
 
 /// Adds to `shown` every key of `written` it lacks (recursing into objects and into
@@ -113,40 +94,9 @@ fn resolve<T: Serialize>(policy: &mut Value, key: &str, declared: &BTreeMap<Stri
 fn mask(v: &mut Value) {
     if let Value::String(s) = v
         && !s.is_empty()
-        && !is_env_reference(s)
+        && !crate::fields::is_env_reference(s)
     {
         *s = "MASKED".into();
-    }
-}
-
-fn is_env_reference(s: &str) -> bool {
-    s.strip_prefix("${")
-        .and_then(|r| r.strip_suffix('}'))
-        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-}
-
-/// A credential's values (bearer, basic username and password, key values), in the
-/// policy's own credential and in each account.
-fn mask_credentials(c: &mut Value) {
-    fn at<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
-        path.iter().try_fold(v, |v, k| v.get_mut(*k))
-    }
-    fn one(c: &mut Value) {
-        for path in [
-            &["bearer"][..],
-            &["basic", "username"],
-            &["basic", "password"],
-            &["header", "value"],
-            &["query", "value"],
-        ] {
-            if let Some(v) = at(c, path) {
-                mask(v);
-            }
-        }
-    }
-    one(c);
-    if let Some(accounts) = c.get_mut("accounts").and_then(Value::as_array_mut) {
-        accounts.iter_mut().for_each(one);
     }
 }
 

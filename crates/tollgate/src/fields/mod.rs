@@ -4,10 +4,12 @@
 //! it imports nothing of the gateway.
 
 pub mod env;
+mod secret_text;
 pub mod units;
 mod values;
 
 use ipnet::IpNet;
+pub use secret_text::{SecretText, is_env_reference};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -77,10 +77,10 @@ impl Errors {
         Some(v)
     }
 
-    pub fn headers(
+    pub fn headers<V: std::ops::Deref<Target = str>>(
         &mut self,
         path: &str,
-        map: &BTreeMap<String, String>,
+        map: &BTreeMap<String, V>,
     ) -> Vec<(HeaderName, HeaderValue)> {
         map.iter()
             .filter_map(|(k, v)| {

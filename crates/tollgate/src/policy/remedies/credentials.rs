@@ -289,7 +289,7 @@ impl Remedy for Credentials {
 #[serde(deny_unknown_fields, default)]
 pub struct RawCredentials {
     /// `Authorization: Bearer VALUE`.
-    pub bearer: Option<String>,
+    pub bearer: Option<crate::fields::SecretText>,
     /// `Authorization: Basic base64(username:password)`.
     pub basic: Option<RawBasic>,
     /// An API key in a request header.
@@ -306,7 +306,7 @@ pub struct RawCredentials {
 #[serde(deny_unknown_fields, default)]
 pub struct RawAccount {
     /// `Authorization: Bearer VALUE`.
-    pub bearer: Option<String>,
+    pub bearer: Option<crate::fields::SecretText>,
     /// `Authorization: Basic base64(username:password)`.
     pub basic: Option<RawBasic>,
     /// An API key in a request header.
@@ -318,8 +318,8 @@ pub struct RawAccount {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawBasic {
-    pub username: String,
-    pub password: String,
+    pub username: crate::fields::SecretText,
+    pub password: crate::fields::SecretText,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -328,7 +328,7 @@ pub struct RawNamed {
     /// Header or query parameter name.
     pub name: String,
     /// Its value; write `${ENV_VAR}`.
-    pub value: String,
+    pub value: crate::fields::SecretText,
 }
 
 pub fn credential(e: &mut Errors, path: &str, a: &RawAccount) -> Option<Credential> {
