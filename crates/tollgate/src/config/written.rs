@@ -1,9 +1,9 @@
 //! The policies and shared limits as written, for `GET /config` and the reload diff:
 //! every key of every remedy with its default filled in (the raw types' serde defaults),
 //! a shared definition resolved under its name, and secrets `MASKED` unless written as
-//! `${VAR}` (secret fields are `SecretText`, which serialises so; header values a
-//! transform sets are masked here when the header's name says it carries a secret). The
-//! raw types are the source, so a key added to them shows here without more code.
+//! `${VAR}` (each raw type serialises its secrets so: `SecretText`, a transform's secret
+//! headers). The raw types are the source, so a key added to them shows here without more
+//! code.
 
 use super::raw::RawConfig;
 use serde::Serialize;
@@ -21,13 +21,6 @@ pub(super) fn written(raw: &RawConfig) -> Value {
             resolve(&mut v, "quota", &raw.quotas);
             resolve(&mut v, "concurrency", &raw.concurrency_limits);
             resolve(&mut v, "breaker", &raw.breakers);
-            for transform in ["request", "response"] {
-                for list in ["set_headers", "add_headers"] {
-                    if let Some(h) = v.get_mut(transform).and_then(|t| t.get_mut(list)) {
-                        mask_secret_headers(h);
-                    }
-                }
-            }
             v
         })
         .collect();
@@ -88,32 +81,4 @@ fn resolve<T: Serialize>(policy: &mut Value, key: &str, declared: &BTreeMap<Stri
         def = Value::Object(named);
     }
     policy[key] = def;
-}
-
-/// `${VAR}` as written is shown; anything else is a literal secret.
-fn mask(v: &mut Value) {
-    if let Value::String(s) = v
-        && !s.is_empty()
-        && !crate::fields::is_env_reference(s)
-    {
-        *s = "MASKED".into();
-    }
-}
-
-/// Header values a transform sets, when the header's name says it carries a secret.
-fn mask_secret_headers(h: &mut Value) {
-    let Some(m) = h.as_object_mut() else {
-        return;
-    };
-    for (name, v) in m.iter_mut() {
-        let n = name.to_ascii_lowercase();
-        if [
-            "auth", "cookie", "token", "secret", "key", "password", "session",
-        ]
-        .iter()
-        .any(|w| n.contains(w))
-        {
-            mask(v);
-        }
-    }
 }

@@ -336,8 +336,10 @@ impl Remedy for ResponseTransform {
 #[serde(deny_unknown_fields, default)]
 pub struct RawHeaderTransform {
     /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    #[serde(serialize_with = "masked")]
     pub set_headers: BTreeMap<String, String>,
     /// Headers added beside existing values.
+    #[serde(serialize_with = "masked")]
     pub add_headers: BTreeMap<String, String>,
     /// Headers removed.
     pub remove_headers: Vec<String>,
@@ -347,8 +349,10 @@ pub struct RawHeaderTransform {
 #[serde(deny_unknown_fields, default)]
 pub struct RawRequestTransform {
     /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    #[serde(serialize_with = "masked")]
     pub set_headers: BTreeMap<String, String>,
     /// Headers added beside existing values.
+    #[serde(serialize_with = "masked")]
     pub add_headers: BTreeMap<String, String>,
     /// Headers removed.
     pub remove_headers: Vec<String>,
@@ -419,6 +423,27 @@ pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTempla
         pieces.push(Piece::Text(rest.to_owned()));
     }
     pieces
+}
+
+/// Header values as `/config` shows them: `MASKED` when the header's name says it carries
+/// a secret (`authorization`, `x-api-key`, a cookie…) and the value is not a `${VAR}`.
+fn masked<S: serde::Serializer>(map: &BTreeMap<String, String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(map.len()))?;
+    for (name, value) in map {
+        let n = name.to_ascii_lowercase();
+        let secret = [
+            "auth", "cookie", "token", "secret", "key", "password", "session",
+        ]
+        .iter()
+        .any(|w| n.contains(w));
+        if secret {
+            m.serialize_entry(name, crate::fields::SecretText(value.clone()).shown())?;
+        } else {
+            m.serialize_entry(name, value)?;
+        }
+    }
+    m.end()
 }
 
 #[cfg(test)]
