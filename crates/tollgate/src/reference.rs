@@ -41,6 +41,22 @@ pub fn blocks() -> Vec<Block> {
         remedy_block::<remedies::throttle::RawThrottle>("provider_throttling", "RawThrottle"),
         remedy_block::<remedies::retry::RawRetry>("retry", "RawRetry"),
         remedy_block::<remedies::timeouts::RawTimeouts>("timeouts", "RawTimeouts"),
+        sample_block::<remedies::quota::RawQuota>("quota", "RawQuota", "{}"),
+        sample_block::<remedies::rate_limit::RawRateLimit>(
+            "rate_limit",
+            "RawRateLimit",
+            "{limit: 1, window: second}",
+        ),
+        sample_block::<remedies::concurrency::RawConcurrency>(
+            "concurrency",
+            "RawConcurrency",
+            "{max: 1}",
+        ),
+        sample_block::<crate::policy::queue::RawQueue>(
+            "queues",
+            "RawQueue",
+            "{size: 1, max_wait: 1s}",
+        ),
     ]
     .into_iter()
     .chain(SECTIONS.iter().map(|s| Block {
@@ -53,9 +69,28 @@ pub fn blocks() -> Vec<Block> {
 
 /// A remedy's key table in policies.md, its rows in the order its raw type declares them.
 fn remedy_block<T: serde::Serialize + Default>(key: &str, def: &str) -> Block {
+    table_block(key, def, yaml_serde::to_value(T::default()))
+}
+
+/// [`remedy_block`] for a type with required keys: read from `sample` (the required keys
+/// with any value), which fills in the defaults; a required key's default says so.
+fn sample_block<T: serde::Serialize + serde::de::DeserializeOwned>(
+    key: &str,
+    def: &str,
+    sample: &str,
+) -> Block {
+    let value = yaml_serde::from_str::<T>(sample).and_then(yaml_serde::to_value);
+    table_block(key, def, value)
+}
+
+fn table_block(
+    key: &str,
+    def: &str,
+    defaults: Result<yaml_serde::Value, yaml_serde::Error>,
+) -> Block {
     let schema: serde_json::Value =
         serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
-    let defaults = yaml_serde::to_value(T::default()).unwrap_or(yaml_serde::Value::Null);
+    let defaults = defaults.unwrap_or(yaml_serde::Value::Null);
     let mut text = String::from("| key | default | meaning |\n|---|---|---|\n");
     rows(&schema, &schema["$defs"][def], &defaults, "", &mut text);
     Block {
@@ -102,7 +137,11 @@ fn rows(
             rows(schema, inner, v, &format!("{prefix}{key}."), out);
             continue;
         }
+        let required = def["required"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|k| k == key));
         let default = match v {
+            _ if required => "required".to_owned(),
             yaml_serde::Value::Null => "none".to_owned(),
             other => format!("`{}`", plain(other)),
         };

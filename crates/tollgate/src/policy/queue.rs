@@ -234,16 +234,16 @@ impl Drop for Entry<'_> {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawQueue {
-    /// Most requests held (1 to 1000000); beyond it: 429 `queue_full`.
+    /// Most requests held (1 to 1000000). Beyond: **429 `queue_full`**.
     pub size: usize,
-    /// Longest a request is held (1ms to 1h); then 503 `queue_timeout`.
+    /// Longest a request waits (1ms to 1h; the `total` timeout if shorter). Then: **503 `queue_timeout`**. A rate limit whose next window starts after that refuses at once instead (see below).
     pub max_wait: String,
-    /// Request header whose value picks the priority.
+    /// The request header whose value picks the priority.
     pub priority_header: Option<String>,
-    /// Header value → priority (0 to 255, lower first; FIFO within one priority).
+    /// Header value → priority, 0 to 255, **lower first**; FIFO within one priority.
     #[serde(default)]
     pub priorities: BTreeMap<String, u8>,
-    /// Priority of requests without a listed value.
+    /// Requests without a listed value.
     #[serde(default = "default_priority")]
     pub default_priority: u8,
 }

@@ -238,11 +238,11 @@ pub struct ConcurrencyLimitSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConcurrency {
-    /// Most requests in flight (1 to 1000000); a slot is held until the response body ends or the client goes away.
+    /// Requests in flight, 1 to 1000000.
     pub max: u64,
-    /// Count per group of this request header's value (each group gets `max`; a group's state exists only while it has requests in flight).
+    /// Count per group of this request header's value; each group gets `max`. A group's state exists only while it has requests in flight.
     pub group_by: Option<String>,
-    /// Hold requests until a slot frees instead of rejecting them.
+    /// Wait for a slot instead of being refused.
     pub queue: Option<RawQueue>,
 }
 

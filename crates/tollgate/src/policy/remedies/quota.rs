@@ -165,22 +165,22 @@ pub struct QuotaSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawQuota {
-    /// Requests allowed per period (1 to 10^12). A child quota (with `parent`) gives `share` instead.
+    /// Requests per period, 1 to 10^12; required unless the quota has a `parent`.
     pub limit: Option<u64>,
     /// `day` or `month`.
     #[serde(default = "day")]
     pub per: String,
-    /// For `per: month`: the day of the month the quota renews (1 to 28).
+    /// For `month`: the day of the month the quota renews (1 to 28), at midnight.
     #[serde(default = "one")]
     pub renews_on: u8,
-    /// Time zone of the period's boundaries (IANA name such as `Europe/Paris`, or `UTC`).
+    /// IANA name (`America/New_York`); periods start at midnight there, daylight saving included.
     #[serde(default = "utc")]
     pub time_zone: String,
-    /// A quota declared under `quotas` that this one takes a share of; a request must fit both. The period is the parent's.
+    /// A declared quota this one takes a share of (with `share`); the period is the parent's. A request must fit both, and counts in both.
     pub parent: Option<String>,
     /// This quota's share of the parent's limit (`"25%"`).
     pub share: Option<String>,
-    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    /// Response statuses that give the request back, because the provider does not charge them (`[304]`). A child's refund gives back its parent's count too.
     #[serde(default)]
     pub refund_on: Vec<u16>,
 }

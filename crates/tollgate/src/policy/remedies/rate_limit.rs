@@ -338,24 +338,24 @@ pub struct RateLimitSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
-    /// Requests allowed per window (1 to 10^12).
+    /// Requests per window, 1 to 10^12.
     pub limit: u64,
     /// `second`, `minute`, `hour` or `day`: fixed windows aligned to the clock (UTC).
     pub window: String,
-    /// Count per consumer, grouped by this request header's value.
+    /// Count per consumer: the value of this request header names the group.
     pub group_by: Option<String>,
-    /// Share of `limit` per group (header value → `"20%"`). A request must fit its group's share and the whole limit. Shares may sum to at most 100%.
+    /// A share of `limit` per group (`{ci: "20%", web: "50%"}`); shares add up to 100% at most. A request must fit its group's share **and** the whole limit.
     #[serde(default)]
     pub groups: BTreeMap<String, String>,
-    /// Groups not listed (and requests without the header): `allow` (only the whole limit applies), `block` (429), or a share like `"10%"` each.
+    /// Groups not listed and requests without the header: `allow` (only the whole limit applies), `block` (429), or a share each (`"10%"`).
     #[serde(default = "allow")]
     pub default_group: String,
-    /// Most distinct groups counted at once (1 to 1000000); requests of further groups are counted as one group `other` with the default share. A group is stored as a 16-byte digest of the value's first 1 KiB, so this bounds memory too.
+    /// Distinct unlisted groups counted per window (1 to 1000000); further ones share one group, `other`, with the default share. Memory stays bounded whatever values clients send: a group is stored under a 16-byte digest (SHA-256) of the header's value, never the value itself, and values longer than 1 KiB are grouped by their first 1 KiB.
     #[serde(default = "max_groups")]
     pub max_groups: usize,
-    /// Hold requests over the limit until the next window instead of rejecting them.
+    /// Hold requests over the limit until a later window instead of rejecting them (see [queues](#queues)).
     pub queue: Option<RawQueue>,
-    /// Response statuses that give the request back to the limit, because the provider did not charge it (GitHub does not count a conditional request answered `304`): `[304]`. Statuses 100 to 599.
+    /// Response statuses that give the request back to the limit, because the provider does not charge them: GitHub does not count a conditional request it answers **304**, so `refund_on: [304]` keeps tollgate's count equal to GitHub's. Counted as the action `refunded`.
     #[serde(default)]
     pub refund_on: Vec<u16>,
 }
