@@ -57,6 +57,30 @@ pub fn blocks() -> Vec<Block> {
             "RawQueue",
             "{size: 1, max_wait: 1s}",
         ),
+        Block {
+            doc: "docs/configuration.md",
+            ..sample_block::<crate::config::raw::RawRoute>(
+                "routes",
+                "RawRoute",
+                "{prefix: /a, upstream: 'http://a'}",
+            )
+        },
+        Block {
+            doc: "docs/configuration.md",
+            ..sample_block::<crate::config::raw_endpoints::RawEndpoint>(
+                "endpoints",
+                "RawEndpoint",
+                "{path: /a, backends: []}",
+            )
+        },
+        Block {
+            doc: "docs/configuration.md",
+            ..sample_block::<crate::config::raw_endpoints::RawBackend>(
+                "backends",
+                "RawBackend",
+                "{url: /a}",
+            )
+        },
     ]
     .into_iter()
     .chain(SECTIONS.iter().map(|s| Block {

@@ -220,9 +220,9 @@ impl Default for RawMetrics {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
-    /// Path prefix on the proxy listener, starting with `/` (a trailing `/*` is accepted and ignored). The prefix is stripped before forwarding.
+    /// Path prefix on the listener, starting with `/`. A trailing `/*` is accepted. Matches the prefix itself and anything below it at a `/` boundary (`/github` matches `/github` and `/github/x`, not `/githubx`). The longest matching prefix wins.
     pub prefix: String,
-    /// Upstream base URL (`http://` or `https://`, optional base path). `${ENV_VAR}` is substituted.
+    /// Base URL `http://` or `https://`, host, optional port and base path. No query, no user-info. `${ENV}` allowed.
     pub upstream: String,
 }
 

@@ -11,36 +11,36 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEndpoint {
-    /// Path on the proxy listener; `{name}` matches one path segment and names it for the backend URLs, e.g. `/users/{user}`.
+    /// Path starting with `/`; `{name}` is one whole segment, named for the backend URLs (`/users/{user}`); a name is letters, digits, `_` and `-` (`{user-id}`). Two endpoints of the same shape (`/a/{x}` and `/a/{y}`) are refused; where two different ones match a request, the more specific wins whatever the order: at the first segment where they differ, a literal beats a parameter (`/users/me` over `/users/{id}`, `/a/b/{y}` over `/a/{x}/c`), as KrakenD's router decides.
     pub path: String,
-    /// HTTP method the endpoint answers (default `GET`).
+    /// Method the endpoint answers.
     #[serde(default = "get")]
     pub method: String,
-    /// Deadline for the whole fan-out, from the request's arrival (default: `endpoint_defaults.timeout`, else `3s`; 1ms to 1h). Backends still running at the deadline count as timed out.
+    /// Deadline of the whole fan-out, 1ms to 1h. Backends still running then count as timed out; absent: `endpoint_defaults.timeout`, else `3s`.
     #[serde(default)]
     pub timeout: Option<String>,
-    /// Sets `Cache-Control: public, max-age=…` on complete answers (default: `endpoint_defaults.cache_ttl`, else no header).
+    /// `Cache-Control: public, max-age=…` on complete answers (never on partial ones). 1ms to 365 days; absent: `endpoint_defaults.cache_ttl`, else none.
     #[serde(default)]
     pub cache_ttl: Option<String>,
-    /// Client request headers passed to every backend, by name (default: none; every other header is dropped — list `Authorization` here to pass it). `["*"]` passes every header but hop-by-hop ones, `Host`, framing, `Accept-Encoding` and tollgate's own `x-tollgate-*`.
+    /// Client request headers passed to every backend, by name. All others are dropped. `["*"]` passes every header but hop-by-hop ones, `x-tollgate-*`, `Proxy-Authorization`, `Host`, `Content-Length`, `Expect` and `Accept-Encoding`.
     #[serde(default)]
     pub headers: Vec<String>,
-    /// Client query parameters passed to every backend, by name, matched decoded (default: none; every other parameter is dropped). `["*"]` passes them all.
+    /// Client query parameters passed to every backend, by name (appended to the backend URL's own query, as the client encoded them). Names are matched decoded: `page[number]` matches `page%5Bnumber%5D`, as Python `requests` and browsers send it, and `page size` matches `page+size`. All others are dropped. `["*"]` passes the whole query.
     #[serde(default)]
     pub query: Vec<String>,
-    /// `User-Agent` of the backend calls when the client's is not passed on (default: `endpoint_defaults.user_agent`, else `tollgate/<version>`).
+    /// `User-Agent` of the backend calls, unless `headers` passes the client's; absent: `endpoint_defaults.user_agent`, else `tollgate/<version>`.
     #[serde(default)]
     pub user_agent: Option<String>,
-    /// `json` (default): merge the backends' JSON objects. `no-op`: one backend, its response relayed untouched (status, headers, streamed body, any content type).
+    /// `json`: merge the backends' JSON objects. `no-op`: exactly one backend, its response relayed untouched (status, headers, any content type, body streamed).
     #[serde(default = "json")]
     pub encoding: String,
-    /// On a partial answer, also put an object naming each failed backend and why under this key of the body (absent: only the `x-tollgate-failed-backends` header says it).
+    /// On a partial answer, also put `{backend: {error, message}}` under this key of the body.
     #[serde(default)]
     pub errors_key: Option<String>,
-    /// Largest backend response body read for merging (default `10MiB`; 1KiB to 1GiB); a larger one fails that backend. Also the largest client body a `json` endpoint reads to send to its backends (413 past it).
+    /// Largest backend answer read for merging, 1KiB to 1GiB; a larger one fails that backend. Also the largest client body a `json` endpoint reads to send to its backends (413 `body_too_large` past it); a `no-op` endpoint streams the body instead.
     #[serde(default = "ten_mib")]
     pub max_body_bytes: String,
-    /// The backends, merged in this order (a later backend's keys win over an earlier one's).
+    /// At least one (exactly one with `no-op`).
     pub backends: Vec<RawBackend>,
 }
 
@@ -48,33 +48,33 @@ pub struct RawEndpoint {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
-    /// URL template: `http(s)://host[:port]/path?query`, or `/path?query` on `endpoint_defaults.host` (`${VAR}` is replaced from the environment first), where `{name}` is a parameter of the endpoint path and `{respN.a.b}` (or KrakenD's `{respN_a.b}`) a field of backend N's answer as shaped by its own `target`/`allow`/`deny`/`mapping`/`group`, else as it came (N earlier in the list; this backend then waits for it).
+    /// `http(s)://host[:port]/path?query`, or `/path?query` on `endpoint_defaults.host`; `${VAR}` is replaced from the environment when the config loads. The host is fixed; `{name}` inserts an endpoint path parameter, `{respN.a.b}` (or `{respN_a.b}`) a field of backend N's answer as its own shaping left it, else as it came (N earlier in the list; this backend then runs after it; the value is percent-encoded, an array's values joined with `,`).
     pub url: String,
-    /// Name in `x-tollgate-failed-backends`, the errors object and metrics (default: its `group`, else `backend<index>`).
+    /// Name in `x-tollgate-failed-backends` and the errors object; absent: its `group`, else `backend<index>`.
     #[serde(default)]
     pub name: Option<String>,
-    /// HTTP method of the backend call (default `GET`). POST, PUT, PATCH and DELETE send the client's body and `Content-Type`; GET and HEAD send none.
+    /// Method of the backend call. A method that carries a body (POST, PUT, PATCH, DELETE) sends the client's body and its `Content-Type`; GET and HEAD send none.
     #[serde(default = "get")]
     pub method: String,
-    /// Deadline of this call (default: the endpoint's `timeout`; never beyond it).
+    /// 1ms to 1h, at most the endpoint's `timeout`; absent: the endpoint's.
     #[serde(default)]
     pub timeout: Option<String>,
-    /// Nest this backend's (manipulated) answer under this key.
+    /// Nest the answer under this key. Two backends with one group, or a group named like a field another backend maps to, are refused.
     #[serde(default)]
     pub group: Option<String>,
-    /// Use only the sub-object at this dotted path of the answer (`data` or `data.user`).
+    /// Use only the sub-object at this dotted path (`data`, `data.user`).
     #[serde(default)]
     pub target: Option<String>,
-    /// Keep only these fields (dotted paths into nested objects); applied after `target`.
+    /// Keep only these fields (dotted paths into nested objects).
     #[serde(default)]
     pub allow: Vec<String>,
-    /// Drop these fields (dotted paths into nested objects); applied after `target`.
+    /// Drop these fields (dotted paths into nested objects).
     #[serde(default)]
     pub deny: Vec<String>,
-    /// Rename top-level fields: `{old: new}`; applied after `allow`/`deny`.
+    /// Rename top-level fields, `{old: new}`.
     #[serde(default)]
     pub mapping: BTreeMap<String, String>,
-    /// A backend answering a JSON array has it wrapped under this key (default `collection`).
+    /// Key an array answer is wrapped under.
     #[serde(default = "collection")]
     pub collection: String,
 }
