@@ -31,11 +31,11 @@ pub fn blocks() -> Vec<Block> {
             name: "actions".into(),
             text: action_table(),
         },
-        Block {
-            doc: "docs/policies.md",
-            name: "keys:header_guard".into(),
-            text: keys_table("header_guard"),
-        },
+        sample_block::<remedies::header_guard::RawHeaderGuard>(
+            "header_guard",
+            "RawHeaderGuard",
+            "{require: [x]}",
+        ),
         remedy_block::<remedies::cache::RawCache>("cache", "RawCache"),
         remedy_block::<remedies::breaker::RawBreaker>("breaker", "RawBreaker"),
         remedy_block::<remedies::throttle::RawThrottle>("provider_throttling", "RawThrottle"),
@@ -112,8 +112,7 @@ fn table_block(
     def: &str,
     defaults: Result<yaml_serde::Value, yaml_serde::Error>,
 ) -> Block {
-    let schema: serde_json::Value =
-        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
+    let schema = schema();
     let defaults = defaults.unwrap_or(yaml_serde::Value::Null);
     let mut text = String::from("| key | default | meaning |\n|---|---|---|\n");
     rows(&schema, &schema["$defs"][def], &defaults, "", &mut text);
@@ -124,6 +123,11 @@ fn table_block(
     }
 }
 
+/// The config's JSON schema, whose descriptions are the raw types' doc comments.
+fn schema() -> serde_json::Value {
+    serde_json::from_str(&crate::config::json_schema()).unwrap_or_default()
+}
+
 /// The sections of the file whose tables configuration.md shows generated.
 const SECTIONS: [&str; 8] = [
     "listen", "admin", "upstream", "domains", "egress", "metrics", "log", "shutdown",
@@ -132,8 +136,7 @@ const SECTIONS: [&str; 8] = [
 /// A section's keys (`upstream`: `connect_timeout`, …, `pool.idle_timeout`), in the
 /// order the raw type declares them, each with its default and its doc comment.
 pub fn section_table(section: &str) -> String {
-    let schema: serde_json::Value =
-        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
+    let schema = schema();
     // The defaults as YAML: a mapping keeps the order the fields are declared in.
     let defaults = yaml_serde::to_value(crate::config::raw::RawConfig::default())
         .unwrap_or(yaml_serde::Value::Null);
@@ -221,32 +224,6 @@ fn definition<'a>(
         };
     }
     at
-}
-
-/// The keys of a remedy's config (`retry`), each with its default and its doc comment,
-/// read from the config's JSON schema (the raw types are its source).
-pub fn keys_table(remedy: &str) -> String {
-    let schema: serde_json::Value =
-        serde_json::from_str(&crate::config::json_schema()).unwrap_or_default();
-    let at = definition(&schema, &schema["$defs"]["RawPolicy"]["properties"][remedy]);
-    let required: Vec<&str> = at["required"]
-        .as_array()
-        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
-        .unwrap_or_default();
-    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
-    for (key, field) in at["properties"].as_object().into_iter().flatten() {
-        let default = match field.get("default") {
-            _ if required.contains(&key.as_str()) => "required".to_owned(),
-            None | Some(serde_json::Value::Null) => "none".to_owned(),
-            Some(v) => format!("`{v}`"),
-        };
-        let doc = field["description"]
-            .as_str()
-            .unwrap_or_default()
-            .replace('\n', " ");
-        out.push_str(&format!("| `{key}` | {default} | {doc} |\n"));
-    }
-    out
 }
 
 /// Each remedy's actions, as `tollgate_remedy_actions_total` counts them.
