@@ -331,6 +331,28 @@ fn humanize(message: &str) -> String {
 
 /// The JSON Schema of the config file.
 pub fn json_schema() -> String {
-    let schema = schemars::schema_for!(raw::RawConfig);
+    let mut schema = schemars::schema_for!(raw::RawConfig).to_value();
+    state_ranges(&mut schema);
     serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}
+
+/// A unit field's range, which its type declares ([`crate::fields::units`]), joins the
+/// field's description, where editors and the generated docs show it.
+fn state_ranges(v: &mut serde_json::Value) {
+    use crate::fields::units::RANGE_KEYWORD;
+    match v {
+        serde_json::Value::Object(m) => {
+            if let Some(serde_json::Value::String(range)) = m.remove(RANGE_KEYWORD) {
+                let sentence = format!("{}{}.", range[..1].to_uppercase(), &range[1..]);
+                let text = match m.get("description").and_then(|d| d.as_str()) {
+                    Some(d) => format!("{d} {sentence}"),
+                    None => sentence,
+                };
+                m.insert("description".into(), text.into());
+            }
+            m.values_mut().for_each(state_ranges);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(state_ranges),
+        _ => {}
+    }
 }

@@ -2,12 +2,14 @@
 //!
 //! These types only describe the shape of the file (and its JSON Schema). They are
 //! turned into the validated domain types of [`super::Config`] by `validate.rs`;
-//! nothing outside the config module sees them. Durations and sizes stay strings
-//! here so that errors can name the field and the offending text.
+//! nothing outside the config module sees them. Durations, sizes and percentages are
+//! the unit types of [`crate::fields::units`], whose bounds the parser checks at the
+//! key's path and line.
 
 pub use super::raw_diagnosis::*;
 pub use super::raw_endpoints::*;
 pub use super::raw_policy::*;
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS, Size};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -63,24 +65,24 @@ pub struct RawConfig {
 pub struct RawListen {
     /// Address applications send their calls to. Loopback by default: expose it deliberately.
     pub address: String,
-    /// Largest request header section (names + values); larger gets 431 `headers_too_large`. 1KiB to 16MiB. HTTP/1.1 requests with more than 100 header fields are refused by hyper with a bare 431.
-    pub max_header_bytes: String,
-    /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or the end of its previous response: the slow-loris guard and the keep-alive idle limit. A connection with a request in flight is never cut, however slow the response. Checked by one sweep over all connections every quarter of the limit, so a quiet connection closes between 1× and 1.25× it; a reload applies from the next sweep. HTTP/2 connections are left to their client. 10ms to 1h.
-    pub header_read_timeout: String,
+    /// Largest request header section (names + values); larger gets 431 `headers_too_large`. HTTP/1.1 requests with more than 100 header fields are refused by hyper with a bare 431.
+    pub max_header_bytes: Size<1024, { 16 << 20 }>,
+    /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or the end of its previous response: the slow-loris guard and the keep-alive idle limit. A connection with a request in flight is never cut, however slow the response. Checked by one sweep over all connections every quarter of the limit, so a quiet connection closes between 1× and 1.25× it; a reload applies from the next sweep. HTTP/2 connections are left to their client.
+    pub header_read_timeout: Dur<10, HOUR_MS>,
     /// Concurrent HTTP/2 streams per client connection (advertised in SETTINGS), and so the most upstream connections one client connection can hold: each stream in flight holds at most one. nginx's default is 128 too. 1 to 100000.
     pub max_concurrent_streams: u32,
-    /// How long a response may wait on a client that stopped reading it. tollgate watches the client socket itself: when its writes have found the client's window full for this long, with no byte going through, the connection is cut, which drops the response and closes its upstream connection. That covers every response, whatever produced it (relayed, cache hit, aggregated, mock), including the last bytes hyper writes after the body has ended. On HTTP/2, each stream is also watched on its own: a stream whose response the client gives no flow-control window for this long is released (its upstream connection closed, the stream reset when the client next opens its window), the connection's other streams going on. Each counts in `tollgate_stalls_total{kind="connection"|"stream"}`. A slow *upstream* is not a stalled client: only waits on the client count. Checked by the same sweep as `header_read_timeout` (every quarter of the shorter of the two), so a stall ends between 1× and 1.25× the limit. 10ms to 1h.
-    pub send_timeout: String,
+    /// How long a response may wait on a client that stopped reading it. tollgate watches the client socket itself: when its writes have found the client's window full for this long, with no byte going through, the connection is cut, which drops the response and closes its upstream connection. That covers every response, whatever produced it (relayed, cache hit, aggregated, mock), including the last bytes hyper writes after the body has ended. On HTTP/2, each stream is also watched on its own: a stream whose response the client gives no flow-control window for this long is released (its upstream connection closed, the stream reset when the client next opens its window), the connection's other streams going on. Each counts in `tollgate_stalls_total{kind="connection"|"stream"}`. A slow *upstream* is not a stalled client: only waits on the client count. Checked by the same sweep as `header_read_timeout` (every quarter of the shorter of the two), so a stall ends between 1× and 1.25× the limit.
+    pub send_timeout: Dur<10, HOUR_MS>,
 }
 
 impl Default for RawListen {
     fn default() -> Self {
         Self {
             address: "127.0.0.1:8000".into(),
-            max_header_bytes: "64KiB".into(),
-            header_read_timeout: "30s".into(),
+            max_header_bytes: Size::bytes(64 << 10),
+            header_read_timeout: Dur::secs(30),
             max_concurrent_streams: 128,
-            send_timeout: "60s".into(),
+            send_timeout: Dur::secs(60),
         }
     }
 }
@@ -90,7 +92,7 @@ impl Default for RawListen {
 pub struct RawAdmin {
     /// `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /config`, `GET /policies`, `GET /discover`, `GET /remedy-stats`, `POST /reload`. Never reachable through the proxy, by any spelling of its address (`0.0.0.0` and `::` included: see `egress`).
     pub address: String,
-    /// Bearer token required by all six endpoints but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats` and `/reload` (`Authorization: Bearer TOKEN`; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; shown as `MASKED` in `/config`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
+    /// Bearer token required by all six endpoints but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats` and `/reload` (`Authorization: Bearer TOKEN`; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; `/config` shows a `${ENV}` reference as written and a literal token as `MASKED`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
     pub token: Option<crate::fields::SecretText>,
 }
 
@@ -106,14 +108,14 @@ impl Default for RawAdmin {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawUpstream {
-    /// DNS + TCP connect + TLS handshake; past it: 504 `upstream_timeout`. 1ms to 1h.
-    pub connect_timeout: String,
-    /// From handing the request to the upstream client to the provider's response head, including connecting when no pooled connection is free (so keep it above `connect_timeout`, or a slow connect reports as a response timeout); past it: 504 `upstream_timeout`. The body then streams without a deadline. 1ms to 1day.
-    pub response_timeout: String,
-    /// How long resolved addresses are cached (failures are not cached; concurrent lookups of one name are coalesced). 0 to 1day.
-    pub dns_ttl: String,
-    /// A request with `Expect: 100-continue` (RFC 9110 §10.1.1) is forwarded with it, and its body is held back until the provider answers `100 Continue`, which then reaches the client: the client never uploads a body the provider refuses on its headers (a final answer that comes first is relayed and the body is never read). A provider that never sends `100` gets the body after this long. For HTTP/2 providers, which send no interim answer through hyper, the body always waits this long. 0 to 60s.
-    pub expect_continue_timeout: String,
+    /// DNS + TCP connect + TLS handshake; past it: 504 `upstream_timeout`.
+    pub connect_timeout: Dur<1, HOUR_MS>,
+    /// From handing the request to the upstream client to the provider's response head, including connecting when no pooled connection is free (so keep it above `connect_timeout`, or a slow connect reports as a response timeout); past it: 504 `upstream_timeout`. The body then streams without a deadline.
+    pub response_timeout: Dur<1, DAY_MS>,
+    /// How long resolved addresses are cached (failures are not cached; concurrent lookups of one name are coalesced).
+    pub dns_ttl: Dur<0, DAY_MS>,
+    /// A request with `Expect: 100-continue` (RFC 9110 §10.1.1) is forwarded with it, and its body is held back until the provider answers `100 Continue`, which then reaches the client: the client never uploads a body the provider refuses on its headers (a final answer that comes first is relayed and the body is never read). A provider that never sends `100` gets the body after this long. For HTTP/2 providers, which send no interim answer through hyper, the body always waits this long.
+    pub expect_continue_timeout: Dur<0, { 60 * SEC_MS }>,
     /// The upstream connection pool.
     pub pool: RawPool,
     /// TLS towards providers.
@@ -123,10 +125,10 @@ pub struct RawUpstream {
 impl Default for RawUpstream {
     fn default() -> Self {
         Self {
-            connect_timeout: "5s".into(),
-            response_timeout: "60s".into(),
-            dns_ttl: "30s".into(),
-            expect_continue_timeout: "1s".into(),
+            connect_timeout: Dur::secs(5),
+            response_timeout: Dur::secs(60),
+            dns_ttl: Dur::secs(30),
+            expect_continue_timeout: Dur::secs(1),
             pool: RawPool::default(),
             tls: RawTls::default(),
         }
@@ -136,8 +138,8 @@ impl Default for RawUpstream {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawPool {
-    /// Idle keep-alive upstream connections are not reused after this and are closed by the next sweep (every half timeout), so within 1.5× of it. 0 to 1day.
-    pub idle_timeout: String,
+    /// Idle keep-alive upstream connections are not reused after this and are closed by the next sweep (every half timeout), so within 1.5× of it.
+    pub idle_timeout: Dur<0, DAY_MS>,
     /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool). 0 (no reuse) to 100000.
     pub max_idle_per_host: usize,
 }
@@ -145,7 +147,7 @@ pub struct RawPool {
 impl Default for RawPool {
     fn default() -> Self {
         Self {
-            idle_timeout: "90s".into(),
+            idle_timeout: Dur::secs(90),
             max_idle_per_host: 256,
         }
     }
@@ -256,14 +258,14 @@ impl Default for RawLog {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawShutdown {
-    /// On SIGTERM/SIGINT, in-flight requests, CONNECT tunnels and upgraded connections get this long to finish. At the deadline, requests still waiting in a queue (rate limit, quota, concurrency) answer **503 `shutting_down`**: they were never sent, so the client may send them again elsewhere; what is left a second later (requests sent upstream and still waiting, tunnels) is cut. 0 to 1h.
-    pub drain_timeout: String,
+    /// On SIGTERM/SIGINT, in-flight requests, CONNECT tunnels and upgraded connections get this long to finish. At the deadline, requests still waiting in a queue (rate limit, quota, concurrency) answer **503 `shutting_down`**: they were never sent, so the client may send them again elsewhere; what is left a second later (requests sent upstream and still waiting, tunnels) is cut.
+    pub drain_timeout: Dur<0, HOUR_MS>,
 }
 
 impl Default for RawShutdown {
     fn default() -> Self {
         Self {
-            drain_timeout: "30s".into(),
+            drain_timeout: Dur::secs(30),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Raw types of the `diagnosis` section: HAR capture, endpoint discovery, traces. The
 //! YAML as written, unknown keys rejected; validated by `validate_diagnosis.rs`.
 
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS, Size};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -61,12 +62,12 @@ pub struct RawHar {
     pub sample: f64,
     /// Capture only the calls these policies matched. Empty: every call.
     pub policies: Vec<String>,
-    /// Bytes of each request and response body kept (0 to 16MiB); past it the entry says the content was truncated and how large it was. The body itself is streamed, never held back.
-    pub max_body_bytes: String,
+    /// Bytes of each request and response body kept; past it the entry says the content was truncated and how large it was. The body itself is streamed, never held back.
+    pub max_body_bytes: Size<0, { 16 << 20 }>,
     /// Entries waiting for the writer (1 to 1048576); when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
     pub queue_capacity: usize,
-    /// Bytes of captured calls (bodies, heads) waiting for the writer (1MiB to 4GiB): past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. Resident memory at saturation grows by about 3x this (allocator slack included).
-    pub max_queue_bytes: String,
+    /// Bytes of captured calls (bodies, heads) waiting for the writer: past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. Resident memory at saturation grows by about 3x this (allocator slack included).
+    pub max_queue_bytes: Size<{ 1 << 20 }, { 4 << 30 }>,
     /// Header, query-parameter and JSON-key names replaced by `REDACTED`, in addition to `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie` and every name a credentials remedy injects (case-insensitive).
     pub redact: Vec<String>,
     /// Replace values by a keyed hash instead of keeping them (equal values stay equal, so calls can still be correlated).
@@ -85,9 +86,9 @@ impl Default for RawHar {
             enabled: false,
             sample: 1.0,
             policies: Vec::new(),
-            max_body_bytes: "64KiB".into(),
+            max_body_bytes: Size::bytes(64 << 10),
             queue_capacity: 4096,
-            max_queue_bytes: "32MiB".into(),
+            max_queue_bytes: Size::bytes(32 << 20),
             redact: Vec::new(),
             obfuscate: RawObfuscate::default(),
             file: None,
@@ -119,22 +120,22 @@ pub struct RawObfuscate {
 pub struct RawHarFile {
     /// Directory the HAR files are written to (created if missing).
     pub dir: String,
-    /// A file is closed and a new one started past this size (1KiB to 1GiB).
+    /// A file is closed and a new one started past this size.
     #[serde(default = "default_file_max_bytes")]
-    pub max_bytes: String,
-    /// A file is closed and a new one started after this long (1s to 7d).
+    pub max_bytes: Size<1024, { 1 << 30 }>,
+    /// A file is closed and a new one started after this long.
     #[serde(default = "default_file_max_age")]
-    pub max_age: String,
+    pub max_age: Dur<SEC_MS, { 7 * DAY_MS }>,
     /// Closed files kept (1 to 10000); older ones are deleted.
     #[serde(default = "default_retain")]
     pub retain: usize,
 }
 
-fn default_file_max_bytes() -> String {
-    "64MiB".into()
+fn default_file_max_bytes() -> Size<1024, { 1 << 30 }> {
+    Size::bytes(64 << 20)
 }
-fn default_file_max_age() -> String {
-    "1h".into()
+fn default_file_max_age() -> Dur<SEC_MS, { 7 * DAY_MS }> {
+    Dur::secs(3600)
 }
 fn default_retain() -> usize {
     10
@@ -151,34 +152,34 @@ pub struct RawCollector {
     /// Most entries per POST (1 to 10000).
     #[serde(default = "default_batch")]
     pub batch_size: usize,
-    /// A batch is sent at least this often when entries are waiting (10ms to 1h).
+    /// A batch is sent at least this often when entries are waiting.
     #[serde(default = "default_interval")]
-    pub interval: String,
+    pub interval: Dur<10, HOUR_MS>,
     /// Entries held while the collector is slow or down (1 to 1048576); past it the oldest are dropped and counted in `tollgate_har_dropped_total{sink="collector"}`.
     #[serde(default = "default_buffer")]
     pub buffer: usize,
-    /// Time allowed for one POST (100ms to 5m).
+    /// Time allowed for one POST.
     #[serde(default = "default_timeout")]
-    pub timeout: String,
-    /// Longest wait between retries of a failed batch; waits double from 100ms up to it (100ms to 1h).
+    pub timeout: Dur<100, { 300 * SEC_MS }>,
+    /// Longest wait between retries of a failed batch; waits double from 100ms up to it.
     #[serde(default = "default_max_backoff")]
-    pub max_backoff: String,
+    pub max_backoff: Dur<100, HOUR_MS>,
 }
 
 fn default_batch() -> usize {
     100
 }
-fn default_interval() -> String {
-    "1s".into()
+fn default_interval() -> Dur<10, HOUR_MS> {
+    Dur::secs(1)
 }
 fn default_buffer() -> usize {
     10_000
 }
-fn default_timeout() -> String {
-    "10s".into()
+fn default_timeout() -> Dur<100, { 300 * SEC_MS }> {
+    Dur::secs(10)
 }
-fn default_max_backoff() -> String {
-    "30s".into()
+fn default_max_backoff() -> Dur<100, HOUR_MS> {
+    Dur::secs(30)
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -198,10 +199,10 @@ pub struct RawTraces {
     pub queue_capacity: usize,
     /// Most spans per export request (1 to 100000).
     pub batch_size: usize,
-    /// Spans are exported at least this often when waiting (10ms to 1h).
-    pub interval: String,
-    /// Time allowed for one export (100ms to 5m).
-    pub timeout: String,
+    /// Spans are exported at least this often when waiting.
+    pub interval: Dur<10, HOUR_MS>,
+    /// Time allowed for one export.
+    pub timeout: Dur<100, { 300 * SEC_MS }>,
 }
 
 impl Default for RawTraces {
@@ -214,8 +215,8 @@ impl Default for RawTraces {
             service_name: "tollgate".into(),
             queue_capacity: 4096,
             batch_size: 512,
-            interval: "1s".into(),
-            timeout: "10s".into(),
+            interval: Dur::secs(1),
+            timeout: Dur::secs(10),
         }
     }
 }

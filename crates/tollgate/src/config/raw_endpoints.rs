@@ -1,6 +1,7 @@
 //! Raw types of the `endpoints` section: aggregated endpoints on the proxy listener, each
 //! fanning out to one or more backends and merging their JSON answers.
 
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Size};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -16,12 +17,12 @@ pub struct RawEndpoint {
     /// Method the endpoint answers.
     #[serde(default = "get")]
     pub method: String,
-    /// Deadline of the whole fan-out, 1ms to 1h. Backends still running then count as timed out; absent: `endpoint_defaults.timeout`, else `3s`.
+    /// Deadline of the whole fan-out. Backends still running then count as timed out; absent: `endpoint_defaults.timeout`, else `3s`.
     #[serde(default)]
-    pub timeout: Option<String>,
-    /// `Cache-Control: public, max-age=…` on complete answers (never on partial ones). 1ms to 365 days; absent: `endpoint_defaults.cache_ttl`, else none.
+    pub timeout: Option<Dur<1, HOUR_MS>>,
+    /// `Cache-Control: public, max-age=…` on complete answers (never on partial ones). Absent: `endpoint_defaults.cache_ttl`, else none.
     #[serde(default)]
-    pub cache_ttl: Option<String>,
+    pub cache_ttl: Option<Dur<1, { 365 * DAY_MS }>>,
     /// Client request headers passed to every backend, by name. All others are dropped. `["*"]` passes every header but hop-by-hop ones, `x-tollgate-*`, `Proxy-Authorization`, `Host`, `Content-Length`, `Expect` and `Accept-Encoding`.
     #[serde(default)]
     pub headers: Vec<String>,
@@ -37,9 +38,9 @@ pub struct RawEndpoint {
     /// On a partial answer, also put `{backend: {error, message}}` under this key of the body.
     #[serde(default)]
     pub errors_key: Option<String>,
-    /// Largest backend answer read for merging, 1KiB to 1GiB; a larger one fails that backend. Also the largest client body a `json` endpoint reads to send to its backends (413 `body_too_large` past it); a `no-op` endpoint streams the body instead.
+    /// Largest backend answer read for merging; a larger one fails that backend. Also the largest client body a `json` endpoint reads to send to its backends (413 `body_too_large` past it); a `no-op` endpoint streams the body instead.
     #[serde(default = "ten_mib")]
-    pub max_body_bytes: String,
+    pub max_body_bytes: Size<1024, { 1 << 30 }>,
     /// At least one (exactly one with `no-op`).
     pub backends: Vec<RawBackend>,
 }
@@ -56,9 +57,9 @@ pub struct RawBackend {
     /// Method of the backend call. A method that carries a body (POST, PUT, PATCH, DELETE) sends the client's body and its `Content-Type`; GET and HEAD send none.
     #[serde(default = "get")]
     pub method: String,
-    /// 1ms to 1h, at most the endpoint's `timeout`; absent: the endpoint's.
+    /// At most the endpoint's `timeout`; absent: the endpoint's.
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub timeout: Option<Dur<1, HOUR_MS>>,
     /// Nest the answer under this key. Two backends with one group, or a group named like a field another backend maps to, are refused.
     #[serde(default)]
     pub group: Option<String>,
@@ -84,12 +85,12 @@ pub struct RawBackend {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEndpointDefaults {
-    /// Each endpoint's `timeout` when it sets none (default `3s`; 1ms to 1h).
+    /// Each endpoint's `timeout` when it sets none (default `3s`).
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub timeout: Option<Dur<1, HOUR_MS>>,
     /// Each endpoint's `cache_ttl` when it sets none (default: none).
     #[serde(default)]
-    pub cache_ttl: Option<String>,
+    pub cache_ttl: Option<Dur<1, { 365 * DAY_MS }>>,
     /// `http(s)://host[:port]` that backend URLs written as a path (`/users/{id}`) go to.
     #[serde(default)]
     pub host: Option<String>,
@@ -104,8 +105,8 @@ fn get() -> String {
 fn json() -> String {
     "json".into()
 }
-fn ten_mib() -> String {
-    "10MiB".into()
+fn ten_mib() -> Size<1024, { 1 << 30 }> {
+    Size::bytes(10 << 20)
 }
 fn collection() -> String {
     "collection".into()

@@ -5,14 +5,12 @@ use super::raw::RawPort;
 use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream};
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
-use crate::fields::units::{format_duration, parse_size};
-pub(super) use crate::fields::{DAY, Errors, HOUR, MS, SEC, as_written};
+pub(super) use crate::fields::{Errors, as_written};
 use crate::glob::HostGlob;
 use crate::routes::{Route, RouteTable};
 use crate::secret::Secret;
 use ipnet::IpNet;
 use serde_json::json;
-use std::time::Duration;
 
 fn parse_port(p: &RawPort) -> Result<(u16, u16), String> {
     let bad = || {
@@ -45,39 +43,23 @@ pub(super) fn validate_env(
     raw: &RawConfig,
     env_optional: bool,
 ) -> Result<(Config, Vec<String>), Vec<ConfigError>> {
-    let mut e = Errors(Vec::new(), env_optional.then(Vec::new));
-    let max_header_bytes = e
-        .check(
-            "listen.max_header_bytes",
-            parse_size(&raw.listen.max_header_bytes),
-        )
-        .unwrap_or(1024);
-    if !(1024..=1 << 24).contains(&max_header_bytes) {
-        e.check::<()>(
-            "listen.max_header_bytes",
-            Err(format!(
-                "`{}` is out of range; write a size from 1KiB to 16MiB",
-                raw.listen.max_header_bytes
-            )),
-        );
-    }
+    // Durations, sizes and shares outside their field's type, each at its path.
+    let mut e = Errors(
+        crate::fields::units::errors(raw),
+        env_optional.then(Vec::new),
+    );
     let l = &raw.listen;
     let listen = Listen {
         address: e.addr("listen.address", &l.address),
-        max_header_bytes,
-        header_read_timeout: e.duration(
-            "listen.header_read_timeout",
-            &l.header_read_timeout,
-            10 * MS,
-            HOUR,
-        ),
+        max_header_bytes: l.max_header_bytes.get(),
+        header_read_timeout: l.header_read_timeout.get(),
         max_concurrent_streams: e.number(
             "listen.max_concurrent_streams",
             l.max_concurrent_streams,
             1,
             100_000,
         ),
-        send_timeout: e.duration("listen.send_timeout", &l.send_timeout, 10 * MS, HOUR),
+        send_timeout: l.send_timeout.get(),
     };
     let admin = Admin {
         address: e.addr("admin.address", &raw.admin.address),
@@ -97,21 +79,11 @@ pub(super) fn validate_env(
 
     let u = &raw.upstream;
     let upstream = Upstream {
-        connect_timeout: e.duration("upstream.connect_timeout", &u.connect_timeout, MS, HOUR),
-        response_timeout: e.duration("upstream.response_timeout", &u.response_timeout, MS, DAY),
-        dns_ttl: e.duration("upstream.dns_ttl", &u.dns_ttl, Duration::ZERO, DAY),
-        expect_continue_timeout: e.duration(
-            "upstream.expect_continue_timeout",
-            &u.expect_continue_timeout,
-            Duration::ZERO,
-            60 * SEC,
-        ),
-        pool_idle_timeout: e.duration(
-            "upstream.pool.idle_timeout",
-            &u.pool.idle_timeout,
-            Duration::ZERO,
-            DAY,
-        ),
+        connect_timeout: u.connect_timeout.get(),
+        response_timeout: u.response_timeout.get(),
+        dns_ttl: u.dns_ttl.get(),
+        expect_continue_timeout: u.expect_continue_timeout.get(),
+        pool_idle_timeout: u.pool.idle_timeout.get(),
         pool_max_idle_per_host: e.number(
             "upstream.pool.max_idle_per_host",
             u.pool.max_idle_per_host,
@@ -231,12 +203,7 @@ pub(super) fn validate_env(
         queue_capacity: raw.log.queue_capacity,
     };
     let shutdown = Shutdown {
-        drain_timeout: e.duration(
-            "shutdown.drain_timeout",
-            &raw.shutdown.drain_timeout,
-            Duration::ZERO,
-            HOUR,
-        ),
+        drain_timeout: raw.shutdown.drain_timeout.get(),
     };
     let metrics = Metrics {
         max_hosts: e.number("metrics.max_hosts", raw.metrics.max_hosts, 1, 100_000),
@@ -266,39 +233,12 @@ pub(super) fn validate_env(
     Ok((config, unset))
 }
 
-/// The effective config as JSON with defaults filled in and secrets masked.
+/// The effective config as JSON: the file as read (every key, defaults filled in, units
+/// in their canonical spelling, secrets masked: the raw types serialise so), with what
+/// validation resolved shown over it: a route's normalised prefix, the egress ranges as
+/// matched, each endpoint with the defaults it inherits, each policy's compiled chain.
 pub(super) fn effective(c: &Config) -> serde_json::Value {
-    let d = |d: Duration| format_duration(d);
     let mut shown = json!({
-        "listen": {
-            "address": c.listen.address.to_string(),
-            "max_header_bytes": c.listen.max_header_bytes,
-            "header_read_timeout": d(c.listen.header_read_timeout),
-            "max_concurrent_streams": c.listen.max_concurrent_streams,
-            "send_timeout": d(c.listen.send_timeout),
-        },
-        "admin": {
-            "address": c.admin.address.to_string(),
-            "token": c.admin.token.as_ref().map(|t| t.to_string()),
-        },
-        "upstream": {
-            "connect_timeout": d(c.upstream.connect_timeout),
-            "response_timeout": d(c.upstream.response_timeout),
-            "dns_ttl": d(c.upstream.dns_ttl),
-            "expect_continue_timeout": d(c.upstream.expect_continue_timeout),
-            "pool": {
-                "idle_timeout": d(c.upstream.pool_idle_timeout),
-                "max_idle_per_host": c.upstream.pool_max_idle_per_host,
-            },
-            "tls": {
-                "extra_ca_file": c.upstream.extra_ca_file.as_ref().map(|p| p.display().to_string()),
-                "insecure_skip_verify": c.upstream.insecure_skip_verify,
-            },
-        },
-        "domains": {
-            "allow": c.domains.allow.iter().map(|g| g.as_str()).collect::<Vec<_>>(),
-            "deny": c.domains.deny.iter().map(|g| g.as_str()).collect::<Vec<_>>(),
-        },
         "egress": {
             "allow": c.egress.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
             "deny": c.egress.deny.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
@@ -311,18 +251,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "quotas": c.written["quotas"],
         "concurrency_limits": c.written["concurrency_limits"],
         "breakers": c.written["breakers"],
-        "log": {
-            "level": c.log.level,
-            "format": if c.log.json { "json" } else { "text" },
-            "access_log": c.log.access_log,
-            "access_log_file": c.log.access_log_file.as_ref().map(|p| p.display().to_string()),
-            "queue_capacity": c.log.queue_capacity,
-        },
-        "metrics": { "max_hosts": c.metrics.max_hosts },
-        "diagnosis": super::validate_diagnosis::effective(&c.diagnosis),
-        "shutdown": { "drain_timeout": d(c.shutdown.drain_timeout) },
     });
-    // Every other key as written (defaults filled in, secrets masked).
     super::written::fill_missing(&mut shown, &c.written["all"]);
     shown
 }

@@ -2,13 +2,10 @@
 //! resolved, sink URLs parsed, errors at the field path with what to write.
 
 use super::raw_diagnosis::*;
-use super::units::format_duration;
-use super::validate::{DAY, Errors, HOUR, MS, SEC};
+use super::validate::Errors;
 use crate::diagnosis::settings::*;
 use crate::routes::Route;
 use crate::secret::Secret;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub(super) fn diagnosis(e: &mut Errors, raw: &RawDiagnosis, policy_names: &[&str]) -> Diagnosis {
@@ -71,14 +68,8 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
         .flatten();
     let file = h.file.as_ref().map(|f| HarFile {
         dir: f.dir.clone().into(),
-        max_bytes: e.size(
-            &p("file.max_bytes"),
-            &f.max_bytes,
-            1024,
-            1 << 30,
-            "1KiB to 1GiB",
-        ),
-        max_age: e.duration(&p("file.max_age"), &f.max_age, SEC, 7 * DAY),
+        max_bytes: f.max_bytes.get(),
+        max_age: f.max_age.get(),
         retain: e.number(&p("file.retain"), f.retain, 1, 10_000),
     });
     let collector = h.collector.as_ref().and_then(|c| {
@@ -90,10 +81,10 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
             url: url.target,
             headers: e.headers(&format!("{at}.headers"), &c.headers),
             batch_size: e.number(&format!("{at}.batch_size"), c.batch_size, 1, 10_000),
-            interval: e.duration(&format!("{at}.interval"), &c.interval, 10 * MS, HOUR),
+            interval: c.interval.get(),
             buffer: e.number(&format!("{at}.buffer"), c.buffer, 1, 1 << 20),
-            timeout: e.duration(&format!("{at}.timeout"), &c.timeout, 100 * MS, 5 * 60 * SEC),
-            max_backoff: e.duration(&format!("{at}.max_backoff"), &c.max_backoff, 100 * MS, HOUR),
+            timeout: c.timeout.get(),
+            max_backoff: c.max_backoff.get(),
         })
     });
     if h.enabled && file.is_none() && collector.is_none() && !h.stdout {
@@ -106,21 +97,9 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
         enabled: h.enabled,
         sample: fraction(e, &p("sample"), h.sample),
         policies: h.policies.clone(),
-        max_body_bytes: e.size(
-            &p("max_body_bytes"),
-            &h.max_body_bytes,
-            0,
-            16 << 20,
-            "0 to 16MiB",
-        ),
+        max_body_bytes: h.max_body_bytes.get(),
         queue_capacity: e.number(&p("queue_capacity"), h.queue_capacity, 1, 1 << 20),
-        max_queue_bytes: e.size(
-            &p("max_queue_bytes"),
-            &h.max_queue_bytes,
-            1 << 20,
-            4 << 30,
-            "1MiB to 4GiB",
-        ),
+        max_queue_bytes: h.max_queue_bytes.get(),
         redact: h
             .redact
             .iter()
@@ -220,9 +199,9 @@ fn traces(e: &mut Errors, t: &RawTraces) -> Traces {
             url: url.target,
             headers: e.headers(&p("headers"), &t.headers),
             batch_size: e.number(&p("batch_size"), t.batch_size, 1, 100_000),
-            interval: e.duration(&p("interval"), &t.interval, 10 * MS, HOUR),
+            interval: t.interval.get(),
             buffer: t.queue_capacity,
-            timeout: e.duration(&p("timeout"), &t.timeout, 100 * MS, 5 * 60 * SEC),
+            timeout: t.timeout.get(),
             max_backoff: Duration::from_secs(30),
         })
     } else {
@@ -235,67 +214,6 @@ fn traces(e: &mut Errors, t: &RawTraces) -> Traces {
         service_name: t.service_name.clone(),
         queue_capacity: e.number(&p("queue_capacity"), t.queue_capacity, 1, 1 << 20),
     }
-}
-
-fn masked(headers: &[(http::HeaderName, http::HeaderValue)]) -> BTreeMap<String, &'static str> {
-    headers
-        .iter()
-        .map(|(n, _)| (n.to_string(), "MASKED"))
-        .collect()
-}
-
-fn sink(c: &Collector) -> Value {
-    json!({
-        "url": c.display, "headers": masked(&c.headers), "batch_size": c.batch_size,
-        "interval": format_duration(c.interval), "buffer": c.buffer,
-        "timeout": format_duration(c.timeout), "max_backoff": format_duration(c.max_backoff),
-    })
-}
-
-pub(super) fn effective(d: &Diagnosis) -> Value {
-    let o = d.har.obfuscate.as_ref();
-    json!({
-        "discovery": {
-            "enabled": d.discovery.enabled,
-            "metrics": d.discovery.metrics,
-            "max_hosts": d.discovery.max_hosts,
-            "max_endpoints_per_host": d.discovery.max_endpoints_per_host,
-            "max_endpoints": d.discovery.max_endpoints,
-            "max_children": d.discovery.max_children,
-            "consumer_header": d.discovery.consumer_header.as_ref().map(|h| h.as_str()),
-            "max_consumers": d.discovery.max_consumers,
-        },
-        "har": {
-            "enabled": d.har.enabled,
-            "sample": d.har.sample,
-            "policies": d.har.policies,
-            "max_body_bytes": d.har.max_body_bytes,
-            "queue_capacity": d.har.queue_capacity,
-            "max_queue_bytes": d.har.max_queue_bytes,
-            "redact": d.har.redact,
-            "obfuscate": {
-                "enabled": o.is_some(),
-                "key": o.map(|o| o.key.to_string()),
-                "exclude_headers": o.map(|o| o.exclude_headers.clone()).unwrap_or_default(),
-                "exclude_query": o.map(|o| o.exclude_query.clone()).unwrap_or_default(),
-                "exclude_path_params": o.map(|o| o.exclude_path_params.clone()).unwrap_or_default(),
-                "exclude_json_paths": o.map(|o| o.exclude_json_paths.iter().map(|p| p.join(".")).collect::<Vec<_>>()).unwrap_or_default(),
-            },
-            "file": d.har.file.as_ref().map(|f| json!({
-                "dir": f.dir.display().to_string(), "max_bytes": f.max_bytes,
-                "max_age": format_duration(f.max_age), "retain": f.retain,
-            })),
-            "collector": d.har.collector.as_ref().map(sink),
-            "stdout": d.har.stdout,
-        },
-        "traces": {
-            "enabled": d.traces.enabled,
-            "endpoint": d.traces.endpoint.as_ref().map(sink),
-            "sample": d.traces.sample,
-            "service_name": d.traces.service_name,
-            "queue_capacity": d.traces.queue_capacity,
-        },
-    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! colliding groups refused, every error at its field path.
 
 use super::raw_endpoints::*;
-use super::validate::{Errors, HOUR, MS};
+use super::validate::Errors;
 use crate::aggregate::merge::Shape;
 use crate::aggregate::template::{PathTemplate, UrlTemplate};
 use crate::aggregate::{Backend, Endpoint, Endpoints};
@@ -40,14 +40,8 @@ fn defaults(e: &mut Errors, d: &RawEndpointDefaults) -> Defaults {
         }
     });
     Defaults {
-        timeout: d
-            .timeout
-            .as_ref()
-            .map_or(DEFAULT_TIMEOUT, |t| e.duration(&p("timeout"), t, MS, HOUR)),
-        cache_ttl: d
-            .cache_ttl
-            .as_ref()
-            .map(|t| cache_ttl(e, &p("cache_ttl"), t)),
+        timeout: d.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |t| t.get()),
+        cache_ttl: d.cache_ttl.as_ref().map(|t| t.get()),
         host,
         user_agent: d
             .user_agent
@@ -61,10 +55,6 @@ fn defaults(e: &mut Errors, d: &RawEndpointDefaults) -> Defaults {
 
 /// An endpoint's deadline when neither it nor `endpoint_defaults` sets one.
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-
-fn cache_ttl(e: &mut Errors, path: &str, t: &str) -> std::time::Duration {
-    e.duration(path, t, MS, super::validate::DAY * 365)
-}
 
 fn user_agent(e: &mut Errors, path: &str, ua: &str) -> Option<http::HeaderValue> {
     e.check(
@@ -111,10 +101,7 @@ pub(super) fn endpoints(
                 ),
             );
         }
-        let timeout = r
-            .timeout
-            .as_ref()
-            .map_or(defaults.timeout, |t| e.duration(&p("timeout"), t, MS, HOUR));
+        let timeout = r.timeout.as_ref().map_or(defaults.timeout, |t| t.get());
         let noop = match r.encoding.as_str() {
             "json" => false,
             "no-op" => true,
@@ -168,11 +155,7 @@ pub(super) fn endpoints(
         list.push(Endpoint {
             method,
             timeout,
-            cache_ttl: r
-                .cache_ttl
-                .as_ref()
-                .map(|t| cache_ttl(e, &p("cache_ttl"), t))
-                .or(defaults.cache_ttl),
+            cache_ttl: r.cache_ttl.as_ref().map(|t| t.get()).or(defaults.cache_ttl),
             all_headers: all(e, &p("headers"), &r.headers),
             headers: r
                 .headers
@@ -190,13 +173,7 @@ pub(super) fn endpoints(
                 .unwrap_or_else(|| defaults.user_agent.clone()),
             noop,
             errors_key: r.errors_key.clone(),
-            max_body_bytes: e.size(
-                &p("max_body_bytes"),
-                &r.max_body_bytes,
-                1024,
-                1 << 30,
-                "1KiB to 1GiB",
-            ),
+            max_body_bytes: r.max_body_bytes.get(),
             backends,
             label: path.text.as_str().into(),
             path,
@@ -251,12 +228,12 @@ fn backend(
     let url = e.check(&p("url"), UrlTemplate::parse(&pq, params, index))?;
     let timeout = match &b.timeout {
         Some(t) => {
-            let d = e.duration(&p("timeout"), t, MS, HOUR);
+            let d = t.get();
             if d > endpoint_timeout {
                 e.fail(
                     &p("timeout"),
                     format!(
-                        "`{t}` is longer than the endpoint's timeout ({}), which bounds every backend",
+                        "`{t:?}` is longer than the endpoint's timeout ({}), which bounds every backend",
                         super::units::format_duration(endpoint_timeout)
                     ),
                 );

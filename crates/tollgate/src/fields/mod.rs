@@ -12,8 +12,6 @@ use ipnet::IpNet;
 pub use secret_text::{SecretText, is_env_reference};
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::Duration;
-use units::{format_duration, parse_duration};
 pub use values::MAX_COUNT;
 
 /// One problem in a config file.
@@ -53,32 +51,6 @@ impl Errors {
             })
         })
         .ok()
-    }
-
-    /// A duration within `min..=max` (both written in the message when it is outside):
-    /// every duration has an upper bound, since adding an unbounded one to an instant
-    /// panics, and some dependencies (the DNS cache) refuse very long ones.
-    pub fn duration(&mut self, path: &str, s: &str, min: Duration, max: Duration) -> Duration {
-        let d = self.check(path, parse_duration(s)).unwrap_or(min);
-        if d < min || d > max {
-            let f = |d: Duration| {
-                if d.is_zero() {
-                    "0".to_owned()
-                } else {
-                    format_duration(d)
-                }
-            };
-            self.check::<()>(
-                path,
-                Err(format!(
-                    "`{s}` is out of range; write a duration from {} to {}",
-                    f(min),
-                    f(max)
-                )),
-            );
-            return min;
-        }
-        d
     }
 
     /// A whole number within `min..=max`.
@@ -149,11 +121,6 @@ pub fn as_written(message: String, value: &str, written: &str) -> String {
         message.replace(value, written)
     }
 }
-
-pub const MS: Duration = Duration::from_millis(1);
-pub const SEC: Duration = Duration::from_secs(1);
-pub const HOUR: Duration = Duration::from_secs(3600);
-pub const DAY: Duration = Duration::from_secs(86_400);
 
 /// An address or CIDR range; an address alone is a range of one.
 fn parse_net(s: &str) -> Result<IpNet, String> {

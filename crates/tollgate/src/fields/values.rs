@@ -1,7 +1,7 @@
 //! Value checks shared by policy validation: sizes, shares, header names and values, methods.
 
 use super::Errors;
-use super::units::parse_size;
+use super::units::Percent;
 use http::{HeaderName, HeaderValue, Method};
 use std::collections::BTreeMap;
 
@@ -12,40 +12,11 @@ impl Errors {
         self.check::<()>(path, Err(message));
     }
 
-    pub fn size(&mut self, path: &str, s: &str, min: usize, max: usize, range: &str) -> usize {
-        match parse_size(s) {
-            Ok(n) if (min..=max).contains(&n) => n,
-            Ok(_) => {
-                self.fail(
-                    path,
-                    format!("`{s}` is out of range; write a size from {range}"),
-                );
-                min
-            }
-            Err(m) => {
-                self.fail(path, m);
-                min
-            }
-        }
-    }
-
-    /// `"20%"` as a fraction.
+    /// `"20%"` as a fraction, for a key that takes a share beside words (a field that
+    /// takes only a share is a [`Percent`]).
     pub fn percent(&mut self, path: &str, s: &str) -> f64 {
-        let v = s
-            .trim()
-            .strip_suffix('%')
-            .and_then(|n| n.trim().parse::<f64>().ok())
-            .filter(|p| (0.0..=100.0).contains(p));
-        match v {
-            Some(p) => p / 100.0,
-            None => {
-                self.fail(
-                    path,
-                    format!("`{s}`: write a percentage from \"0%\" to \"100%\", e.g. \"20%\""),
-                );
-                0.0
-            }
-        }
+        self.check(path, Percent::parse(s))
+            .map_or(0.0, |p| p.fraction())
     }
 
     /// A request header name a remedy reads (never an `x-tollgate-*` control header,

@@ -8,7 +8,8 @@
 //! future is dropped) and holds nothing. The lock is taken only by requests that wait and
 //! by those releasing capacity while some do.
 
-use crate::fields::{Errors, HOUR, MS};
+use crate::fields::Errors;
+use crate::fields::units::{Dur, HOUR_MS};
 use crate::policy::chain::BoxFuture;
 use http::{HeaderMap, HeaderName};
 use prometheus_client::metrics::gauge::Gauge;
@@ -236,8 +237,8 @@ impl Drop for Entry<'_> {
 pub struct RawQueue {
     /// Most requests held (1 to 1000000). Beyond: **429 `queue_full`**.
     pub size: usize,
-    /// Longest a request waits (1ms to 1h; the `total` timeout if shorter). Then: **503 `queue_timeout`**. A rate limit whose next window starts after that refuses at once instead (see below).
-    pub max_wait: String,
+    /// Longest a request waits (the `total` timeout if shorter). Then: **503 `queue_timeout`**. A rate limit whose next window starts after that refuses at once instead (see below).
+    pub max_wait: Dur<1, HOUR_MS>,
     /// The request header whose value picks the priority.
     pub priority_header: Option<String>,
     /// Header value → priority, 0 to 255, **lower first**; FIFO within one priority.
@@ -256,7 +257,7 @@ pub fn queue(e: &mut Errors, path: &str, q: &Option<RawQueue>) -> Option<QueueSp
     let q = q.as_ref()?;
     Some(QueueSpec {
         size: e.number(&format!("{path}.size"), q.size, 1, 1_000_000),
-        max_wait: e.duration(&format!("{path}.max_wait"), &q.max_wait, MS, HOUR),
+        max_wait: q.max_wait.get(),
         priority_header: q
             .priority_header
             .as_deref()

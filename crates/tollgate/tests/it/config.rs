@@ -199,7 +199,7 @@ fn schema_states_defaults() {
         "127.0.0.1:8081",
         "64KiB",
         "5s",
-        "60s",
+        "1m",
         "90s",
         "30s",
     ] {
@@ -208,6 +208,16 @@ fn schema_states_defaults() {
             "default {default} missing from schema"
         );
     }
+    // A unit field's range comes from its type, after its doc comment.
+    let connect = &schema["$defs"]["RawUpstream"]["properties"]["connect_timeout"];
+    assert!(
+        connect["description"]
+            .as_str()
+            .unwrap()
+            .ends_with("504 `upstream_timeout`. A duration from 1ms to 1h."),
+        "{connect}"
+    );
+    assert!(connect.get("x-range").is_none(), "{connect}");
 }
 
 /// The secrets the examples name, set so that they validate as `tollgate check` would
@@ -294,12 +304,12 @@ fn every_value_has_a_range() {
         (
             "upstream:\n  dns_ttl: 2000y\n",
             "upstream.dns_ttl",
-            "from 0 to 1day",
+            "from 0 to 1d",
         ),
         (
             "upstream:\n  response_timeout: 2000y\n",
             "upstream.response_timeout",
-            "to 1day",
+            "to 1d",
         ),
         (
             "listen:\n  header_read_timeout: 0\n",

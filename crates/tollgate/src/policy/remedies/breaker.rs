@@ -5,7 +5,8 @@
 //! (retries included). Its state lives in the store, under keys of the breaker.
 
 use crate::error::{ProxyError, Reject, Rejection};
-use crate::fields::{Errors, HOUR, MS, SEC};
+use crate::fields::Errors;
+use crate::fields::units::{Dur, HOUR_MS, Percent, SEC_MS};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::clock;
@@ -368,13 +369,13 @@ pub struct RawBreaker {
     /// Open after this many failures in a row; 0 switches this rule off (0 to 1000000).
     pub consecutive_failures: u32,
     /// Open when failures reach this share (`"50%"`) of requests in the rolling `window` (absent: this rule is off)…
-    pub failure_ratio: Option<String>,
+    pub failure_ratio: Option<Percent>,
     /// …once the window holds at least this many (1 to 1000000).
     pub min_requests: u64,
-    /// Rolling window of the ratio, 1s to 1h (estimated from the current and previous fixed windows, weighted by their overlap).
-    pub window: String,
-    /// How long it stays open (10ms to 1h); then half-open.
-    pub open_for: String,
+    /// Rolling window of the ratio (estimated from the current and previous fixed windows, weighted by their overlap).
+    pub window: Dur<SEC_MS, HOUR_MS>,
+    /// How long it stays open; then half-open.
+    pub open_for: Dur<10, HOUR_MS>,
     /// Requests let through half-open (1 to 1000): all succeeding closes it, one failing opens it again. A probe refused later in the chain or abandoned by its client gives its place back.
     pub half_open_probes: u32,
     /// Statuses that count as failures: `503` or ranges `"500-599"`.
@@ -391,8 +392,8 @@ impl Default for RawBreaker {
             consecutive_failures: 5,
             failure_ratio: None,
             min_requests: 20,
-            window: "30s".into(),
-            open_for: "30s".into(),
+            window: Dur::secs(30),
+            open_for: Dur::secs(30),
             half_open_probes: 1,
             failure_statuses: vec!["500-599".into()],
             connect_errors: true,
@@ -410,13 +411,10 @@ pub fn breaker(e: &mut Errors, path: &str, b: &RawBreaker) -> BreakerSpec {
             0,
             1_000_000,
         ),
-        failure_ratio: b
-            .failure_ratio
-            .as_deref()
-            .map(|r| e.percent(&at("failure_ratio"), r)),
+        failure_ratio: b.failure_ratio.as_ref().map(Percent::fraction),
         min_requests: e.number(&at("min_requests"), b.min_requests, 1, 1_000_000),
-        window: e.duration(&at("window"), &b.window, SEC, HOUR),
-        open_for: e.duration(&at("open_for"), &b.open_for, 10 * MS, HOUR),
+        window: b.window.get(),
+        open_for: b.open_for.get(),
         half_open_probes: e.number(&at("half_open_probes"), b.half_open_probes, 1, 1000),
         failure_statuses: e
             .check(

@@ -6,7 +6,8 @@
 
 use crate::body::Body;
 use crate::error::ProxyError;
-use crate::fields::{DAY, Errors, as_written};
+use crate::fields::units::{DAY_MS, Dur};
+use crate::fields::{Errors, as_written};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, RemedyKind};
@@ -226,12 +227,10 @@ impl RemedyKind for Kind {
                 Vec::new()
             }
         };
-        let cooldown = e.duration(
-            &at("cooldown"),
-            c.cooldown.as_deref().unwrap_or("60s"),
-            Duration::ZERO,
-            DAY,
-        );
+        let cooldown = c
+            .cooldown
+            .as_ref()
+            .map_or(Duration::from_secs(60), Dur::get);
         (!accounts.is_empty()).then_some((accounts, cooldown))
     }
 
@@ -298,8 +297,8 @@ pub struct RawCredentials {
     pub query: Option<RawNamed>,
     /// Several accounts used in turn (round robin); one that gets 429 from the provider is skipped until its `Retry-After` (or `cooldown`) has passed. Each account is one of `bearer`, `basic`, `header`, `query`.
     pub accounts: Vec<RawAccount>,
-    /// How long an account that got 429 without `Retry-After` is skipped (0 to 1d).
-    pub cooldown: Option<String>,
+    /// How long an account that got 429 without `Retry-After` is skipped; absent: `60s`.
+    pub cooldown: Option<Dur<0, DAY_MS>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]

@@ -179,7 +179,7 @@ pub struct RawQuota {
     /// A declared quota this one takes a share of (with `share`); the period is the parent's. A request must fit both, and counts in both.
     pub parent: Option<String>,
     /// This quota's share of the parent's limit (`"25%"`).
-    pub share: Option<String>,
+    pub share: Option<crate::fields::units::Percent>,
     /// Response statuses that give the request back, because the provider does not charge them (`[304]`). A child's refund gives back its parent's count too.
     #[serde(default)]
     pub refund_on: Vec<u16>,
@@ -256,7 +256,7 @@ pub fn quota(
                 None
             }
             Some(raw) => {
-                let f = e.percent(&format!("{path}.share"), share);
+                let f = share.fraction();
                 let spec = quota(e, &format!("quotas.{name}"), raw, declared, depth + 1);
                 Some((
                     f,

@@ -346,7 +346,7 @@ pub struct RawRateLimit {
     pub group_by: Option<String>,
     /// A share of `limit` per group (`{ci: "20%", web: "50%"}`); shares add up to 100% at most. A request must fit its group's share **and** the whole limit.
     #[serde(default)]
-    pub groups: BTreeMap<String, String>,
+    pub groups: BTreeMap<String, crate::fields::units::Percent>,
     /// Groups not listed and requests without the header: `allow` (only the whole limit applies), `block` (429), or a share each (`"10%"`).
     #[serde(default = "allow")]
     pub default_group: String,
@@ -384,7 +384,7 @@ pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec
                 .groups
                 .iter()
                 .map(|(name, pct)| {
-                    let f = e.percent(&format!("{path}.groups.{name}"), pct);
+                    let f = pct.fraction();
                     sum += f;
                     (name.clone(), ((limit as f64) * f).floor() as u64)
                 })

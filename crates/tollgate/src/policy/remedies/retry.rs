@@ -17,7 +17,8 @@
 use super::credentials::Account;
 use crate::body::Body;
 use crate::error::ProxyError;
-use crate::fields::{DAY, Errors, HOUR, MS, SEC};
+use crate::fields::Errors;
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Percent, SEC_MS, Size};
 use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
@@ -291,9 +292,9 @@ pub struct RawRetry {
     /// Attempts in all, the first included (2 to 20).
     pub attempts: u32,
     /// Backoff before retry n: a random time between 0 and min(`max_delay`, `base_delay` × 2^n) ("full jitter").
-    pub base_delay: String,
-    /// Cap of one backoff (1ms to 1h). A retryable response's `Retry-After` is honoured when it is within this cap; a longer one ends the retries and the response is relayed (unless another `credentials` account is free: the retry goes there at once). A `Retry-After` too large for any clock counts as "very long", never as none.
-    pub max_delay: String,
+    pub base_delay: Dur<0, HOUR_MS>,
+    /// Cap of one backoff. A retryable response's `Retry-After` is honoured when it is within this cap; a longer one ends the retries and the response is relayed (unless another `credentials` account is free: the retry goes there at once). A `Retry-After` too large for any clock counts as "very long", never as none.
+    pub max_delay: Dur<1, HOUR_MS>,
     /// Response statuses retried.
     pub statuses: Vec<String>,
     /// Retry DNS, connect and TLS failures, and resets of a connection before the response.
@@ -302,31 +303,31 @@ pub struct RawRetry {
     pub timeouts: bool,
     /// Methods retried besides the idempotent ones (GET, HEAD, OPTIONS, TRACE, PUT, DELETE). A request with `Idempotency-Key` is always retryable.
     pub methods: Vec<String>,
-    /// Request bodies up to this are kept for replay (0 to 64MiB); a larger body is sent once and not retried.
-    pub max_body: String,
+    /// Request bodies up to this are kept for replay; a larger body is sent once and not retried.
+    pub max_body: Size<0, { 64 << 20 }>,
     /// Retries allowed, as a share of requests over `budget_window`…
-    pub budget: String,
-    /// …a rolling window (1s to 1h)…
-    pub budget_window: String,
+    pub budget: Percent,
+    /// …a rolling window…
+    pub budget_window: Dur<SEC_MS, HOUR_MS>,
     /// …plus this many retries per window in any case, so low traffic can retry. When the budget is spent, failures are relayed at once: retries never multiply an outage.
     pub budget_min: u64,
-    /// All attempts and backoffs end within this (1ms to 1d).
-    pub deadline: Option<String>,
+    /// All attempts and backoffs end within this.
+    pub deadline: Option<Dur<1, DAY_MS>>,
 }
 
 impl Default for RawRetry {
     fn default() -> Self {
         Self {
             attempts: 3,
-            base_delay: "100ms".into(),
-            max_delay: "5s".into(),
+            base_delay: Dur::ms(100),
+            max_delay: Dur::secs(5),
             statuses: vec!["502-504".into()],
             connect_errors: true,
             timeouts: true,
             methods: Vec::new(),
-            max_body: "1MiB".into(),
-            budget: "20%".into(),
-            budget_window: "10s".into(),
+            max_body: Size::bytes(1 << 20),
+            budget: Percent::of(20.0),
+            budget_window: Dur::secs(10),
             budget_min: 10,
             deadline: None,
         }
@@ -337,21 +338,18 @@ pub fn retry(e: &mut Errors, path: &str, r: &RawRetry) -> RetrySpec {
     let at = |f: &str| format!("{path}.{f}");
     RetrySpec {
         attempts: e.number(&at("attempts"), r.attempts, 2, 20),
-        base_delay: e.duration(&at("base_delay"), &r.base_delay, Duration::ZERO, HOUR),
-        max_delay: e.duration(&at("max_delay"), &r.max_delay, MS, HOUR),
+        base_delay: r.base_delay.get(),
+        max_delay: r.max_delay.get(),
         statuses: e
             .check(&at("statuses"), Statuses::parse(&r.statuses))
             .unwrap_or_default(),
         connect_errors: r.connect_errors,
         timeouts: r.timeouts,
         methods: e.methods(&at("methods"), &r.methods),
-        max_body: e.size(&at("max_body"), &r.max_body, 0, 64 << 20, "0 to 64MiB"),
-        budget: e.percent(&at("budget"), &r.budget),
-        budget_window: e.duration(&at("budget_window"), &r.budget_window, SEC, HOUR),
+        max_body: r.max_body.get(),
+        budget: r.budget.fraction(),
+        budget_window: r.budget_window.get(),
         budget_min: e.number(&at("budget_min"), r.budget_min, 0, 1_000_000),
-        deadline: r
-            .deadline
-            .as_deref()
-            .map(|d| e.duration(&at("deadline"), d, MS, DAY)),
+        deadline: r.deadline.as_ref().map(Dur::get),
     }
 }

@@ -6,7 +6,8 @@
 //! checked too, so retries never hammer a provider that asked for a pause.
 
 use crate::error::{ProxyError, Reject, Rejection};
-use crate::fields::{DAY, Errors, HOUR, MS, SEC};
+use crate::fields::Errors;
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::compile::Build;
@@ -170,21 +171,21 @@ impl Remedy for Throttle {
 pub struct RawThrottle {
     /// `reject`: refuse at once with **429 `provider_throttled`** and the remaining `Retry-After`. `wait`: hold the request until the pause ends when that is within `max_wait` (and the `total` timeout), else refuse.
     pub action: String,
-    /// 1ms to 1h.
-    pub max_wait: String,
+    /// Longest a request is held with `action: wait`; a longer pause refuses it at once.
+    pub max_wait: Dur<1, HOUR_MS>,
     /// Responses whose `Retry-After` (seconds or HTTP-date) starts a pause.
     pub statuses: Vec<u16>,
-    /// Longest pause honoured, 1s to 1d.
-    pub max_throttle: String,
+    /// Longest pause honoured.
+    pub max_throttle: Dur<SEC_MS, DAY_MS>,
 }
 
 impl Default for RawThrottle {
     fn default() -> Self {
         Self {
             action: "reject".into(),
-            max_wait: "30s".into(),
+            max_wait: Dur::secs(30),
             statuses: vec![429, 503],
-            max_throttle: "1h".into(),
+            max_throttle: Dur::secs(3600),
         }
     }
 }
@@ -203,8 +204,8 @@ pub fn throttle(e: &mut Errors, path: &str, t: &RawThrottle) -> ThrottleSpec {
     };
     ThrottleSpec {
         wait,
-        max_wait: e.duration(&format!("{path}.max_wait"), &t.max_wait, MS, HOUR),
+        max_wait: t.max_wait.get(),
         statuses: t.statuses.clone(),
-        max_throttle: e.duration(&format!("{path}.max_throttle"), &t.max_throttle, SEC, DAY),
+        max_throttle: t.max_throttle.get(),
     }
 }

@@ -4,7 +4,7 @@
 //! backoffs and the response body included).
 
 use crate::error::ProxyError;
-use crate::fields::{DAY, HOUR, MS};
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, RemedyKind};
@@ -34,17 +34,11 @@ impl RemedyKind for Kind {
     type Spec = Timeouts;
     type Action = crate::policy::kind::NoActions;
 
-    fn validate(t: &RawTimeouts, cx: &mut Check<'_>) -> Option<Timeouts> {
-        let mut d = |field: &str, v: &Option<String>, max| {
-            v.as_deref().map(|v| {
-                cx.errors
-                    .duration(&format!("{}.{field}", cx.path), v, MS, max)
-            })
-        };
+    fn validate(t: &RawTimeouts, _: &mut Check<'_>) -> Option<Timeouts> {
         Some(Timeouts {
-            connect: d("connect", &t.connect, HOUR),
-            response: d("response", &t.response, DAY),
-            total: d("total", &t.total, DAY),
+            connect: t.connect.as_ref().map(Dur::get),
+            response: t.response.as_ref().map(Dur::get),
+            total: t.total.as_ref().map(Dur::get),
         })
     }
 
@@ -68,10 +62,10 @@ impl Remedy for Timeouts {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTimeouts {
-    /// Resolve, connect and TLS, per attempt (1ms to 1h); absent: `upstream.connect_timeout`.
-    pub connect: Option<String>,
-    /// From sending until the response head, per attempt (1ms to 1d); absent: `upstream.response_timeout`.
-    pub response: Option<String>,
-    /// The whole exchange: queue waits, attempts, backoffs and the response body (1ms to 1d). Before the head: **504 `upstream_timeout`**; during the body: the body is cut.
-    pub total: Option<String>,
+    /// Resolve, connect and TLS, per attempt; absent: `upstream.connect_timeout`.
+    pub connect: Option<Dur<1, HOUR_MS>>,
+    /// From sending until the response head, per attempt; absent: `upstream.response_timeout`.
+    pub response: Option<Dur<1, DAY_MS>>,
+    /// The whole exchange: queue waits, attempts, backoffs and the response body. Before the head: **504 `upstream_timeout`**; during the body: the body is cut.
+    pub total: Option<Dur<1, DAY_MS>>,
 }

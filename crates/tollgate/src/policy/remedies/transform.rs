@@ -99,13 +99,7 @@ impl RemedyKind for RequestKind {
             JsonEdits {
                 set: r.json_set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 remove: r.json_remove.clone(),
-                max_body: e.size(
-                    &at("max_body"),
-                    r.max_body.as_deref().unwrap_or("1MiB"),
-                    1,
-                    64 << 20,
-                    "1B to 64MiB",
-                ),
+                max_body: r.max_body.as_ref().map_or(1 << 20, |b| b.get()),
             }
         });
         let template = cx.template;
@@ -362,8 +356,8 @@ pub struct RawRequestTransform {
     pub json_set: BTreeMap<String, serde_json::Value>,
     /// JSON request body fields to delete, as JSON pointers.
     pub json_remove: Vec<String>,
-    /// Largest request body read for `json_set`/`json_remove` (1B to 64MiB); a larger body gets 413 `body_too_large`.
-    pub max_body: Option<String>,
+    /// Largest request body read for `json_set`/`json_remove`; a larger body gets 413 `body_too_large`. Absent: `1MiB`.
+    pub max_body: Option<crate::fields::units::Size<1, { 64 << 20 }>>,
 }
 
 pub fn edits(

@@ -1,7 +1,8 @@
 //! The cache's config as written, and its validation.
 
 use super::CacheSpec;
-use crate::fields::{DAY, Errors, SEC};
+use crate::fields::Errors;
+use crate::fields::units::{DAY_MS, Dur, SEC_MS, Size};
 use http::Method;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -9,8 +10,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCache {
-    /// Freshness, 1s to 30d. The provider's `max-age` (and `s-maxage` for a shared cache) caps it.
-    pub ttl: String,
+    /// Freshness. The provider's `max-age` (and `s-maxage` for a shared cache) caps it.
+    pub ttl: Dur<SEC_MS, { 30 * DAY_MS }>,
     /// Methods cached; others bypass. `POST` needs `key_body: true`.
     pub methods: Vec<String>,
     /// Statuses stored.
@@ -19,10 +20,10 @@ pub struct RawCache {
     pub key_headers: Vec<String>,
     /// Put a SHA-256 of the request body in the key; a JSON body is canonicalised first (keys sorted, no whitespace), so `{"a":1, "b":2}` and `{"b":2,"a":1}` share an entry; numbers keep their spelling (`1.0` and `1.00` are different keys). For search and LLM completion APIs. A body over `max_entry` bypasses.
     pub key_body: bool,
-    /// Largest response stored (1B to 1GiB); larger ones stream through uncached.
-    pub max_entry: String,
-    /// Total size (bodies, headers, keys), 1KiB to 64GiB; least recently used entries are evicted beyond it.
-    pub max_size: String,
+    /// Largest response stored; larger ones stream through uncached.
+    pub max_entry: Size<1, { 1 << 30 }>,
+    /// Total size (bodies, headers, keys); least recently used entries are evicted beyond it.
+    pub max_size: Size<1024, { 64 << 30 }>,
     /// Declare the cache shared (RFC 9111 §3.5): then `Cache-Control: private` responses, and responses to requests carrying their own `Authorization`, are not stored. A sidecar serving one application is a private cache, so GitHub's `private, max-age=60` stays cacheable by default.
     pub shared: bool,
     /// Store for `ttl` whatever the provider's `Cache-Control` says.
@@ -34,13 +35,13 @@ pub struct RawCache {
 impl Default for RawCache {
     fn default() -> Self {
         Self {
-            ttl: "60s".into(),
+            ttl: Dur::secs(60),
             methods: vec!["GET".into(), "HEAD".into()],
             statuses: vec![200],
             key_headers: Vec::new(),
             key_body: false,
-            max_entry: "1MiB".into(),
-            max_size: "64MiB".into(),
+            max_entry: Size::bytes(1 << 20),
+            max_size: Size::bytes(64 << 20),
             shared: false,
             ignore_cache_control: false,
             revalidate: true,
@@ -77,7 +78,7 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
         })
         .collect();
     CacheSpec {
-        ttl: e.duration(&at("ttl"), &c.ttl, SEC, 30 * DAY),
+        ttl: c.ttl.get(),
         methods,
         statuses,
         key_headers: c
@@ -87,14 +88,8 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
             .filter_map(|(i, h)| e.header_name(&format!("{path}.key_headers[{i}]"), h))
             .collect(),
         key_body: c.key_body,
-        max_entry: e.size(&at("max_entry"), &c.max_entry, 1, 1 << 30, "1B to 1GiB"),
-        max_size: e.size(
-            &at("max_size"),
-            &c.max_size,
-            1024,
-            64 << 30,
-            "1KiB to 64GiB",
-        ) as u64,
+        max_entry: c.max_entry.get(),
+        max_size: c.max_size.get() as u64,
         shared: c.shared,
         ignore_cache_control: c.ignore_cache_control,
         revalidate: c.revalidate,
