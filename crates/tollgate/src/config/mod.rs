@@ -122,14 +122,15 @@ impl Config {
                 location: None,
             }],
         })?;
-        parse(&text)
-            .and_then(|raw| validate::validate_env(&raw, env_optional))
+        parse_all(&text)
+            .and_then(|(raw, units)| validate::validate_env(&raw, units, env_optional))
             .map_err(|errors| ConfigErrors { source, errors })
     }
 
     /// Parses and validates YAML text.
     pub fn from_yaml(text: &str) -> Result<Config, Vec<ConfigError>> {
-        validate::validate(&parse(text)?)
+        let (raw, units) = parse_all(text)?;
+        validate::validate_env(&raw, units, false).map(|(c, _)| c)
     }
 
     /// What diagnosis needs of this config: its settings, the policies' names and path
@@ -163,15 +164,46 @@ impl Config {
     }
 }
 
-/// Parses YAML into the raw types, naming the failing field path and its line:column.
+/// Parses YAML into the raw types, naming the failing field path and its line:column;
+/// a duration, size, share or count outside its field's type is an error too.
 pub fn parse(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
+    match parse_all(text)? {
+        (raw, units) if units.is_empty() => Ok(raw),
+        (_, units) => Err(units),
+    }
+}
+
+/// [`parse`], with the values outside their unit types returned beside the raw config
+/// (each at its path and line), for validation to report with every other error.
+fn parse_all(text: &str) -> Result<(raw::RawConfig, Vec<ConfigError>), Vec<ConfigError>> {
     // An empty file (or one with only comments) means "all defaults".
     if matches!(
         yaml_serde::from_str::<yaml_serde::Value>(text),
         Ok(yaml_serde::Value::Null)
     ) {
-        return Ok(raw::RawConfig::default());
+        return Ok((raw::RawConfig::default(), Vec::new()));
     }
+    let (raw, invalid) = crate::fields::units::reading(|| deserialize(text))?;
+    // Each further pass stops at the next invalid value, which the parser then places
+    // (at the start of the mapping that holds it: the key is looked for from there).
+    let units = (1..=invalid)
+        .filter_map(|n| crate::fields::units::failing_at(n, || deserialize(text)).err())
+        .flatten()
+        .map(|mut e| {
+            let key = e.path.rsplit('.').next().unwrap_or_default();
+            if let Some(at) = e.location
+                && !key.ends_with(']')
+                && let Some(&first) = key_lines(text, at, key).as_deref().and_then(<[_]>::first)
+            {
+                e.location = Some(first);
+            }
+            e
+        })
+        .collect();
+    Ok((raw, units))
+}
+
+fn deserialize(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
     let de = yaml_serde::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|err| {
         let path = err.path().to_string();
@@ -241,6 +273,12 @@ fn duplicate(
     at: (usize, usize),
     key: &str,
 ) -> Option<((usize, usize), (usize, usize))> {
+    let found = key_lines(text, at, key)?;
+    (found.len() >= 2).then(|| (found[0], found[1]))
+}
+
+/// Where `key` is written (its first two times) in the mapping that starts at `at`.
+fn key_lines(text: &str, at: (usize, usize), key: &str) -> Option<Vec<(usize, usize)>> {
     let lines: Vec<&str> = text.lines().collect();
     let (line, col) = (at.0.checked_sub(1)?, at.1.checked_sub(1)?);
     let is_key = |rest: &str| {
@@ -280,7 +318,7 @@ fn duplicate(
             }
         }
     }
-    (found.len() >= 2).then(|| (found[0], found[1]))
+    Some(found)
 }
 
 /// `line L column C` at the start of `s`.

@@ -9,7 +9,7 @@
 pub use super::raw_diagnosis::*;
 pub use super::raw_endpoints::*;
 pub use super::raw_policy::*;
-use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS, Size};
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, SEC_MS, Size};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,8 +69,8 @@ pub struct RawListen {
     pub max_header_bytes: Size<1024, { 16 << 20 }>,
     /// Time an HTTP/1.1 client with no request in flight has to send a complete request head, counted from the connection's opening or the end of its previous response: the slow-loris guard and the keep-alive idle limit. A connection with a request in flight is never cut, however slow the response. Checked by one sweep over all connections every quarter of the limit, so a quiet connection closes between 1× and 1.25× it; a reload applies from the next sweep. HTTP/2 connections are left to their client.
     pub header_read_timeout: Dur<10, HOUR_MS>,
-    /// Concurrent HTTP/2 streams per client connection (advertised in SETTINGS), and so the most upstream connections one client connection can hold: each stream in flight holds at most one. nginx's default is 128 too. 1 to 100000.
-    pub max_concurrent_streams: u32,
+    /// Concurrent HTTP/2 streams per client connection (advertised in SETTINGS), and so the most upstream connections one client connection can hold: each stream in flight holds at most one. nginx's default is 128 too.
+    pub max_concurrent_streams: Int<1, 100_000>,
     /// How long a response may wait on a client that stopped reading it. tollgate watches the client socket itself: when its writes have found the client's window full for this long, with no byte going through, the connection is cut, which drops the response and closes its upstream connection. That covers every response, whatever produced it (relayed, cache hit, aggregated, mock), including the last bytes hyper writes after the body has ended. On HTTP/2, each stream is also watched on its own: a stream whose response the client gives no flow-control window for this long is released (its upstream connection closed, the stream reset when the client next opens its window), the connection's other streams going on. Each counts in `tollgate_stalls_total{kind="connection"|"stream"}`. A slow *upstream* is not a stalled client: only waits on the client count. Checked by the same sweep as `header_read_timeout` (every quarter of the shorter of the two), so a stall ends between 1× and 1.25× the limit.
     pub send_timeout: Dur<10, HOUR_MS>,
 }
@@ -81,7 +81,7 @@ impl Default for RawListen {
             address: "127.0.0.1:8000".into(),
             max_header_bytes: Size::bytes(64 << 10),
             header_read_timeout: Dur::secs(30),
-            max_concurrent_streams: 128,
+            max_concurrent_streams: Int::of(128),
             send_timeout: Dur::secs(60),
         }
     }
@@ -140,15 +140,15 @@ impl Default for RawUpstream {
 pub struct RawPool {
     /// Idle keep-alive upstream connections are not reused after this and are closed by the next sweep (every half timeout), so within 1.5× of it.
     pub idle_timeout: Dur<0, DAY_MS>,
-    /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool). 0 (no reuse) to 100000.
-    pub max_idle_per_host: usize,
+    /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool); 0: no reuse.
+    pub max_idle_per_host: Int<0, 100_000>,
 }
 
 impl Default for RawPool {
     fn default() -> Self {
         Self {
             idle_timeout: Dur::secs(90),
-            max_idle_per_host: 256,
+            max_idle_per_host: Int::of(256),
         }
     }
 }
@@ -209,13 +209,15 @@ pub enum RawPort {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawMetrics {
-    /// Most distinct upstream hosts used as `host` labels. Past it, requests count under `host="other"` and in `tollgate_metric_hosts_folded_total`. 1 to 100000; read at start-up.
-    pub max_hosts: usize,
+    /// Most distinct upstream hosts used as `host` labels. Past it, requests count under `host="other"` and in `tollgate_metric_hosts_folded_total`. Read at start-up.
+    pub max_hosts: Int<1, 100_000>,
 }
 
 impl Default for RawMetrics {
     fn default() -> Self {
-        Self { max_hosts: 1000 }
+        Self {
+            max_hosts: Int::of(1000),
+        }
     }
 }
 
@@ -239,8 +241,8 @@ pub struct RawLog {
     pub access_log: bool,
     /// File the access log is appended to; absent: standard output.
     pub access_log_file: Option<String>,
-    /// 1 to 16777216. Bounded queue between requests and the observer thread (metrics and access log), one per data-plane worker. When full, events are dropped and counted in `tollgate_events_dropped_total`; requests never wait.
-    pub queue_capacity: usize,
+    /// Bounded queue between requests and the observer thread (metrics and access log), one per data-plane worker. When full, events are dropped and counted in `tollgate_events_dropped_total`; requests never wait. (tokio's bounded channel refuses more than `usize::MAX >> 3` slots; 16M is plenty.)
+    pub queue_capacity: Int<1, { 1 << 24 }>,
 }
 
 impl Default for RawLog {
@@ -250,7 +252,7 @@ impl Default for RawLog {
             format: "text".into(),
             access_log: false,
             access_log_file: None,
-            queue_capacity: 65536,
+            queue_capacity: Int::of(65536),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Raw types of the `diagnosis` section: HAR capture, endpoint discovery, traces. The
 //! YAML as written, unknown keys rejected; validated by `validate_diagnosis.rs`.
 
-use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS, Size};
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, SEC_MS, Size};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,18 +24,18 @@ pub struct RawDiscovery {
     pub enabled: bool,
     /// Also export per-endpoint Prometheus series (`tollgate_endpoint_*`), bounded by the caps below.
     pub metrics: bool,
-    /// Most distinct hosts tracked (1 to 10000); calls to further hosts are counted under host `other`.
-    pub max_hosts: usize,
-    /// Most endpoints tracked per host (1 to 10000); further templates of that host fold into endpoint `other`.
-    pub max_endpoints_per_host: usize,
-    /// Most endpoints tracked in all (1 to 100000); each costs about 12 KB at most (two latency histograms).
-    pub max_endpoints: usize,
-    /// Distinct literal values seen at one path position (under the same prefix) before that position becomes a `{param}` (2 to 10000).
-    pub max_children: usize,
+    /// Most distinct hosts tracked; calls to further hosts are counted under host `other`.
+    pub max_hosts: Int<1, 10_000>,
+    /// Most endpoints tracked per host; further templates of that host fold into endpoint `other`.
+    pub max_endpoints_per_host: Int<1, 10_000>,
+    /// Most endpoints tracked in all; each costs about 12 KB at most (two latency histograms).
+    pub max_endpoints: Int<1, 100_000>,
+    /// Distinct literal values seen at one path position (under the same prefix) before that position becomes a `{param}`.
+    pub max_children: Int<2, 10_000>,
     /// A request header naming the calling application or tenant; its values are counted per endpoint (by digest when the header carries secrets, such as `authorization`). Absent: no consumer counts.
     pub consumer_header: Option<String>,
-    /// Most consumer values counted per endpoint (1 to 1000); the rest under `other`.
-    pub max_consumers: usize,
+    /// Most consumer values counted per endpoint; the rest under `other`.
+    pub max_consumers: Int<1, 1000>,
 }
 
 impl Default for RawDiscovery {
@@ -43,12 +43,12 @@ impl Default for RawDiscovery {
         Self {
             enabled: false,
             metrics: false,
-            max_hosts: 100,
-            max_endpoints_per_host: 200,
-            max_endpoints: 2000,
-            max_children: 50,
+            max_hosts: Int::of(100),
+            max_endpoints_per_host: Int::of(200),
+            max_endpoints: Int::of(2000),
+            max_children: Int::of(50),
             consumer_header: None,
-            max_consumers: 20,
+            max_consumers: Int::of(20),
         }
     }
 }
@@ -64,8 +64,8 @@ pub struct RawHar {
     pub policies: Vec<String>,
     /// Bytes of each request and response body kept; past it the entry says the content was truncated and how large it was. The body itself is streamed, never held back.
     pub max_body_bytes: Size<0, { 16 << 20 }>,
-    /// Entries waiting for the writer (1 to 1048576); when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
-    pub queue_capacity: usize,
+    /// Entries waiting for the writer; when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
+    pub queue_capacity: Int<1, { 1 << 20 }>,
     /// Bytes of captured calls (bodies, heads) waiting for the writer: past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. Resident memory at saturation grows by about 3x this (allocator slack included).
     pub max_queue_bytes: Size<{ 1 << 20 }, { 4 << 30 }>,
     /// Header, query-parameter and JSON-key names replaced by `REDACTED`, in addition to `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie` and every name a credentials remedy injects (case-insensitive).
@@ -87,7 +87,7 @@ impl Default for RawHar {
             sample: 1.0,
             policies: Vec::new(),
             max_body_bytes: Size::bytes(64 << 10),
-            queue_capacity: 4096,
+            queue_capacity: Int::of(4096),
             max_queue_bytes: Size::bytes(32 << 20),
             redact: Vec::new(),
             obfuscate: RawObfuscate::default(),
@@ -126,9 +126,9 @@ pub struct RawHarFile {
     /// A file is closed and a new one started after this long.
     #[serde(default = "default_file_max_age")]
     pub max_age: Dur<SEC_MS, { 7 * DAY_MS }>,
-    /// Closed files kept (1 to 10000); older ones are deleted.
+    /// Closed files kept; older ones are deleted.
     #[serde(default = "default_retain")]
-    pub retain: usize,
+    pub retain: Int<1, 10_000>,
 }
 
 fn default_file_max_bytes() -> Size<1024, { 1 << 30 }> {
@@ -137,8 +137,8 @@ fn default_file_max_bytes() -> Size<1024, { 1 << 30 }> {
 fn default_file_max_age() -> Dur<SEC_MS, { 7 * DAY_MS }> {
     Dur::secs(3600)
 }
-fn default_retain() -> usize {
-    10
+fn default_retain() -> Int<1, 10_000> {
+    Int::of(10)
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -149,15 +149,15 @@ pub struct RawCollector {
     /// Headers sent with every batch (an API key for the collector). `${ENV_VAR}` is substituted; values are masked in `/config`.
     #[serde(default)]
     pub headers: BTreeMap<String, crate::fields::SecretText>,
-    /// Most entries per POST (1 to 10000).
+    /// Most entries per POST.
     #[serde(default = "default_batch")]
-    pub batch_size: usize,
+    pub batch_size: Int<1, 10_000>,
     /// A batch is sent at least this often when entries are waiting.
     #[serde(default = "default_interval")]
     pub interval: Dur<10, HOUR_MS>,
-    /// Entries held while the collector is slow or down (1 to 1048576); past it the oldest are dropped and counted in `tollgate_har_dropped_total{sink="collector"}`.
+    /// Entries held while the collector is slow or down; past it the oldest are dropped and counted in `tollgate_har_dropped_total{sink="collector"}`.
     #[serde(default = "default_buffer")]
-    pub buffer: usize,
+    pub buffer: Int<1, { 1 << 20 }>,
     /// Time allowed for one POST.
     #[serde(default = "default_timeout")]
     pub timeout: Dur<100, { 300 * SEC_MS }>,
@@ -166,14 +166,14 @@ pub struct RawCollector {
     pub max_backoff: Dur<100, HOUR_MS>,
 }
 
-fn default_batch() -> usize {
-    100
+fn default_batch() -> Int<1, 10_000> {
+    Int::of(100)
 }
 fn default_interval() -> Dur<10, HOUR_MS> {
     Dur::secs(1)
 }
-fn default_buffer() -> usize {
-    10_000
+fn default_buffer() -> Int<1, { 1 << 20 }> {
+    Int::of(10_000)
 }
 fn default_timeout() -> Dur<100, { 300 * SEC_MS }> {
     Dur::secs(10)
@@ -195,10 +195,10 @@ pub struct RawTraces {
     pub sample: f64,
     /// `service.name` of the exported resource.
     pub service_name: String,
-    /// Spans waiting for export (1 to 1048576); past it spans are dropped and counted in `tollgate_spans_dropped_total`.
-    pub queue_capacity: usize,
-    /// Most spans per export request (1 to 100000).
-    pub batch_size: usize,
+    /// Spans waiting for export; past it spans are dropped and counted in `tollgate_spans_dropped_total`.
+    pub queue_capacity: Int<1, { 1 << 20 }>,
+    /// Most spans per export request.
+    pub batch_size: Int<1, 100_000>,
     /// Spans are exported at least this often when waiting.
     pub interval: Dur<10, HOUR_MS>,
     /// Time allowed for one export.
@@ -213,8 +213,8 @@ impl Default for RawTraces {
             headers: BTreeMap::new(),
             sample: 1.0,
             service_name: "tollgate".into(),
-            queue_capacity: 4096,
-            batch_size: 512,
+            queue_capacity: Int::of(4096),
+            batch_size: Int::of(512),
             interval: Dur::secs(1),
             timeout: Dur::secs(10),
         }

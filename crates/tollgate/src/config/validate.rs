@@ -34,31 +34,24 @@ fn parse_port(p: &RawPort) -> Result<(u16, u16), String> {
 }
 
 pub(super) fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
-    validate_env(raw, false).map(|(c, _)| c)
+    validate_env(raw, Vec::new(), false).map(|(c, _)| c)
 }
 
-/// [`validate`]; with `env_optional`, unset `${VARS}` are warnings (returned) rather
-/// than errors, their values placeholders.
+/// [`validate`], reporting `units` (the values the parser found outside their unit
+/// types) with its own errors; with `env_optional`, unset `${VARS}` are warnings
+/// (returned) rather than errors, their values placeholders.
 pub(super) fn validate_env(
     raw: &RawConfig,
+    units: Vec<ConfigError>,
     env_optional: bool,
 ) -> Result<(Config, Vec<String>), Vec<ConfigError>> {
-    // Durations, sizes and shares outside their field's type, each at its path.
-    let mut e = Errors(
-        crate::fields::units::errors(raw),
-        env_optional.then(Vec::new),
-    );
+    let mut e = Errors(units, env_optional.then(Vec::new));
     let l = &raw.listen;
     let listen = Listen {
         address: e.addr("listen.address", &l.address),
         max_header_bytes: l.max_header_bytes.get(),
         header_read_timeout: l.header_read_timeout.get(),
-        max_concurrent_streams: e.number(
-            "listen.max_concurrent_streams",
-            l.max_concurrent_streams,
-            1,
-            100_000,
-        ),
+        max_concurrent_streams: l.max_concurrent_streams.u32(),
         send_timeout: l.send_timeout.get(),
     };
     let admin = Admin {
@@ -84,12 +77,7 @@ pub(super) fn validate_env(
         dns_ttl: u.dns_ttl.get(),
         expect_continue_timeout: u.expect_continue_timeout.get(),
         pool_idle_timeout: u.pool.idle_timeout.get(),
-        pool_max_idle_per_host: e.number(
-            "upstream.pool.max_idle_per_host",
-            u.pool.max_idle_per_host,
-            0,
-            100_000,
-        ),
+        pool_max_idle_per_host: u.pool.max_idle_per_host.usize(),
         // `check` builds what `run` builds: the TLS configs themselves, so a CA file
         // rustls would refuse fails here, not at start.
         extra_ca_file: u.tls.extra_ca_file.as_deref().and_then(|f| {
@@ -193,20 +181,18 @@ pub(super) fn validate_env(
     if let Err(err) = tracing_subscriber::EnvFilter::try_new(&raw.log.level) {
         e.check::<()>("log.level", Err(format!("`{}`: {err}", raw.log.level)));
     }
-    // tokio's bounded channel panics above usize::MAX >> 3 slots; 16M is plenty.
-    e.number("log.queue_capacity", raw.log.queue_capacity, 1, 1 << 24);
     let log = Log {
         level: raw.log.level.clone(),
         json,
         access_log: raw.log.access_log,
         access_log_file: raw.log.access_log_file.as_ref().map(Into::into),
-        queue_capacity: raw.log.queue_capacity,
+        queue_capacity: raw.log.queue_capacity.usize(),
     };
     let shutdown = Shutdown {
         drain_timeout: raw.shutdown.drain_timeout.get(),
     };
     let metrics = Metrics {
-        max_hosts: e.number("metrics.max_hosts", raw.metrics.max_hosts, 1, 100_000),
+        max_hosts: raw.metrics.max_hosts.usize(),
     };
     let names: Vec<&str> = raw.policies.iter().map(|p| p.name.as_str()).collect();
     let diagnosis = super::validate_diagnosis::diagnosis(&mut e, &raw.diagnosis, &names);

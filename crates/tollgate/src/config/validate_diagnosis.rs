@@ -21,20 +21,15 @@ fn discovery(e: &mut Errors, d: &RawDiscovery) -> Discovery {
     Discovery {
         enabled: d.enabled,
         metrics: d.metrics,
-        max_hosts: e.number(&p("max_hosts"), d.max_hosts, 1, 10_000),
-        max_endpoints_per_host: e.number(
-            &p("max_endpoints_per_host"),
-            d.max_endpoints_per_host,
-            1,
-            10_000,
-        ),
-        max_endpoints: e.number(&p("max_endpoints"), d.max_endpoints, 1, 100_000),
-        max_children: e.number(&p("max_children"), d.max_children, 2, 10_000),
+        max_hosts: d.max_hosts.usize(),
+        max_endpoints_per_host: d.max_endpoints_per_host.usize(),
+        max_endpoints: d.max_endpoints.usize(),
+        max_children: d.max_children.usize(),
         consumer_header: d
             .consumer_header
             .as_ref()
             .and_then(|h| e.read_header(&p("consumer_header"), h)),
-        max_consumers: e.number(&p("max_consumers"), d.max_consumers, 1, 1000),
+        max_consumers: d.max_consumers.usize(),
     }
 }
 
@@ -70,7 +65,7 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
         dir: f.dir.clone().into(),
         max_bytes: f.max_bytes.get(),
         max_age: f.max_age.get(),
-        retain: e.number(&p("file.retain"), f.retain, 1, 10_000),
+        retain: f.retain.usize(),
     });
     let collector = h.collector.as_ref().and_then(|c| {
         let at = p("collector");
@@ -80,9 +75,9 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
             display: url.display.clone(),
             url: url.target,
             headers: e.headers(&format!("{at}.headers"), &c.headers),
-            batch_size: e.number(&format!("{at}.batch_size"), c.batch_size, 1, 10_000),
+            batch_size: c.batch_size.usize(),
             interval: c.interval.get(),
-            buffer: e.number(&format!("{at}.buffer"), c.buffer, 1, 1 << 20),
+            buffer: c.buffer.usize(),
             timeout: c.timeout.get(),
             max_backoff: c.max_backoff.get(),
         })
@@ -98,7 +93,7 @@ fn har(e: &mut Errors, h: &RawHar, policy_names: &[&str]) -> Har {
         sample: fraction(e, &p("sample"), h.sample),
         policies: h.policies.clone(),
         max_body_bytes: h.max_body_bytes.get(),
-        queue_capacity: e.number(&p("queue_capacity"), h.queue_capacity, 1, 1 << 20),
+        queue_capacity: h.queue_capacity.usize(),
         max_queue_bytes: h.max_queue_bytes.get(),
         redact: h
             .redact
@@ -198,9 +193,9 @@ fn traces(e: &mut Errors, t: &RawTraces) -> Traces {
             display: url.display.clone(),
             url: url.target,
             headers: e.headers(&p("headers"), &t.headers),
-            batch_size: e.number(&p("batch_size"), t.batch_size, 1, 100_000),
+            batch_size: t.batch_size.usize(),
             interval: t.interval.get(),
-            buffer: t.queue_capacity,
+            buffer: t.queue_capacity.usize(),
             timeout: t.timeout.get(),
             max_backoff: Duration::from_secs(30),
         })
@@ -212,7 +207,7 @@ fn traces(e: &mut Errors, t: &RawTraces) -> Traces {
         endpoint,
         sample: fraction(e, &p("sample"), t.sample),
         service_name: t.service_name.clone(),
-        queue_capacity: e.number(&p("queue_capacity"), t.queue_capacity, 1, 1 << 20),
+        queue_capacity: t.queue_capacity.usize(),
     }
 }
 

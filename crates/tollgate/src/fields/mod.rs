@@ -53,25 +53,6 @@ impl Errors {
         .ok()
     }
 
-    /// A whole number within `min..=max`.
-    pub fn number<T: PartialOrd + std::fmt::Display + Copy>(
-        &mut self,
-        path: &str,
-        v: T,
-        min: T,
-        max: T,
-    ) -> T {
-        if v < min || v > max {
-            self.check::<()>(
-                path,
-                Err(format!(
-                    "{v} is out of range; write a whole number from {min} to {max}"
-                )),
-            );
-        }
-        v
-    }
-
     /// `${ENV}` substitution and a check of the result, whose messages show the text as
     /// written: a secret substituted into it never reaches a message.
     pub fn env_checked<T>(

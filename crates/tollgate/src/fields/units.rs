@@ -4,14 +4,15 @@
 //! their range, `/config` its canonical spelling, and validation a value it need not
 //! check again.
 //!
-//! A value outside its type is kept, not thrown at the parser: validation reports it at
-//! its path beside every other error in the file ([`errors`]), as `check` always has,
-//! instead of parsing stopping at the first.
+//! A value outside its type is kept rather than stopping the parser, so that `check`
+//! reports every error in the file at once: the config's parser counts them
+//! ([`reading`]), then has the parser place each at its path and line ([`failing_at`]).
 
-use super::ConfigError;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,66 +25,51 @@ pub const DAY_MS: u64 = 86_400_000;
 /// moves it into the field's description, where editors and the docs show it.
 pub const RANGE_KEYWORD: &str = "x-range";
 
-/// What an invalid unit value serialises as: the mark, then the message. Only [`errors`]
-/// ever sees it: a config holding one is refused.
-const INVALID: &str = "\u{0}invalid: ";
-
-/// Why a value written for a unit field is not one: the message validation reports.
+/// Why a value written for a unit field is not one (its message).
 #[derive(Clone, PartialEq)]
 pub struct Invalid(Arc<str>);
 
 /// A unit field as read: its value, or why the text is not one.
 type Read<T> = Result<T, Invalid>;
 
+thread_local! {
+    /// How this thread reads unit fields: the invalid values seen so far, and which one
+    /// (1-based) is an error for the parser rather than a value kept (0: none).
+    static READING: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Runs `parse` keeping every invalid unit value, and counts them.
+pub fn reading<T, E>(parse: impl FnOnce() -> Result<T, E>) -> Result<(T, usize), E> {
+    READING.set((0, 0));
+    let r = parse();
+    let (seen, _) = READING.replace((0, 0));
+    r.map(|t| (t, seen))
+}
+
+/// Runs `parse` with the `n`th invalid unit value (in the file's order) an error, so the
+/// parser reports it at its path and line.
+pub fn failing_at<T, E>(n: usize, parse: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    READING.set((0, n));
+    let r = parse();
+    READING.set((0, 0));
+    r
+}
+
 fn read<'de, D: Deserializer<'de>, T>(
     d: D,
     parse: impl FnOnce(&str) -> Result<T, String>,
 ) -> Result<Read<T>, D::Error> {
-    Ok(parse(&scalar(d)?).map_err(|m| Invalid(m.into())))
-}
-
-fn write<S: Serializer, T>(
-    s: S,
-    v: &Read<T>,
-    show: impl FnOnce(&T) -> String,
-) -> Result<S::Ok, S::Error> {
-    match v {
-        Ok(v) => s.serialize_str(&show(v)),
-        Err(Invalid(m)) => s.serialize_str(&format!("{INVALID}{m}")),
-    }
-}
-
-/// Every invalid unit value in `raw` (the whole file as read), at its field path.
-pub fn errors<T: Serialize>(raw: &T) -> Vec<ConfigError> {
-    fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<ConfigError>) {
-        match v {
-            serde_json::Value::String(s) => {
-                if let Some(message) = s.strip_prefix(INVALID) {
-                    out.push(ConfigError {
-                        path: path.to_owned(),
-                        message: message.to_owned(),
-                        location: None,
-                    });
-                }
+    match parse(&scalar(d)?) {
+        Ok(v) => Ok(Ok(v)),
+        Err(m) => {
+            let (seen, fail_at) = READING.get();
+            READING.set((seen + 1, fail_at));
+            if seen + 1 == fail_at {
+                return Err(D::Error::custom(m));
             }
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                walk(v, &p, out)
-            }),
-            serde_json::Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .for_each(|(i, v)| walk(v, &format!("{path}[{i}]"), out)),
-            _ => {}
+            Ok(Err(Invalid(m.into())))
         }
     }
-    let mut out = Vec::new();
-    walk(&serde_json::to_value(raw).unwrap_or_default(), "", &mut out);
-    out
 }
 
 /// A measure a bounded field takes: how it is read, written and named.
@@ -95,6 +81,40 @@ pub trait Unit {
     fn bound(n: u64) -> Self::Value;
     fn parse(text: &str) -> Result<Self::Value, String>;
     fn show(v: Self::Value) -> String;
+    /// How `/config` shows a value: as the file writes it (a number for a count).
+    fn write<S: Serializer>(v: Self::Value, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&Self::show(v))
+    }
+    /// The schema's `type` and, where JSON Schema can state them, its bounds.
+    fn schema(min: u64, max: u64) -> serde_json::Value {
+        let _ = (min, max);
+        serde_json::json!({"type": ["string", "integer"]})
+    }
+}
+
+/// Whole numbers (counts, sizes of queues and tables): bounds as they are.
+pub enum Whole {}
+
+impl Unit for Whole {
+    type Value = u64;
+    const WHAT: &'static str = "a whole number";
+    fn bound(n: u64) -> u64 {
+        n
+    }
+    fn parse(text: &str) -> Result<u64, String> {
+        text.trim()
+            .parse()
+            .map_err(|_| format!("`{text}` is not a whole number; write e.g. `10`"))
+    }
+    fn show(v: u64) -> String {
+        v.to_string()
+    }
+    fn write<S: Serializer>(v: u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(v)
+    }
+    fn schema(min: u64, max: u64) -> serde_json::Value {
+        serde_json::json!({"type": "integer", "minimum": min, "maximum": max})
+    }
 }
 
 /// Durations: bounds in milliseconds.
@@ -140,6 +160,9 @@ pub type Dur<const MIN: u64, const MAX: u64> = Bounded<Time, MIN, MAX>;
 
 /// A size in bytes within `MIN..=MAX`, written `65536`, `64KiB`, `1MB`.
 pub type Size<const MIN: u64, const MAX: u64> = Bounded<Bytes, MIN, MAX>;
+
+/// A whole number within `MIN..=MAX`.
+pub type Int<const MIN: u64, const MAX: u64> = Bounded<Whole, MIN, MAX>;
 
 impl<U: Unit, const MIN: u64, const MAX: u64> Bounded<U, MIN, MAX> {
     /// The value; the lower bound for an invalid one, which validation has reported.
@@ -190,6 +213,27 @@ impl<const MIN: u64, const MAX: u64> Size<MIN, MAX> {
     }
 }
 
+impl<const MIN: u64, const MAX: u64> Int<MIN, MAX> {
+    /// A default: clamped into the bounds.
+    pub fn of(n: u64) -> Self {
+        Self(Ok(n.clamp(MIN, MAX)))
+    }
+
+    pub fn get(&self) -> u64 {
+        self.value()
+    }
+
+    /// The value as a `usize` (every bound a field declares fits one).
+    pub fn usize(&self) -> usize {
+        usize::try_from(self.value()).unwrap_or(usize::MAX)
+    }
+
+    /// The value as a `u32` (for fields bounded within it).
+    pub fn u32(&self) -> u32 {
+        u32::try_from(self.value()).unwrap_or(u32::MAX)
+    }
+}
+
 impl<U: Unit, const MIN: u64, const MAX: u64> Clone for Bounded<U, MIN, MAX> {
     fn clone(&self) -> Self {
         Self(self.0.clone())
@@ -210,7 +254,7 @@ impl<'de, U: Unit, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<
 
 impl<U: Unit, const MIN: u64, const MAX: u64> Serialize for Bounded<U, MIN, MAX> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        write(s, &self.0, |v| U::show(*v))
+        U::write(self.value(), s)
     }
 }
 
@@ -224,10 +268,9 @@ impl<U: Unit, const MIN: u64, const MAX: u64> JsonSchema for Bounded<U, MIN, MAX
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": ["string", "integer"],
-            RANGE_KEYWORD: format!("{} from {}", U::WHAT, Self::range()),
-        })
+        let mut schema = U::schema(MIN, MAX);
+        schema[RANGE_KEYWORD] = format!("{} from {}", U::WHAT, Self::range()).into();
+        Schema::try_from(schema).unwrap_or_default()
     }
 }
 
@@ -275,7 +318,7 @@ impl<'de> Deserialize<'de> for Percent {
 
 impl Serialize for Percent {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        write(s, &self.0, |p| format!("{p}%"))
+        s.serialize_str(&format!("{}%", self.fraction() * 100.0))
     }
 }
 
@@ -452,9 +495,17 @@ mod tests {
             list: Vec<Size<1, 10>>,
             ok: Percent,
         }
-        let raw: Raw = yaml_serde::from_str("{a: 2h, list: [5, 1KiB], ok: '5%'}").unwrap();
-        let found: Vec<_> = errors(&raw).into_iter().map(|e| e.path).collect();
-        assert_eq!(found, ["a", "list[1]"]);
+        let text = "{a: 2h, list: [5, 1KiB], ok: '5%'}";
+        let (_, invalid) = reading(|| yaml_serde::from_str::<Raw>(text)).unwrap();
+        assert_eq!(invalid, 2);
+        let second = failing_at(2, || yaml_serde::from_str::<Raw>(text))
+            .err()
+            .unwrap();
+        assert!(
+            second.to_string().contains("`1KiB` is out of range"),
+            "{second}"
+        );
+        assert!(failing_at(3, || yaml_serde::from_str::<Raw>(text)).is_ok());
     }
 
     #[test]

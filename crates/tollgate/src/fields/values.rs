@@ -73,8 +73,4 @@ impl Errors {
             })
             .collect()
     }
-
-    pub fn count(&mut self, path: &str, n: u64) -> u64 {
-        self.number(path, n, 1, MAX_COUNT)
-    }
 }

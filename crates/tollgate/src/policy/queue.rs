@@ -9,7 +9,7 @@
 //! by those releasing capacity while some do.
 
 use crate::fields::Errors;
-use crate::fields::units::{Dur, HOUR_MS};
+use crate::fields::units::{Dur, HOUR_MS, Int};
 use crate::policy::chain::BoxFuture;
 use http::{HeaderMap, HeaderName};
 use prometheus_client::metrics::gauge::Gauge;
@@ -235,8 +235,8 @@ impl Drop for Entry<'_> {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawQueue {
-    /// Most requests held (1 to 1000000). Beyond: **429 `queue_full`**.
-    pub size: usize,
+    /// Most requests held. Beyond: **429 `queue_full`**.
+    pub size: Int<1, 1_000_000>,
     /// Longest a request waits (the `total` timeout if shorter). Then: **503 `queue_timeout`**. A rate limit whose next window starts after that refuses at once instead (see below).
     pub max_wait: Dur<1, HOUR_MS>,
     /// The request header whose value picks the priority.
@@ -256,7 +256,7 @@ fn default_priority() -> u8 {
 pub fn queue(e: &mut Errors, path: &str, q: &Option<RawQueue>) -> Option<QueueSpec> {
     let q = q.as_ref()?;
     Some(QueueSpec {
-        size: e.number(&format!("{path}.size"), q.size, 1, 1_000_000),
+        size: q.size.usize(),
         max_wait: q.max_wait.get(),
         priority_header: q
             .priority_header

@@ -104,6 +104,19 @@ fn validation_reports_every_error_with_its_path() {
     ] {
         assert!(paths.contains(&want), "{want} missing from {paths:?}");
     }
+    // A value outside its unit type is placed by the parser, at its key's line.
+    let at = |path: &str| e.iter().find(|e| e.path == path).and_then(|e| e.location);
+    assert_eq!(at("listen.max_header_bytes").map(|l| l.0), Some(3), "{e:?}");
+    assert_eq!(
+        at("upstream.connect_timeout").map(|l| l.0),
+        Some(5),
+        "{e:?}"
+    );
+    assert_eq!(
+        at("upstream.response_timeout").map(|l| l.0),
+        Some(6),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
-use crate::fields::units::{Dur, HOUR_MS, Percent, SEC_MS};
+use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::clock;
@@ -366,18 +366,18 @@ impl Default for BreakerSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawBreaker {
-    /// Open after this many failures in a row; 0 switches this rule off (0 to 1000000).
-    pub consecutive_failures: u32,
+    /// Open after this many failures in a row; 0 switches this rule off.
+    pub consecutive_failures: Int<0, 1_000_000>,
     /// Open when failures reach this share (`"50%"`) of requests in the rolling `window` (absent: this rule is off)…
     pub failure_ratio: Option<Percent>,
-    /// …once the window holds at least this many (1 to 1000000).
-    pub min_requests: u64,
+    /// …once the window holds at least this many.
+    pub min_requests: Int<1, 1_000_000>,
     /// Rolling window of the ratio (estimated from the current and previous fixed windows, weighted by their overlap).
     pub window: Dur<SEC_MS, HOUR_MS>,
     /// How long it stays open; then half-open.
     pub open_for: Dur<10, HOUR_MS>,
-    /// Requests let through half-open (1 to 1000): all succeeding closes it, one failing opens it again. A probe refused later in the chain or abandoned by its client gives its place back.
-    pub half_open_probes: u32,
+    /// Requests let through half-open: all succeeding closes it, one failing opens it again. A probe refused later in the chain or abandoned by its client gives its place back.
+    pub half_open_probes: Int<1, 1000>,
     /// Statuses that count as failures: `503` or ranges `"500-599"`.
     pub failure_statuses: Vec<String>,
     /// DNS, connect and TLS failures count.
@@ -389,12 +389,12 @@ pub struct RawBreaker {
 impl Default for RawBreaker {
     fn default() -> Self {
         Self {
-            consecutive_failures: 5,
+            consecutive_failures: Int::of(5),
             failure_ratio: None,
-            min_requests: 20,
+            min_requests: Int::of(20),
             window: Dur::secs(30),
             open_for: Dur::secs(30),
-            half_open_probes: 1,
+            half_open_probes: Int::of(1),
             failure_statuses: vec!["500-599".into()],
             connect_errors: true,
             timeouts: true,
@@ -405,17 +405,12 @@ impl Default for RawBreaker {
 pub fn breaker(e: &mut Errors, path: &str, b: &RawBreaker) -> BreakerSpec {
     let at = |f: &str| format!("{path}.{f}");
     let spec = BreakerSpec {
-        consecutive_failures: e.number(
-            &at("consecutive_failures"),
-            b.consecutive_failures,
-            0,
-            1_000_000,
-        ),
+        consecutive_failures: b.consecutive_failures.u32(),
         failure_ratio: b.failure_ratio.as_ref().map(Percent::fraction),
-        min_requests: e.number(&at("min_requests"), b.min_requests, 1, 1_000_000),
+        min_requests: b.min_requests.get(),
         window: b.window.get(),
         open_for: b.open_for.get(),
-        half_open_probes: e.number(&at("half_open_probes"), b.half_open_probes, 1, 1000),
+        half_open_probes: b.half_open_probes.u32(),
         failure_statuses: e
             .check(
                 &at("failure_statuses"),

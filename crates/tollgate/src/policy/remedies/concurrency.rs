@@ -238,8 +238,8 @@ pub struct ConcurrencyLimitSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConcurrency {
-    /// Requests in flight, 1 to 1000000.
-    pub max: u64,
+    /// Requests in flight.
+    pub max: crate::fields::units::Int<1, 1_000_000>,
     /// Count per group of this request header's value; each group gets `max`. A group's state exists only while it has requests in flight.
     pub group_by: Option<String>,
     /// Wait for a slot instead of being refused.
@@ -249,7 +249,7 @@ pub struct RawConcurrency {
 pub fn concurrency(e: &mut Errors, path: &str, c: &RawConcurrency) -> ConcurrencyLimitSpec {
     ConcurrencyLimitSpec {
         limit: ConcurrencySpec {
-            max: e.number(&format!("{path}.max"), c.max, 1, 1_000_000),
+            max: c.max.get(),
             group_by: c
                 .group_by
                 .as_deref()

@@ -165,14 +165,14 @@ pub struct QuotaSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawQuota {
-    /// Requests per period, 1 to 10^12; required unless the quota has a `parent`.
-    pub limit: Option<u64>,
+    /// Requests per period; required unless the quota has a `parent`.
+    pub limit: Option<crate::fields::units::Int<1, { crate::fields::MAX_COUNT }>>,
     /// `day` or `month`.
     #[serde(default = "day")]
     pub per: String,
-    /// For `month`: the day of the month the quota renews (1 to 28), at midnight.
+    /// For `month`: the day of the month the quota renews, at midnight.
     #[serde(default = "one")]
-    pub renews_on: u8,
+    pub renews_on: crate::fields::units::Int<1, 28>,
     /// IANA name (`America/New_York`); periods start at midnight there, daylight saving included.
     #[serde(default = "utc")]
     pub time_zone: String,
@@ -189,8 +189,8 @@ fn day() -> String {
     "day".into()
 }
 
-fn one() -> u8 {
-    1
+fn one() -> crate::fields::units::Int<1, 28> {
+    crate::fields::units::Int::of(1)
 }
 
 fn utc() -> String {
@@ -220,7 +220,7 @@ pub fn quota(
     let window = match q.per.as_str() {
         "day" => Window::Day(tz),
         "month" => Window::Month {
-            renews_on: e.number(&format!("{path}.renews_on"), q.renews_on, 1, 28) as i8,
+            renews_on: q.renews_on.get() as i8,
             tz,
         },
         other => {
@@ -288,8 +288,8 @@ pub fn quota(
             }
         }
         None => {
-            let limit = match q.limit {
-                Some(n) => e.count(&format!("{path}.limit"), n),
+            let limit = match &q.limit {
+                Some(n) => n.get(),
                 None => {
                     e.fail(
                         &format!("{path}.limit"),

@@ -338,8 +338,8 @@ pub struct RateLimitSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
-    /// Requests per window, 1 to 10^12.
-    pub limit: u64,
+    /// Requests per window.
+    pub limit: crate::fields::units::Int<1, { crate::fields::MAX_COUNT }>,
     /// `second`, `minute`, `hour` or `day`: fixed windows aligned to the clock (UTC).
     pub window: String,
     /// Count per consumer: the value of this request header names the group.
@@ -352,7 +352,7 @@ pub struct RawRateLimit {
     pub default_group: String,
     /// Distinct unlisted groups counted per window (1 to 1000000); further ones share one group, `other`, with the default share. Memory stays bounded whatever values clients send: a group is stored under a 16-byte digest (SHA-256) of the header's value, never the value itself, and values longer than 1 KiB are grouped by their first 1 KiB.
     #[serde(default = "max_groups")]
-    pub max_groups: usize,
+    pub max_groups: crate::fields::units::Int<1, 1_000_000>,
     /// Hold requests over the limit until a later window instead of rejecting them (see [queues](#queues)).
     pub queue: Option<RawQueue>,
     /// Response statuses that give the request back to the limit, because the provider does not charge them: GitHub does not count a conditional request it answers **304**, so `refund_on: [304]` keeps tollgate's count equal to GitHub's. Counted as the action `refunded`.
@@ -364,12 +364,12 @@ fn allow() -> String {
     "allow".into()
 }
 
-fn max_groups() -> usize {
-    10_000
+fn max_groups() -> crate::fields::units::Int<1, 1_000_000> {
+    crate::fields::units::Int::of(10_000)
 }
 
 pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec {
-    let limit = e.count(&format!("{path}.limit"), r.limit);
+    let limit = r.limit.get();
     let groups = match &r.group_by {
         None => {
             if !r.groups.is_empty() {
@@ -417,8 +417,7 @@ pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec
                 header,
                 shares,
                 default,
-                max_groups: e.number(&format!("{path}.max_groups"), r.max_groups, 1, 1_000_000)
-                    as u64,
+                max_groups: r.max_groups.get(),
             })
         }
     };

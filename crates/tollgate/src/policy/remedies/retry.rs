@@ -18,7 +18,7 @@ use super::credentials::Account;
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::Errors;
-use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Percent, SEC_MS, Size};
+use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, Percent, SEC_MS, Size};
 use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
@@ -289,8 +289,8 @@ impl Remedy for RetryStage {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRetry {
-    /// Attempts in all, the first included (2 to 20).
-    pub attempts: u32,
+    /// Attempts in all, the first included.
+    pub attempts: Int<2, 20>,
     /// Backoff before retry n: a random time between 0 and min(`max_delay`, `base_delay` × 2^n) ("full jitter").
     pub base_delay: Dur<0, HOUR_MS>,
     /// Cap of one backoff. A retryable response's `Retry-After` is honoured when it is within this cap; a longer one ends the retries and the response is relayed (unless another `credentials` account is free: the retry goes there at once). A `Retry-After` too large for any clock counts as "very long", never as none.
@@ -310,7 +310,7 @@ pub struct RawRetry {
     /// …a rolling window…
     pub budget_window: Dur<SEC_MS, HOUR_MS>,
     /// …plus this many retries per window in any case, so low traffic can retry. When the budget is spent, failures are relayed at once: retries never multiply an outage.
-    pub budget_min: u64,
+    pub budget_min: Int<0, 1_000_000>,
     /// All attempts and backoffs end within this.
     pub deadline: Option<Dur<1, DAY_MS>>,
 }
@@ -318,7 +318,7 @@ pub struct RawRetry {
 impl Default for RawRetry {
     fn default() -> Self {
         Self {
-            attempts: 3,
+            attempts: Int::of(3),
             base_delay: Dur::ms(100),
             max_delay: Dur::secs(5),
             statuses: vec!["502-504".into()],
@@ -328,7 +328,7 @@ impl Default for RawRetry {
             max_body: Size::bytes(1 << 20),
             budget: Percent::of(20.0),
             budget_window: Dur::secs(10),
-            budget_min: 10,
+            budget_min: Int::of(10),
             deadline: None,
         }
     }
@@ -337,7 +337,7 @@ impl Default for RawRetry {
 pub fn retry(e: &mut Errors, path: &str, r: &RawRetry) -> RetrySpec {
     let at = |f: &str| format!("{path}.{f}");
     RetrySpec {
-        attempts: e.number(&at("attempts"), r.attempts, 2, 20),
+        attempts: r.attempts.u32(),
         base_delay: r.base_delay.get(),
         max_delay: r.max_delay.get(),
         statuses: e
@@ -349,7 +349,7 @@ pub fn retry(e: &mut Errors, path: &str, r: &RawRetry) -> RetrySpec {
         max_body: r.max_body.get(),
         budget: r.budget.fraction(),
         budget_window: r.budget_window.get(),
-        budget_min: e.number(&at("budget_min"), r.budget_min, 0, 1_000_000),
+        budget_min: r.budget_min.get(),
         deadline: r.deadline.as_ref().map(Dur::get),
     }
 }
