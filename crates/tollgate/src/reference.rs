@@ -36,6 +36,10 @@ pub fn blocks() -> Vec<Block> {
             "RawHeaderGuard",
             "{require: [x]}",
         ),
+        sample_block::<remedies::mock::RawMock>("mock", "RawMock", "{when: {}}"),
+        remedy_block::<remedies::transform::RawRequestTransform>("request", "RawRequestTransform"),
+        remedy_block::<remedies::transform::RawHeaderTransform>("response", "RawHeaderTransform"),
+        remedy_block::<remedies::credentials::RawCredentials>("credentials", "RawCredentials"),
         remedy_block::<remedies::cache::RawCache>("cache", "RawCache"),
         remedy_block::<remedies::breaker::RawBreaker>("breaker", "RawBreaker"),
         remedy_block::<remedies::throttle::RawThrottle>("provider_throttling", "RawThrottle"),
@@ -79,6 +83,23 @@ pub fn blocks() -> Vec<Block> {
                 "backends",
                 "RawBackend",
                 "{url: /a}",
+            )
+        },
+        Block {
+            doc: "docs/configuration.md",
+            ..sample_block::<crate::config::raw_endpoints::RawEndpointDefaults>(
+                "endpoint_defaults",
+                "RawEndpointDefaults",
+                "{}",
+            )
+        },
+        Block {
+            doc: "docs/configuration.md",
+            // The optional sinks written, so that their keys show.
+            ..sample_block::<crate::config::raw_diagnosis::RawDiagnosis>(
+                "diagnosis",
+                "RawDiagnosis",
+                "{har: {file: {dir: a}, collector: {url: a}}}",
             )
         },
     ]

@@ -287,7 +287,7 @@ impl Remedy for Credentials {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCredentials {
-    /// `Authorization: Bearer VALUE`.
+    /// `Authorization: Bearer VALUE`. One credential (`bearer`, `basic`, `header` or `query`) replaces what the client sent under that name.
     pub bearer: Option<crate::fields::SecretText>,
     /// `Authorization: Basic base64(username:password)`.
     pub basic: Option<RawBasic>,
@@ -295,7 +295,7 @@ pub struct RawCredentials {
     pub header: Option<RawNamed>,
     /// An API key in a query parameter.
     pub query: Option<RawNamed>,
-    /// Several accounts used in turn (round robin); one that gets 429 from the provider is skipped until its `Retry-After` (or `cooldown`) has passed. Each account is one of `bearer`, `basic`, `header`, `query`.
+    /// Several accounts used in turn (round robin), each one of `bearer`, `basic`, `header`, `query`. An account the provider answers **429** is skipped until its `Retry-After` has passed (or `cooldown` when there is none); when all are cooling down, the one free soonest is used. With `retry` (429 in its `statuses`), the retry after such a 429 goes **at once** to an account that is not cooling down: the `Retry-After` was the tired account's, not the provider's as a whole.
     pub accounts: Vec<RawAccount>,
     /// How long an account that got 429 without `Retry-After` is skipped; absent: `60s`.
     pub cooldown: Option<Dur<0, DAY_MS>>,

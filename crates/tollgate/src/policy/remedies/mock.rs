@@ -112,15 +112,15 @@ impl Remedy for MockStage {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawMock {
-    /// Status of the made-up response.
+    /// Status of the made-up response, 200 to 599.
     #[serde(default = "ok")]
     pub status: u16,
-    /// Response headers.
+    /// Response headers (`${ENV}` substituted).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Response body, inline. A `body` that is a mapping or list is sent as JSON (with `content-type: application/json` unless set).
+    /// Response body, inline: text, or a mapping or list, sent as JSON (with `content-type: application/json` unless set).
     pub body: Option<serde_json::Value>,
-    /// Response body read from this file at load (relative to the working directory).
+    /// Response body read from this file at load (relative to the working directory); `body` or `body_file`, not both.
     pub body_file: Option<String>,
     /// Only answer when the request says so; absent: always.
     pub when: Option<RawWhen>,

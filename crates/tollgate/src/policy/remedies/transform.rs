@@ -329,7 +329,7 @@ impl Remedy for ResponseTransform {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawHeaderTransform {
-    /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    /// Headers set (replacing any value), after `remove_headers` and before `add_headers`. `${ENV_VAR}` is substituted.
     #[serde(serialize_with = "masked")]
     pub set_headers: BTreeMap<String, String>,
     /// Headers added beside existing values.
@@ -342,7 +342,7 @@ pub struct RawHeaderTransform {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRequestTransform {
-    /// Headers set (replacing any value). `${ENV_VAR}` is substituted.
+    /// Headers set (replacing any value), after `remove_headers` and before `add_headers`. `${ENV_VAR}` is substituted.
     #[serde(serialize_with = "masked")]
     pub set_headers: BTreeMap<String, String>,
     /// Headers added beside existing values.
@@ -350,13 +350,13 @@ pub struct RawRequestTransform {
     pub add_headers: BTreeMap<String, String>,
     /// Headers removed.
     pub remove_headers: Vec<String>,
-    /// New upstream path: literal text with `{param}` from `match.path` and `{*}` for what its trailing `*` matched (`/v2/repos/{owner}/{repo}/{*}`). The query string is kept.
+    /// New upstream path: literal text with `{param}` from `match.path` and `{*}` for what its trailing `*` matched (`/v2/repos/{owner}/{repo}/{*}`); every reference must exist in `match.path`. The query string is kept. Absent: unchanged.
     pub path: Option<String>,
-    /// JSON request body fields to set: JSON pointer (`/model`, `/options/temperature`) to value. Missing parent objects are created.
+    /// JSON request body fields to set: JSON pointer (`/model`, `/options/temperature`) to value. Missing parent objects are created; `/list/-` appends. Only a body whose `content-type` contains `json` is edited; others pass untouched. A body labelled JSON that does not parse is refused with **400 `bad_request`** (the message says where it fails) and nothing is sent: tollgate cannot edit what it cannot read, and sending it unedited would skip the edit the policy promises.
     pub json_set: BTreeMap<String, serde_json::Value>,
-    /// JSON request body fields to delete, as JSON pointers.
+    /// JSON request body fields to delete, as JSON pointers (as `json_set` for which bodies).
     pub json_remove: Vec<String>,
-    /// Largest request body read for `json_set`/`json_remove`; a larger body gets 413 `body_too_large`. Absent: `1MiB`.
+    /// Only policies with JSON edits read the body, whole, up to this: above it the client gets **413 `body_too_large`** and nothing is sent. Absent: `1MiB`.
     pub max_body: Option<crate::fields::units::Size<1, { 64 << 20 }>>,
 }
 
