@@ -67,7 +67,7 @@ pub async fn send(
         None => {
             let sent = tokio::time::Instant::now();
             rt.client
-                .send_within(req, target, timer, sent, limit, true)
+                .send_within(req, target, timer, sent, limit, true, ())
                 .await
                 .map(|r| r.map(http_body_util::BodyExt::boxed_unsync))
         }

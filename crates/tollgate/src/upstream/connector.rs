@@ -43,6 +43,10 @@ pub enum ConnectError {
 #[derive(Clone)]
 pub struct Connector {
     inner: Arc<Inner>,
+    /// A policy's `timeouts.connect`, for the connections made for its attempts (the
+    /// `upstream` one otherwise). Part of the connector because hyper-util's client
+    /// hands it nothing but the URI.
+    connect_timeout: Option<Duration>,
 }
 
 struct Inner {
@@ -57,6 +61,25 @@ struct Inner {
     tls_insecure_h1: Arc<ClientConfig>,
     insecure_hosts: Arc<[String]>,
     metrics: Metrics,
+}
+
+/// A policy's `timeouts.connect` for one request, or `()`: the `upstream` one, as a type
+/// of no size, so that the unmatched path's request future carries nothing for it (its
+/// size is bounded by a test).
+pub trait ConnectTimeout: Copy + Send + Sync {
+    fn get(self) -> Option<Duration>;
+}
+
+impl ConnectTimeout for () {
+    fn get(self) -> Option<Duration> {
+        None
+    }
+}
+
+impl ConnectTimeout for Option<Duration> {
+    fn get(self) -> Option<Duration> {
+        self
+    }
 }
 
 impl Connector {
@@ -85,6 +108,16 @@ impl Connector {
                 insecure_hosts: insecure_hosts.into(),
                 metrics,
             }),
+            connect_timeout: None,
+        }
+    }
+
+    /// This connector with its connections made within `limit` (a policy's
+    /// `timeouts.connect`); the DNS cache, TLS configs and rules are shared.
+    pub fn within(&self, limit: Option<Duration>) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            connect_timeout: limit.or(self.connect_timeout),
         }
     }
 
@@ -167,9 +200,7 @@ impl Connector {
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let target = format!("{raw_host}:{port}");
         // A policy's `timeouts.connect` overrides the upstream one for its attempts.
-        let limit = super::CONNECT_TIMEOUT
-            .try_with(|t| *t)
-            .unwrap_or(self.inner.connect_timeout);
+        let limit = self.connect_timeout.unwrap_or(self.inner.connect_timeout);
         let work = async {
             let tcp = self.tcp(&host, port, &target).await?;
             let (stream, h2) = match scheme {

@@ -5,7 +5,7 @@
 //! pool when the response body has been read to its end; otherwise it is closed.
 
 use super::Connector;
-use super::connector::ConnectError;
+use super::connector::{ConnectError, ConnectTimeout};
 use crate::body::{Body, BoxError};
 use bytes::Bytes;
 use http::uri::Authority;
@@ -112,13 +112,17 @@ impl H1Pool {
 
     /// Boxed, and by a plain function: connecting is the rare path, and its state would
     /// otherwise be part of every request's future.
-    fn connect(&self, key: &Authority) -> Pin<Box<dyn Future<Output = ConnectResult> + Send>> {
+    fn connect(
+        &self,
+        key: &Authority,
+        limit: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = ConnectResult> + Send>> {
         let uri = Uri::builder()
             .scheme(http::uri::Scheme::HTTP)
             .authority(key.clone())
             .path_and_query("/")
             .build();
-        let connecting = uri.map(|uri| self.connector.clone().call(uri));
+        let connecting = uri.map(|uri| self.connector.within(limit).call(uri));
         Box::pin(async move {
             let io = connecting
                 .map_err(|e| PoolError::Connect(ConnectError::BadUri(e.to_string())))?
@@ -139,6 +143,7 @@ impl H1Pool {
         &self,
         key: &Authority,
         now: Instant,
+        connect_timeout: impl ConnectTimeout,
     ) -> Result<(SendRequest<Body>, bool), PoolError> {
         loop {
             match self.take(key, now) {
@@ -147,7 +152,7 @@ impl H1Pool {
                         return Ok((tx, true));
                     }
                 }
-                None => return Ok((self.connect(key).await?, false)),
+                None => return Ok((self.connect(key, connect_timeout.get()).await?, false)),
             }
         }
     }
@@ -167,9 +172,10 @@ impl H1Pool {
         key: &'a Authority,
         now: Instant,
         resend_lost: bool,
+        connect_timeout: impl ConnectTimeout + 'a,
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
         async move {
-            let (mut tx, reused) = self.ready(key, now).await?;
+            let (mut tx, reused) = self.ready(key, now, connect_timeout).await?;
             let replay = if reused && resend_lost {
                 replay(&req)
             } else {
@@ -178,7 +184,9 @@ impl H1Pool {
             let resp = match tx.try_send_request(req).await {
                 Ok(resp) => resp,
                 Err(refused) => {
-                    let (fresh, resp) = self.retry(refused, replay, key).await?;
+                    let (fresh, resp) = self
+                        .retry(refused, replay, key, connect_timeout.get())
+                        .await?;
                     tx = fresh;
                     resp
                 }
@@ -203,6 +211,7 @@ impl H1Pool {
         mut refused: hyper::client::conn::TrySendError<Request<Body>>,
         replay: Option<Request<Body>>,
         key: &Authority,
+        limit: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = RetryResult> + Send>> {
         let req = match (refused.take_message(), replay) {
             (Some(req), _) => req,
@@ -216,7 +225,7 @@ impl H1Pool {
                 ))));
             }
         };
-        let connecting = self.connect(key);
+        let connecting = self.connect(key, limit);
         Box::pin(async move {
             let mut tx = connecting.await?;
             let resp = tx.send_request(req).await.map_err(PoolError::Http)?;

@@ -13,7 +13,7 @@ use deadline::ResponseTimer;
 pub use h1pool::PooledBody;
 use h1pool::{H1Pool, PoolError};
 
-pub use connector::{ConnectError, Connector};
+pub use connector::{ConnectError, ConnectTimeout, Connector};
 pub use sender::{AttemptSettings, SendFuture, Sender};
 
 use crate::body::Body;
@@ -42,17 +42,16 @@ pub struct Settings {
     pub insecure_skip_verify: Vec<String>,
 }
 
-tokio::task_local! {
-    /// A policy's `timeouts.connect`, set around its attempt's send: the connector is
-    /// called by hyper-util's client too, which has no other way to carry it. Read only
-    /// when a connection is made.
-    pub static CONNECT_TIMEOUT: std::time::Duration;
-}
-
 /// The pooled client to providers. Rebuilt only when the `upstream` section changes on
 /// reload; otherwise kept, pool and DNS cache included.
 pub struct UpstreamClient {
     client: Client<Connector, Body>,
+    /// The `https` clients of policies with their own `timeouts.connect`, one per
+    /// distinct timeout, made on first use: hyper-util's client gives its connector
+    /// nothing but the URI, so a connect timeout is the client's. Such a policy's
+    /// connections are its own (the plain `http` pool takes the timeout per request and
+    /// stays shared). Per worker, so the lock is never contended.
+    timed: std::sync::Mutex<Vec<(std::time::Duration, Client<Connector, Body>)>>,
     h1: Arc<H1Pool>,
     pub connector: Connector,
     pub settings: Settings,
@@ -98,16 +97,7 @@ impl UpstreamClient {
             settings.insecure_skip_verify.clone(),
             metrics,
         );
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(settings.pool_idle_timeout)
-            .pool_max_idle_per_host(settings.pool_max_idle_per_host)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            // Host is set for HTTP/1.1 connections only: on HTTP/2 the authority travels
-            // as `:authority` alone (a `host` field beside it makes nginx before 1.29.1
-            // answer 400, and RFC 9113 §8.3.1 prefers `:authority`).
-            .set_host(true)
-            .build(connector.clone());
+        let client = https_client(settings, connector.clone());
         let h1 = H1Pool::new(
             connector.clone(),
             settings.pool_max_idle_per_host,
@@ -115,6 +105,7 @@ impl UpstreamClient {
         );
         Self {
             client,
+            timed: Default::default(),
             h1,
             connector,
             settings: settings.clone(),
@@ -133,14 +124,8 @@ impl UpstreamClient {
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
-        self.send_within(
-            req,
-            target,
-            timer,
-            sent,
-            self.settings.response_timeout,
-            true,
-        )
+        let limit = self.settings.response_timeout;
+        self.send_within(req, target, timer, sent, limit, true, ())
     }
 
     /// [`Self::send`] with a response-head timeout of its own (a policy's
@@ -149,6 +134,9 @@ impl UpstreamClient {
     /// passes `false`: the request may have reached the provider, so its retry remedy
     /// decides, counting the attempt through its breaker and budget. (A request the
     /// connection refused before sending any of it is resent either way: it never left.)
+    /// `connect_timeout` is a policy's `timeouts.connect`, for the connections made for
+    /// this request (`()`: the `upstream` one).
+    #[allow(clippy::too_many_arguments)]
     pub fn send_within<'a>(
         &'a self,
         req: Request<Body>,
@@ -157,6 +145,7 @@ impl UpstreamClient {
         sent: tokio::time::Instant,
         limit: std::time::Duration,
         resend_lost: bool,
+        connect_timeout: impl ConnectTimeout + 'a,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
         let deadline = sent + limit;
         let name = target.authority.as_str();
@@ -170,8 +159,13 @@ impl UpstreamClient {
                 timer
                     .until(
                         deadline,
-                        self.h1
-                            .send(req, &target.authority, sent.into_std(), resend_lost),
+                        self.h1.send(
+                            req,
+                            &target.authority,
+                            sent.into_std(),
+                            resend_lost,
+                            connect_timeout,
+                        ),
                     )
                     .map(move |r| match r {
                         Err(_) => Err(timed_out()),
@@ -181,15 +175,46 @@ impl UpstreamClient {
                     }),
             );
         }
+        let exchange = match connect_timeout.get() {
+            None => self.client.request(req),
+            Some(t) => self.timed_client(t).request(req),
+        };
         // Boxed so that the https client's large future does not size every request's.
         Either::Right(
-            Box::pin(timer.until(deadline, self.client.request(req))).map(move |r| match r {
+            Box::pin(timer.until(deadline, exchange)).map(move |r| match r {
                 Err(_) => Err(timed_out()),
                 Ok(Ok(resp)) => Ok(resp.map(PooledBody::unpooled)),
                 Ok(Err(e)) => Err(classify(&e, name)),
             }),
         )
     }
+}
+
+impl UpstreamClient {
+    /// The `https` client whose connections are made within `limit`.
+    fn timed_client(&self, limit: std::time::Duration) -> Client<Connector, Body> {
+        let mut timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = timed.iter().find(|(t, _)| *t == limit) {
+            return c.clone();
+        }
+        let c = https_client(&self.settings, self.connector.within(Some(limit)));
+        timed.push((limit, c.clone()));
+        c
+    }
+}
+
+/// hyper-util's pooled client over `connector`, HTTP/2 by ALPN.
+fn https_client(settings: &Settings, connector: Connector) -> Client<Connector, Body> {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(settings.pool_idle_timeout)
+        .pool_max_idle_per_host(settings.pool_max_idle_per_host)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        // Host is set for HTTP/1.1 connections only: on HTTP/2 the authority travels as
+        // `:authority` alone (a `host` field beside it makes nginx before 1.29.1 answer
+        // 400, and RFC 9113 §8.3.1 prefers `:authority`).
+        .set_host(true)
+        .build(connector)
 }
 
 impl UpstreamClient {

@@ -2,8 +2,8 @@
 //! settings passed explicitly. The upstream client is one; a test's scripted provider on
 //! a paused clock is another, so remedies are tested without sockets.
 
+use super::UpstreamClient;
 use super::deadline::ResponseTimer;
-use super::{CONNECT_TIMEOUT, UpstreamClient};
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::target::Target;
@@ -54,17 +54,9 @@ impl Sender for UpstreamClient {
         sent: Instant,
         s: AttemptSettings,
     ) -> SendFuture<'a> {
-        let send = self.send_within(req, target, timer, sent, s.response_timeout, s.resend_lost);
-        Box::pin(async move {
-            // The connector is called by hyper-util's client too, which carries nothing
-            // but the URI: the policy's connect timeout reaches it as a task-local, set
-            // only here, around this attempt.
-            let r = match s.connect_timeout {
-                Some(t) => CONNECT_TIMEOUT.scope(t, send).await,
-                None => send.await,
-            };
-            r.map(|r| r.map(|b| b.boxed_unsync()))
-        })
+        let (limit, resend, connect) = (s.response_timeout, s.resend_lost, s.connect_timeout);
+        let send = self.send_within(req, target, timer, sent, limit, resend, connect);
+        Box::pin(async move { send.await.map(|r| r.map(|b| b.boxed_unsync())) })
     }
 
     fn response_timeout(&self) -> Duration {

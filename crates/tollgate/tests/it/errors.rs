@@ -131,6 +131,31 @@ async fn upstream_timeouts_for_response_and_connect() {
 }
 
 #[tokio::test]
+async fn a_policys_connect_timeout_bounds_its_own_attempts_only() {
+    // A TLS handshake that never completes: connecting lasts until a connect timeout.
+    let stall = stall_upstream().await;
+    let gw = gateway(
+        "upstream:\n  connect_timeout: 2s\n  response_timeout: 5s\npolicies:\n  - name: p\n    match: { host: localhost }\n    timeouts: { connect: 150ms }\n",
+    )
+    .await;
+    let c = client();
+    let to = |host: String| {
+        Request::get(format!("http://{}/", gw.proxy_addr))
+            .header("x-tollgate-host", host)
+            .body(empty())
+            .unwrap()
+    };
+    let port = stall.addr.port();
+    // `localhost` is the policy's; `127.0.0.1`, the same server, is not.
+    for (host, limit) in [("localhost", "150ms"), ("127.0.0.1", "2s")] {
+        let got = send(&c, to(format!("{host}:{port}"))).await;
+        let says = format!("did not connect within {limit}");
+        assert!(got.error_message().contains(&says), "{:?}", got.body);
+        expect(got, 504, "upstream_timeout").await;
+    }
+}
+
+#[tokio::test]
 async fn domain_lists_apply_to_every_mode() {
     let up = echo_upstream().await;
     let gw = gateway(&format!(
