@@ -3,7 +3,7 @@
 //! URLs use), and merging their JSON answers; or, with `encoding: no-op`, relaying one
 //! backend's response untouched. docs/aggregation.md is the user's guide. This module is
 //! what an endpoint is (validated definitions, templates, merging, the outcome record); the
-//! fan-out that runs one lives with the request path, in `proxy/aggregate.rs`.
+//! fan-out that runs one lives with the request path, in `request/aggregate.rs`.
 
 pub mod inflate;
 pub mod merge;

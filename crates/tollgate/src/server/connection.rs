@@ -3,7 +3,7 @@
 //! the read-deadline sweep, or drains on shutdown.
 
 use crate::conns::{Conn, End};
-use crate::proxy;
+use crate::request;
 use crate::state::{Shared, Worker};
 use http::Request;
 use hyper::body::Incoming;
@@ -54,7 +54,7 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
     let svc = service_fn(move |req: Request<Incoming>| {
         let in_flight = this.enter(req.version());
         Infallibly {
-            response: proxy::handle(w.clone(), req, in_flight),
+            response: request::handle(w.clone(), req, in_flight),
         }
     });
     let conn = &registration.conn;

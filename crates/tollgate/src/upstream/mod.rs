@@ -116,7 +116,7 @@ impl UpstreamClient {
     /// Sends a request and waits for the response head within `response_timeout` from
     /// `sent`, on the client connection's `timer`. A plain function returning the exchange,
     /// so that the request is handed on without being stored in one more future (see
-    /// `handle` in proxy.rs).
+    /// `handle` in request/mod.rs).
     pub fn send<'a>(
         &'a self,
         req: Request<Body>,

@@ -132,7 +132,7 @@ fn a_cycle_is_found() {
 
 /// The life of a request in docs/architecture.md (its numbered sections) is held to the
 /// code: each section's named code exists (a file, a folder, a `module::item`), and the
-/// synchronous phases in `proxy::prepare` carry the sections' numbers (`// §7`) in the
+/// synchronous phases in `request::prepare` carry the sections' numbers (`// §7`) in the
 /// doc's order.
 #[test]
 fn the_life_of_a_request_follows_the_code() {
@@ -173,11 +173,11 @@ fn the_life_of_a_request_follows_the_code() {
             );
         }
     }
-    let code = std::fs::read_to_string(src.join("proxy/mod.rs")).unwrap();
+    let code = std::fs::read_to_string(src.join("request/mod.rs")).unwrap();
     let prepare = code
         .split("fn prepare(")
         .nth(1)
-        .expect("proxy::prepare")
+        .expect("request::prepare")
         .split("\n}\n")
         .next()
         .unwrap();

@@ -301,7 +301,7 @@ fn bad_policy_configs_name_the_field() {
 fn unmatched_requests_pay_nothing_more() {
     // The per-request future of the plain path: the policy path is boxed, so adding
     // remedies must not grow it. 1784 bytes at 9e29550, before the engine existed.
-    let size = tollgate::proxy::handle_future_size();
+    let size = tollgate::request::handle_future_size();
     assert!(
         size <= UNMATCHED_FUTURE_LIMIT,
         "the unmatched request future grew to {size} bytes"

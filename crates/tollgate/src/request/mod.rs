@@ -1,18 +1,21 @@
-//! The request pipeline: every request on the proxy listener runs these phases in order
-//! (docs/architecture.md describes them). Errors from any phase become a response in
-//! one place, [`crate::error::ProxyError::to_response`].
+//! The life of one request on the proxy listener: its phases in order, numbered as
+//! docs/architecture.md's sections are (1 and 2, accepting and speaking HTTP, are the
+//! server's). Errors from any phase become a response in one place,
+//! [`crate::error::ProxyError::to_response`].
 //!
-//! 1. snapshot the runtime (config + upstream client) the request will run on
-//! 2. request id
-//! 3. admission: draining → 503, header size → 431
-//! 4. CONNECT → tunnel
-//! 5. target: absolute-form (forward proxy) → `x-tollgate-host` → declared route
-//! 6. domain allow/deny lists
-//! 7. policy match on the upstream request (host, method, path after a route's prefix)
-//! 8. upstream request: hop-by-hop and control headers removed, URI rewritten
-//! 9. send, with the response-head timeout; a matched request instead runs its
-//!    policy's chain (crate::policy::engine), which sends through the same client
-//! 10. response: hop-by-hop removed, request id added, body streamed and observed
+//! 3. snapshot the runtime (config + upstream client) the request will run on ([`handle`])
+//! 4. request id
+//! 5. admission: draining → 503, header size → 431
+//! 6. CONNECT → tunnel; 6b. aggregated endpoints (`aggregate.rs`)
+//! 7. target: absolute-form (forward proxy) → `x-tollgate-host` → declared route
+//! 8. domain allow/deny lists
+//! 9. policy match on the upstream request (host, method, path after a route's prefix)
+//! 10. upstream request: hop-by-hop and control headers removed, URI rewritten;
+//!     10b. diagnosis of the request side
+//! 11. send (`outbound.rs`), with the response-head timeout; a matched request instead
+//!     runs its policy's chain (crate::policy::engine), which sends through the same client
+//! 12. response: hop-by-hop removed, request id added
+//! 13. body streamed and observed
 
 mod aggregate;
 mod outbound;
