@@ -31,6 +31,11 @@ pub fn blocks() -> Vec<Block> {
             name: "actions".into(),
             text: action_table(),
         },
+        Block {
+            doc: "README.md",
+            name: "errors".into(),
+            text: error_table(),
+        },
         sample_block::<remedies::header_guard::RawHeaderGuard>(
             "header_guard",
             "RawHeaderGuard",
@@ -245,6 +250,27 @@ fn definition<'a>(
         };
     }
     at
+}
+
+/// Every error tollgate makes up: when, its status and `x-tollgate-error` code, one row
+/// per code (situations that share one are joined).
+pub fn error_table() -> String {
+    let mut rows: Vec<(u16, &str, Vec<&str>)> = Vec::new();
+    for e in crate::error::ProxyError::catalogue() {
+        let (status, code) = (e.status().as_u16(), e.code());
+        match rows.iter_mut().find(|r| r.1 == code && r.0 == status) {
+            Some(r) => r.2.push(e.situation()),
+            None => rows.push((status, code, vec![e.situation()])),
+        }
+    }
+    let mut out = String::from("| situation | status | code |\n|---|---|---|\n");
+    for (status, code, situations) in rows {
+        out.push_str(&format!(
+            "| {} | {status} | `{code}` |\n",
+            situations.join("; ")
+        ));
+    }
+    out
 }
 
 /// Each remedy's actions, as `tollgate_remedy_actions_total` counts them.
