@@ -36,6 +36,11 @@ pub fn blocks() -> Vec<Block> {
             name: "errors".into(),
             text: error_table(),
         },
+        Block {
+            doc: "examples/full.yaml",
+            name: "defaults".into(),
+            text: defaults_yaml(),
+        },
         sample_block::<remedies::header_guard::RawHeaderGuard>(
             "header_guard",
             "RawHeaderGuard",
@@ -250,6 +255,27 @@ fn definition<'a>(
         };
     }
     at
+}
+
+/// The sections that have defaults, as YAML with every key at its default: the top of
+/// `examples/full.yaml`. Diagnosis is read from a sample naming its optional sinks, so
+/// that their keys show too.
+pub fn defaults_yaml() -> String {
+    let all = yaml_serde::to_value(crate::config::raw::RawConfig::default())
+        .unwrap_or(yaml_serde::Value::Null);
+    let sinks = "{har: {file: {dir: har}, collector: {url: 'http://127.0.0.1:9411/har'}}}";
+    let diagnosis = yaml_serde::from_str::<crate::config::raw_diagnosis::RawDiagnosis>(sinks)
+        .and_then(yaml_serde::to_value)
+        .unwrap_or(yaml_serde::Value::Null);
+    let mut out = yaml_serde::Mapping::new();
+    for section in SECTIONS.iter().chain(&["diagnosis"]) {
+        let value = match *section {
+            "diagnosis" => diagnosis.clone(),
+            s => all[s].clone(),
+        };
+        out.insert((*section).into(), value);
+    }
+    yaml_serde::to_string(&out).unwrap_or_default()
 }
 
 /// Every error tollgate makes up: when, its status and `x-tollgate-error` code, one row
