@@ -10,7 +10,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub host: String,
     pub method: &'static str,
@@ -18,17 +18,17 @@ pub struct RequestLabels {
 }
 
 /// A data-plane worker's index: bounded by `--threads`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkerLabels {
     pub worker: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabels {
     pub host: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub policy: String,
     pub remedy: &'static str,
@@ -36,30 +36,30 @@ pub struct ActionLabels {
 }
 
 /// A configured name (policy, limit, breaker): bounded by the config.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabels {
     pub name: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinkLabels {
     pub sink: &'static str,
 }
 
 /// An endpoint of discovery: host and template bounded by its caps.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     pub host: String,
     pub method: &'static str,
     pub endpoint: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointStatusLabels {
     pub host: String,
     pub method: &'static str,
@@ -67,7 +67,7 @@ pub struct EndpointStatusLabels {
     pub status_class: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointActionLabels {
     pub host: String,
     pub method: &'static str,
@@ -77,13 +77,13 @@ pub struct EndpointActionLabels {
 }
 
 /// An aggregated endpoint (`endpoints:`): method and path template, bounded by the config.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AggregateLabels {
     pub method: &'static str,
     pub endpoint: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AggregateResultLabels {
     pub method: &'static str,
     pub endpoint: String,
@@ -91,14 +91,14 @@ pub struct AggregateResultLabels {
 }
 
 /// A backend of an aggregated endpoint, by its configured name.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AggregateBackendLabels {
     pub method: &'static str,
     pub endpoint: String,
     pub backend: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AggregateBackendResultLabels {
     pub method: &'static str,
     pub endpoint: String,
@@ -106,12 +106,12 @@ pub struct AggregateBackendResultLabels {
     pub result: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -378,6 +378,84 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Prometheus text exposition format.
+    /// Every metric in Prometheus text, each family with one series at empty labels so
+    /// that its label names show: what the docs' table of metrics is generated from. The
+    /// destructuring names every field, so a metric cannot be left out of it.
+    pub fn described() -> String {
+        fn touch<L, M, C>(f: &Family<L, M, C>)
+        where
+            L: Clone + std::hash::Hash + Eq + Default,
+            C: prometheus_client::metrics::family::MetricConstructor<M>,
+        {
+            let _ = f.get_or_create(&L::default());
+        }
+        let m = Metrics::default();
+        let Metrics {
+            registry: _,
+            requests,
+            errors,
+            request_duration,
+            upstream_duration,
+            worker_connections,
+            stalls,
+            reloads,
+            remedy_actions,
+            queue_depth,
+            queue_wait,
+            cache_entries,
+            cache_bytes,
+            breaker_state,
+            quota_remaining,
+            har_entries,
+            har_dropped,
+            endpoint_requests,
+            endpoint_duration,
+            endpoint_upstream_duration,
+            endpoint_request_bytes,
+            endpoint_response_bytes,
+            endpoint_remedy_actions,
+            aggregate_requests,
+            aggregate_duration,
+            aggregate_backend_requests,
+            aggregate_backend_duration,
+            client_connections: _,
+            upstream_connections: _,
+            tunnels: _,
+            events_dropped: _,
+            hosts_folded: _,
+            spans_exported: _,
+            spans_dropped: _,
+            endpoints_folded: _,
+        } = &m;
+        touch(requests);
+        touch(errors);
+        touch(request_duration);
+        touch(upstream_duration);
+        touch(worker_connections);
+        touch(stalls);
+        touch(reloads);
+        touch(remedy_actions);
+        touch(queue_depth);
+        touch(queue_wait);
+        touch(cache_entries);
+        touch(cache_bytes);
+        touch(breaker_state);
+        touch(quota_remaining);
+        touch(har_entries);
+        touch(har_dropped);
+        touch(endpoint_requests);
+        touch(endpoint_duration);
+        touch(endpoint_upstream_duration);
+        touch(endpoint_request_bytes);
+        touch(endpoint_response_bytes);
+        touch(endpoint_remedy_actions);
+        touch(aggregate_requests);
+        touch(aggregate_duration);
+        touch(aggregate_backend_requests);
+        touch(aggregate_backend_duration);
+        m.encode()
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -37,6 +37,11 @@ pub fn blocks() -> Vec<Block> {
             text: error_table(),
         },
         Block {
+            doc: "docs/configuration.md",
+            name: "metrics-list".into(),
+            text: metrics_table(),
+        },
+        Block {
             doc: "examples/full.yaml",
             name: "defaults".into(),
             text: defaults_yaml(),
@@ -276,6 +281,46 @@ pub fn defaults_yaml() -> String {
         out.insert((*section).into(), value);
     }
     yaml_serde::to_string(&out).unwrap_or_default()
+}
+
+/// Every metric `GET /metrics` serves: its name as scraped, type, labels and help, read
+/// from the registry itself.
+pub fn metrics_table() -> String {
+    let text = crate::metrics::Metrics::described();
+    let mut out = String::from("| metric | type | labels | meaning |\n|---|---|---|---|\n");
+    let mut help = "";
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = rest.split_once(' ').map_or("", |(_, h)| h);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let Some((name, kind)) = rest.split_once(' ') else {
+                continue;
+            };
+            let scraped = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            // The first sample of the family carries its label names.
+            let labels: Vec<String> = text
+                .lines()
+                .find(|l| !l.starts_with('#') && l.starts_with(name))
+                .and_then(|l| Some(l.split_once('{')?.1.split_once('}')?.0))
+                .map(|set| {
+                    set.split(',')
+                        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+                        .filter(|k| *k != "le")
+                        .map(|k| format!("`{k}`"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "| `{scraped}` | {kind} | {} | {help} |\n",
+                labels.join(" ")
+            ));
+        }
+    }
+    out
 }
 
 /// Every error tollgate makes up: when, its status and `x-tollgate-error` code, one row
