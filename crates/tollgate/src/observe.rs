@@ -6,7 +6,7 @@
 
 use crate::diagnosis::RequestDiag;
 use crate::diagnosis::discovery::metrics::{EndpointMetrics, Sample};
-use crate::diagnosis::discovery::{Call, template};
+use crate::diagnosis::discovery::{Seen, template};
 use crate::diagnosis::worker::Diagnostics;
 use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, method_label, status_class};
 use http::{HeaderValue, Method};
@@ -291,7 +291,7 @@ fn diagnose(
             .consumer
             .as_ref()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let call = Call {
+        let call = Seen {
             host: h,
             method,
             path,

@@ -15,7 +15,7 @@ use http::{HeaderName, Method};
 use merge::Shape;
 use std::sync::Arc;
 use std::time::Duration;
-use template::{PathTemplate, UrlTemplate};
+use template::{EndpointPath, UrlTemplate};
 
 /// One backend of an endpoint (validated).
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub struct Backend {
 /// One aggregated endpoint (validated).
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    pub path: PathTemplate,
+    pub path: EndpointPath,
     /// The path template, shared with each call's outcome (a metric label).
     pub label: Arc<str>,
     pub method: Method,

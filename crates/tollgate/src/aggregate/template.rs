@@ -13,12 +13,12 @@ enum Segment {
 
 /// An endpoint path: literal segments and `{name}` segments (each one whole segment).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PathTemplate {
+pub struct EndpointPath {
     segments: Vec<Segment>,
     pub text: String,
 }
 
-impl PathTemplate {
+impl EndpointPath {
     /// Parses `/a/{b}/c`: every segment either literal or exactly `{name}`.
     pub fn parse(text: &str) -> Result<Self, String> {
         if !text.starts_with('/') {
@@ -61,7 +61,7 @@ impl PathTemplate {
     /// Whether this template is the more specific where both match: at the first segment
     /// where one is literal and the other a parameter, the literal wins (KrakenD's
     /// router, and httprouter's, decide so), whatever the declaration order.
-    pub fn beats(&self, other: &PathTemplate) -> bool {
+    pub fn beats(&self, other: &EndpointPath) -> bool {
         for (a, b) in self.segments.iter().zip(&other.segments) {
             match (a, b) {
                 (Segment::Literal(_), Segment::Param(_)) => return true,
@@ -98,7 +98,7 @@ fn is_name(s: &str) -> bool {
 
 /// A piece of a backend URL's path and query.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Piece {
+pub enum UrlPiece {
     Literal(String),
     /// The endpoint path's parameter at this index.
     Param(usize),
@@ -109,7 +109,7 @@ pub enum Piece {
 /// The path and query of a backend URL, with its pieces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UrlTemplate {
-    pub pieces: Vec<Piece>,
+    pub pieces: Vec<UrlPiece>,
 }
 
 impl UrlTemplate {
@@ -120,7 +120,7 @@ impl UrlTemplate {
         let mut rest = text;
         while let Some(open) = rest.find('{') {
             if open > 0 {
-                pieces.push(Piece::Literal(rest[..open].to_owned()));
+                pieces.push(UrlPiece::Literal(rest[..open].to_owned()));
             }
             let close = rest[open..]
                 .find('}')
@@ -134,12 +134,12 @@ impl UrlTemplate {
             return Err(format!("`{text}`: a `}}` without its `{{`"));
         }
         if !rest.is_empty() {
-            pieces.push(Piece::Literal(rest.to_owned()));
+            pieces.push(UrlPiece::Literal(rest.to_owned()));
         }
         Ok(Self { pieces })
     }
 
-    fn piece(name: &str, params: &[&str], index: usize) -> Result<Piece, String> {
+    fn piece(name: &str, params: &[&str], index: usize) -> Result<UrlPiece, String> {
         if let Some(field) = name.strip_prefix("resp") {
             // `{resp0.a.b}`, or KrakenD's `{resp0_a.b}`.
             let (n, path) = field.split_once(['.', '_']).unwrap_or((field, ""));
@@ -154,14 +154,14 @@ impl UrlTemplate {
                         "`{{{name}}}`: name a field of the answer, e.g. `{{resp{n}.id}}`"
                     ));
                 }
-                return Ok(Piece::Answer(
+                return Ok(UrlPiece::Answer(
                     n,
                     path.split('.').map(str::to_owned).collect(),
                 ));
             }
         }
         match params.iter().position(|p| *p == name) {
-            Some(i) => Ok(Piece::Param(i)),
+            Some(i) => Ok(UrlPiece::Param(i)),
             None => Err(format!(
                 "`{{{name}}}` is not a parameter of the endpoint path (it has {}) nor `{{respN.field}}`",
                 if params.is_empty() {
@@ -180,7 +180,7 @@ impl UrlTemplate {
     /// The earlier backends whose answers this URL uses.
     pub fn needs(&self) -> impl Iterator<Item = usize> + '_ {
         self.pieces.iter().filter_map(|p| match p {
-            Piece::Answer(n, _) => Some(*n),
+            UrlPiece::Answer(n, _) => Some(*n),
             _ => None,
         })
     }
@@ -193,9 +193,9 @@ impl UrlTemplate {
         let mut out = String::new();
         for p in &self.pieces {
             match p {
-                Piece::Literal(l) => out.push_str(l),
-                Piece::Param(i) => out.push_str(params.get(*i)?.as_ref()),
-                Piece::Answer(n, path) => {
+                UrlPiece::Literal(l) => out.push_str(l),
+                UrlPiece::Param(i) => out.push_str(params.get(*i)?.as_ref()),
+                UrlPiece::Answer(n, path) => {
                     let v = answers.get(*n)?.field(path)?;
                     match v {
                         // KrakenD inserts an array's values as `1,2,3`.
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn paths_match_segment_by_segment() {
-        let t = PathTemplate::parse("/users/{user}/repos/{repo}").unwrap();
+        let t = EndpointPath::parse("/users/{user}/repos/{repo}").unwrap();
         assert_eq!(t.params().collect::<Vec<_>>(), ["user", "repo"]);
         assert_eq!(
             t.matches("/users/ada/repos/x%20y"),
@@ -286,9 +286,9 @@ mod tests {
             None,
             "an empty segment is no value"
         );
-        assert!(PathTemplate::parse("/a/x{b}").is_err());
-        assert!(PathTemplate::parse("/a/{b}/{b}").is_err());
-        assert!(PathTemplate::parse("a").is_err());
+        assert!(EndpointPath::parse("/a/x{b}").is_err());
+        assert!(EndpointPath::parse("/a/{b}/{b}").is_err());
+        assert!(EndpointPath::parse("a").is_err());
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct Config {
     pub endpoints: crate::aggregate::Endpoints,
     pub policies: PolicySet,
     pub log: Log,
-    pub metrics: Metrics,
+    pub metrics: MetricsSettings,
     pub diagnosis: crate::diagnosis::settings::Diagnosis,
     pub shutdown: Shutdown,
     /// The policies and shared limits as written (defaults filled in, secrets masked),
@@ -66,7 +66,7 @@ pub struct Admin {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Metrics {
+pub struct MetricsSettings {
     pub max_hosts: usize,
 }
 

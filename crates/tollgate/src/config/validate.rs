@@ -2,7 +2,7 @@
 
 use super::raw::RawConfig;
 use super::raw::RawPort;
-use super::{Admin, Config, ConfigError, Listen, Log, Metrics, Shutdown, Upstream};
+use super::{Admin, Config, ConfigError, Listen, Log, MetricsSettings, Shutdown, Upstream};
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
 pub(super) use crate::fields::{Errors, as_written};
@@ -191,7 +191,7 @@ pub(super) fn validate_env(
     let shutdown = Shutdown {
         drain_timeout: raw.shutdown.drain_timeout.get(),
     };
-    let metrics = Metrics {
+    let metrics = MetricsSettings {
         max_hosts: raw.metrics.max_hosts.usize(),
     };
     let names: Vec<&str> = raw.policies.iter().map(|p| p.name.as_str()).collect();

@@ -5,7 +5,7 @@
 use super::raw_endpoints::*;
 use super::validate::Errors;
 use crate::aggregate::merge::Shape;
-use crate::aggregate::template::{PathTemplate, UrlTemplate};
+use crate::aggregate::template::{EndpointPath, UrlTemplate};
 use crate::aggregate::{Backend, Endpoint, Endpoints};
 use crate::target::{Scheme, Target};
 use http::Method;
@@ -85,7 +85,7 @@ pub(super) fn endpoints(
     let mut list: Vec<Endpoint> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let p = |f: &str| format!("endpoints[{i}].{f}");
-        let Some(path) = e.check(&p("path"), PathTemplate::parse(&r.path)) else {
+        let Some(path) = e.check(&p("path"), EndpointPath::parse(&r.path)) else {
             continue;
         };
         let method = method(e, &p("method"), &r.method);
@@ -192,8 +192,8 @@ fn method(e: &mut Errors, path: &str, m: &str) -> Method {
 }
 
 /// Two paths that match the same requests (`/a/{x}` and `/a/{y}`).
-fn same_shape(a: &PathTemplate, b: &PathTemplate) -> bool {
-    let norm = |t: &PathTemplate| {
+fn same_shape(a: &EndpointPath, b: &EndpointPath) -> bool {
+    let norm = |t: &EndpointPath| {
         t.text
             .split('/')
             .map(|s| if s.starts_with('{') { "{}" } else { s })

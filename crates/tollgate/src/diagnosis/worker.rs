@@ -2,7 +2,7 @@
 //! remedy-statistics aggregates (filled by the observer thread), and the diagnosis thread,
 //! which writes HAR entries to their sinks and sends HAR batches and spans out.
 
-use super::discovery::Endpoints;
+use super::discovery::Discovered;
 use super::har::HarWriter;
 use super::har::collector::{self, Pending, Poster};
 use super::remedy_stats::RemedyStats;
@@ -21,7 +21,7 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 pub struct Diagnostics {
     pub har: Option<HarWriter>,
     pub spans: Option<Arc<Pending<Finished>>>,
-    pub endpoints: Option<Arc<Mutex<Endpoints>>>,
+    pub endpoints: Option<Arc<Mutex<Discovered>>>,
     pub endpoint_metrics: bool,
     pub remedy_stats: Arc<Mutex<RemedyStats>>,
     /// Aggregated endpoints' calls (`GET /discover`, `aggregated`).
@@ -45,7 +45,7 @@ impl Diagnostics {
         let endpoints = d
             .discovery
             .enabled
-            .then(|| Arc::new(Mutex::new(Endpoints::new(d.discovery.clone()))));
+            .then(|| Arc::new(Mutex::new(Discovered::new(d.discovery.clone()))));
         let mut this = Self {
             har: None,
             spans: None,

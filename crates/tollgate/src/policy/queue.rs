@@ -76,7 +76,7 @@ struct Waiting {
 }
 
 /// When capacity may free next, as the taker sees it after failing.
-pub enum Retry {
+pub enum NextFree {
     /// When something is released (the queue is woken).
     OnWake,
     /// At this instant (a new window), or when woken.
@@ -103,7 +103,7 @@ impl Queue {
     }
 
     /// When capacity frees next, as the head last learned it: the real time to tell a
-    /// client in `Retry-After`. `None` when unknown (a slot frees when a request ends).
+    /// client in `NextFree-After`. `None` when unknown (a slot frees when a request ends).
     pub fn opens_at(&self) -> Option<Instant> {
         if self.is_empty() {
             return None;
@@ -146,7 +146,7 @@ impl Queue {
         priority: u8,
         deadline: Instant,
         give_up: Option<&CancellationToken>,
-        mut take: impl FnMut() -> BoxFuture<'f, Result<(), Retry>>,
+        mut take: impl FnMut() -> BoxFuture<'f, Result<(), NextFree>>,
     ) -> Result<Duration, Left> {
         let started = Instant::now();
         let notify = Arc::new(Notify::new());
@@ -181,7 +181,7 @@ impl Queue {
                         self.wait.observe(waited.as_secs_f64());
                         return Ok(waited);
                     }
-                    Err(Retry::At(at)) => {
+                    Err(NextFree::At(at)) => {
                         if let Ok(mut w) = self.waiting.lock() {
                             w.opens_at = Some(at);
                         }
@@ -190,7 +190,7 @@ impl Queue {
                         }
                         next = Some(at);
                     }
-                    Err(Retry::OnWake) => {}
+                    Err(NextFree::OnWake) => {}
                 }
             }
             let until = next.map_or(deadline, |n| n.min(deadline));
@@ -295,7 +295,7 @@ mod tests {
                     if Instant::now() >= open_at {
                         Ok(())
                     } else {
-                        Err(Retry::At(open_at))
+                        Err(NextFree::At(open_at))
                     }
                 })
             })
@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(waited, Ok(Duration::from_secs(3)));
         let never = q
             .wait(0, Instant::now() + Duration::from_secs(10), None, || {
-                Box::pin(async { Err(Retry::OnWake) })
+                Box::pin(async { Err(NextFree::OnWake) })
             })
             .await;
         assert_eq!(never, Err(Left::TimedOut));
@@ -317,7 +317,7 @@ mod tests {
         let open_at = start + Duration::from_secs(2400);
         let left = q
             .wait(0, start + Duration::from_secs(30), None, || {
-                Box::pin(async move { Err(Retry::At(open_at)) })
+                Box::pin(async move { Err(NextFree::At(open_at)) })
             })
             .await;
         assert_eq!(left, Err(Left::NotInTime(open_at)));

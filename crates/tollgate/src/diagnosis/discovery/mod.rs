@@ -18,7 +18,7 @@ pub const OTHER: &str = "other";
 const ID: &str = "{id}";
 
 /// One finished call, as discovery sees it.
-pub struct Call<'a> {
+pub struct Seen<'a> {
     pub host: &'a str,
     pub method: &'static str,
     pub path: &'a str,
@@ -62,7 +62,7 @@ impl Stats {
         }
     }
 
-    fn add(&mut self, c: &Call, max_consumers: usize) {
+    fn add(&mut self, c: &Seen, max_consumers: usize) {
         self.count += 1;
         *self.statuses.entry(c.status).or_default() += 1;
         record_us(&mut self.total, c.total_us);
@@ -153,7 +153,7 @@ struct Host {
 }
 
 /// Every endpoint seen, within the caps.
-pub struct Endpoints {
+pub struct Discovered {
     settings: Discovery,
     hosts: HashMap<String, Host>,
     count: usize,
@@ -167,7 +167,7 @@ pub struct Counted {
     pub folded: bool,
 }
 
-impl Endpoints {
+impl Discovered {
     pub fn new(settings: Discovery) -> Self {
         Self {
             settings,
@@ -177,7 +177,7 @@ impl Endpoints {
         }
     }
 
-    pub fn record(&mut self, c: &Call) -> Counted {
+    pub fn record(&mut self, c: &Seen) -> Counted {
         let mut folded = false;
         let host_key =
             if self.hosts.contains_key(c.host) || self.hosts.len() < self.settings.max_hosts {
@@ -344,8 +344,8 @@ fn learn(host: &mut Host, path: &str, max_children: usize) -> String {
 mod tests {
     use super::*;
 
-    fn call<'a>(host: &'a str, path: &'a str) -> Call<'a> {
-        Call {
+    fn call<'a>(host: &'a str, path: &'a str) -> Seen<'a> {
+        Seen {
             host,
             method: "GET",
             path,
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn collapses_names_past_max_children() {
-        let mut e = Endpoints::new(settings());
+        let mut e = Discovered::new(settings());
         for u in ["alice", "bob", "carol"] {
             assert_eq!(
                 e.record(&call("gh", &format!("/users/{u}/repos"))).endpoint,
@@ -396,12 +396,12 @@ mod tests {
 
     #[test]
     fn a_collapse_leaves_policy_templates_alone() {
-        let mut e = Endpoints::new(Discovery {
+        let mut e = Discovered::new(Discovery {
             max_children: 2,
             ..settings()
         });
         let named = "/gh/repos/{owner}/{repo}/issues/{number}";
-        let policy = |path| Call {
+        let policy = |path| Seen {
             template: Some(named),
             ..call("api", path)
         };
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn caps_fold_into_other() {
-        let mut e = Endpoints::new(settings());
+        let mut e = Discovered::new(settings());
         e.record(&call("a", "/x"));
         e.record(&call("b", "/x"));
         let c = e.record(&call("c", "/x"));

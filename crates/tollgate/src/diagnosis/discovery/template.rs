@@ -1,6 +1,6 @@
 //! Path templates learned from traffic: segments that look like identifiers (numbers,
 //! UUIDs, hex strings, long tokens) become `{id}`; the rest stay literal until a path
-//! position has too many distinct values (see [`super::Endpoints`]).
+//! position has too many distinct values (see [`super::Discovered`]).
 
 /// Whether a path segment looks like an identifier rather than a name.
 pub fn id_like(seg: &str) -> bool {

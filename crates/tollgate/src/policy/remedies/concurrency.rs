@@ -11,7 +11,7 @@ use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::config::{RawRef, resolve};
 use crate::policy::kind::{Check, RemedyKind};
-use crate::policy::queue::{Queue, Retry};
+use crate::policy::queue::{NextFree, Queue};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
 use crate::policy::store::{Key, Store};
@@ -212,7 +212,7 @@ impl Remedy for Concurrency {
                                     }
                                     Ok(())
                                 }
-                                None => Err(Retry::OnWake),
+                                None => Err(NextFree::OnWake),
                             }
                         })
                     },

@@ -13,7 +13,7 @@ use crate::policy::config::{RawRef, resolve};
 use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::limit::{DefaultGroup, Groups, LimitSpec, refund_on};
 use crate::policy::limit::{Limit, OverLimit};
-use crate::policy::queue::{Left, Queue, Retry};
+use crate::policy::queue::{Left, NextFree, Queue};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
 use crate::policy::store::Key;
@@ -137,7 +137,7 @@ pub async fn take_or_wait(
                 let t = limit
                     .take(headers)
                     .await
-                    .map_err(|r| Retry::At(clock::instant_at(r.reset_ms)))?;
+                    .map_err(|r| NextFree::At(clock::instant_at(r.reset_ms)))?;
                 if let Ok(mut c) = counted.lock() {
                     *c = t.counted;
                 }

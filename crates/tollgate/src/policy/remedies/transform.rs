@@ -41,7 +41,7 @@ impl HeaderEdits {
 
 /// One piece of a path rewrite.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub enum PathPiece {
     Text(String),
     /// The value of `{name}` in the match template (its segment index).
     Param(usize),
@@ -60,7 +60,7 @@ pub struct JsonEdits {
 pub struct RequestTransform {
     pub headers: HeaderEdits,
     /// The rewrite and the template whose segments it draws on.
-    pub path: Option<(Vec<Piece>, Option<PathTemplate>)>,
+    pub path: Option<(Vec<PathPiece>, Option<PathTemplate>)>,
     pub json: Option<JsonEdits>,
 }
 
@@ -141,7 +141,7 @@ impl Remedy for RequestTransform {
 
 fn rewrite_path(
     uri: &mut Uri,
-    pieces: &[Piece],
+    pieces: &[PathPiece],
     template: Option<&PathTemplate>,
 ) -> Result<(), ProxyError> {
     let path = uri.path();
@@ -150,9 +150,9 @@ fn rewrite_path(
     let mut out = String::with_capacity(path.len() + 16);
     for p in pieces {
         match p {
-            Piece::Text(t) => out.push_str(t),
-            Piece::Param(i) => out.push_str(segments.get(*i).copied().unwrap_or("")),
-            Piece::Rest => out.push_str(&segments.get(fixed..).unwrap_or(&[]).join("/")),
+            PathPiece::Text(t) => out.push_str(t),
+            PathPiece::Param(i) => out.push_str(segments.get(*i).copied().unwrap_or("")),
+            PathPiece::Rest => out.push_str(&segments.get(fixed..).unwrap_or(&[]).join("/")),
         }
     }
     if !out.starts_with('/') {
@@ -379,7 +379,12 @@ pub fn edits(
 }
 
 /// `/v2/{owner}/{*}` against the match template.
-pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTemplate>) -> Vec<Piece> {
+pub fn rewrite(
+    e: &mut Errors,
+    path: &str,
+    s: &str,
+    template: Option<&PathTemplate>,
+) -> Vec<PathPiece> {
     let mut pieces = Vec::new();
     let mut rest = s;
     if !s.starts_with('/') {
@@ -387,7 +392,7 @@ pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTempla
     }
     while let Some(open) = rest.find('{') {
         if open > 0 {
-            pieces.push(Piece::Text(rest[..open].to_owned()));
+            pieces.push(PathPiece::Text(rest[..open].to_owned()));
         }
         let Some(close) = rest[open..].find('}') else {
             e.fail(path, format!("`{s}`: a `{{` is never closed"));
@@ -401,10 +406,10 @@ pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTempla
                     format!("`{s}` uses `{{*}}`, but `match.path` has no trailing `*`"),
                 );
             }
-            pieces.push(Piece::Rest);
+            pieces.push(PathPiece::Rest);
         } else {
             match template.and_then(|t| t.param(name)) {
-                Some(i) => pieces.push(Piece::Param(i)),
+                Some(i) => pieces.push(PathPiece::Param(i)),
                 None => e.fail(
                     path,
                     format!("`{s}` uses `{{{name}}}`, which `match.path` does not define"),
@@ -414,7 +419,7 @@ pub fn rewrite(e: &mut Errors, path: &str, s: &str, template: Option<&PathTempla
         rest = &rest[open + close + 1..];
     }
     if !rest.is_empty() {
-        pieces.push(Piece::Text(rest.to_owned()));
+        pieces.push(PathPiece::Text(rest.to_owned()));
     }
     pieces
 }
@@ -463,12 +468,12 @@ mod tests {
     fn path_rewrite() {
         let t = PathTemplate::new("/repos/{owner}/{repo}/*").unwrap();
         let pieces = vec![
-            Piece::Text("/v2/".into()),
-            Piece::Param(2),
-            Piece::Text("/".into()),
-            Piece::Param(1),
-            Piece::Text("/".into()),
-            Piece::Rest,
+            PathPiece::Text("/v2/".into()),
+            PathPiece::Param(2),
+            PathPiece::Text("/".into()),
+            PathPiece::Param(1),
+            PathPiece::Text("/".into()),
+            PathPiece::Rest,
         ];
         let mut uri: Uri = "/repos/me/app/issues/4?state=open".parse().unwrap();
         rewrite_path(&mut uri, &pieces, Some(&t)).unwrap();

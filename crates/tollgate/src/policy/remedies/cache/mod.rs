@@ -92,7 +92,7 @@ impl CacheStatus {
 }
 
 /// A miss's state through the exchange.
-pub struct Pending {
+pub struct PendingFill {
     pub key: String,
     /// A stale entry being revalidated.
     pub stale: Option<Arc<Entry>>,
@@ -325,7 +325,7 @@ impl Remedy for CacheStage {
             }
             c.actions.record(x, Action::Miss);
             x.locals.insert(CacheStatus::Miss);
-            x.locals.insert(Pending {
+            x.locals.insert(PendingFill {
                 key,
                 stale,
                 fill,
@@ -340,7 +340,7 @@ impl Remedy for CacheStage {
         let Some(&status) = x.locals.get::<CacheStatus>() else {
             return resp;
         };
-        let Some(pending) = x.locals.take::<Pending>() else {
+        let Some(pending) = x.locals.take::<PendingFill>() else {
             return with_status(resp, status);
         };
         let (mut head, body) = resp.into_parts();
