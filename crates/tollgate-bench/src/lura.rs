@@ -209,7 +209,7 @@ mod tests {
         .expect("tollgate accepts the benchmark's endpoints");
         let eff = cfg.effective();
         let ep = &eff["endpoints"][0];
-        assert_eq!(ep["timeout"], "1s 500ms");
+        assert_eq!(ep["timeout"], "1500ms");
         assert_eq!(ep["backends"][1]["group"], "youtube");
     }
 }
