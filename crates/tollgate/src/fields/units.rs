@@ -8,7 +8,7 @@
 //! reports every error in the file at once: the config's parser counts them
 //! ([`reading`]), then has the parser place each at its path and line ([`failing_at`]).
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
@@ -280,9 +280,34 @@ impl<U: Unit, const MIN: u64, const MAX: u64> std::fmt::Debug for Bounded<U, MIN
     }
 }
 
+/// Shares: written `20%`, bounds in percent.
+pub enum Share {}
+
+impl Unit for Share {
+    type Value = f64;
+    const WHAT: &'static str = "a percentage";
+    fn bound(n: u64) -> f64 {
+        n as f64
+    }
+    fn parse(text: &str) -> Result<f64, String> {
+        text.trim()
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .filter(|p| (0.0..=100.0).contains(p))
+            .ok_or_else(|| {
+                format!("`{text}`: write a percentage from \"0%\" to \"100%\", e.g. \"20%\"")
+            })
+    }
+    fn show(v: f64) -> String {
+        format!("{v}%")
+    }
+    fn schema(_: u64, _: u64) -> serde_json::Value {
+        serde_json::json!({"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"})
+    }
+}
+
 /// A share from `0%` to `100%`, written `"20%"`; [`Percent::fraction`] is `0.2`.
-#[derive(Clone, PartialEq)]
-pub struct Percent(Read<f64>);
+pub type Percent = Bounded<Share, 0, 100>;
 
 impl Percent {
     /// A default, in percent (clamped to 0..=100).
@@ -292,57 +317,7 @@ impl Percent {
 
     /// The share as a fraction; 0 for an invalid one, which validation has reported.
     pub fn fraction(&self) -> f64 {
-        self.0.clone().unwrap_or(0.0) / 100.0
-    }
-
-    /// `20%`, for a key that takes a share beside words (`default_group: allow | "10%"`).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        text.trim()
-            .strip_suffix('%')
-            .and_then(|n| n.trim().parse::<f64>().ok())
-            .filter(|p| (0.0..=100.0).contains(p))
-            .map(|p| Self(Ok(p)))
-            .ok_or_else(|| {
-                format!("`{text}`: write a percentage from \"0%\" to \"100%\", e.g. \"20%\"")
-            })
-    }
-}
-
-impl<'de> Deserialize<'de> for Percent {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Self(read(d, |t| {
-            Self::parse(t).map(|p| p.fraction() * 100.0)
-        })?))
-    }
-}
-
-impl Serialize for Percent {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{}%", self.fraction() * 100.0))
-    }
-}
-
-impl JsonSchema for Percent {
-    fn schema_name() -> Cow<'static, str> {
-        "Percent".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$",
-            RANGE_KEYWORD: "a percentage from 0% to 100%",
-        })
-    }
-}
-
-impl std::fmt::Debug for Percent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}%", self.fraction() * 100.0)
+        self.value() / 100.0
     }
 }
 
