@@ -194,6 +194,9 @@ pub struct Harness {
     pub out: PathBuf,
     pub placement: Placement,
     pub provider: SocketAddr,
+    /// A tool the proxies under test run under (`valgrind …`; empty: none); the provider
+    /// and the load generator never do.
+    pub tool: Vec<std::ffi::OsString>,
     _provider_proc: Proc,
     pub lines: Vec<String>,
 }
@@ -314,6 +317,7 @@ impl Harness {
             out: out.to_owned(),
             placement,
             provider,
+            tool: Vec::new(),
             _provider_proc: proc,
             lines,
         })
@@ -442,6 +446,7 @@ log:
             format!("http://{}", self.provider),
         )
         .env_remove("RUST_LOG");
+        let cmd = procs::under(&self.tool, cmd);
         let (proc, addrs) =
             procs::spawn_tollgate(name, cmd, where_.clone(), "tollgate listening:")?;
         let addr = *addrs.first().ok_or("tollgate printed no address")?;
@@ -470,7 +475,13 @@ log:
     /// Starts a peer, or returns the line saying why it is skipped.
     pub fn peer(&mut self, peer: Peer, workers: usize) -> Result<Target, String> {
         let cores = self.placement.server_cores(workers);
-        match peers::start(peer, &self.out, self.provider, cores.as_deref(), workers) {
+        let at = peers::At {
+            dir: &self.out,
+            provider: self.provider,
+            cores: cores.as_deref(),
+            tool: &self.tool,
+        };
+        match peers::start(peer, &at, workers) {
             Ok((proc, addr)) => {
                 self.lines.push(format!(
                     "{}: {addr} ({}, {workers} worker{})",

@@ -9,6 +9,7 @@ pub mod charts;
 pub mod correlation;
 pub mod floor;
 pub mod harness;
+pub mod instructions;
 pub mod latency;
 pub mod loadgen;
 pub mod lura;
@@ -34,6 +35,9 @@ pub enum BenchCommand {
     /// KrakenD's benchmark: a proxy and an aggregate endpoint, tollgate against a gateway
     /// built on KrakenD's framework (Lura), capacity and latency.
     Aggregate(aggregate::AggregateArgs),
+    /// Instructions per request under valgrind's callgrind: tollgate's scenarios beside the
+    /// hyper floor, nginx and HAProxy, with the functions they go to (machine-independent).
+    Instructions(instructions::InstructionsArgs),
     /// The `hyper` peer's process: the thinnest proxy hyper can build (started by the bench).
     #[command(hide = true)]
     HyperFloor(floor::FloorArgs),
@@ -112,6 +116,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Correlation(a) => correlation::run(a),
         BenchCommand::Capacity(a) => capacity::run(a),
         BenchCommand::Aggregate(a) => aggregate::run(a),
+        BenchCommand::Instructions(a) => instructions::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

@@ -4,7 +4,8 @@
 //! hop through any user-space proxy costs on the machine; and `hyper`, the thinnest proxy
 //! tollgate's HTTP library can build ([`crate::floor`]), run by this same binary.
 
-use crate::procs::{Proc, command, free_port, on_path, wait_port};
+use crate::procs::{Proc, command, free_port, on_path, under, wait_port};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -57,14 +58,22 @@ impl Peer {
     }
 }
 
+/// nginx in front of `provider`; `one_process`: no master (`master_process off`), so a
+/// tool it runs under sees the process that serves.
 pub fn nginx_config(
     dir: &Path,
     listen: SocketAddr,
     provider: SocketAddr,
     workers: usize,
+    one_process: bool,
 ) -> String {
+    let master = if one_process {
+        "master_process off;\n"
+    } else {
+        ""
+    };
     format!(
-        "worker_processes {workers};\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/nginx-error.log crit;\n\
+        "{master}worker_processes {workers};\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/nginx-error.log crit;\n\
          events {{ worker_connections 8192; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
          \x20 upstream provider {{ server {provider}; keepalive 512; }}\n\
@@ -91,26 +100,34 @@ pub fn haproxy_config(
     )
 }
 
-/// Starts a peer in front of `provider`, or says why it is skipped (`Err`).
-pub fn start(
-    peer: Peer,
-    dir: &Path,
-    provider: SocketAddr,
-    cores: Option<&str>,
-    workers: usize,
-) -> Result<(Proc, SocketAddr), String> {
+/// Where a peer runs: its files' folder, the provider it fronts, its cores (a `taskset`
+/// list) and the tool it runs under (empty: none).
+pub struct At<'a> {
+    pub dir: &'a Path,
+    pub provider: SocketAddr,
+    pub cores: Option<&'a str>,
+    pub tool: &'a [OsString],
+}
+
+/// Starts a peer in front of `at.provider`, or says why it is skipped (`Err`).
+pub fn start(peer: Peer, at: &At, workers: usize) -> Result<(Proc, SocketAddr), String> {
+    let (dir, provider) = (at.dir, at.provider);
     let bin = peer
         .binary()
         .ok_or_else(|| format!("{} is not on PATH; skipped", peer.binary_name()))?;
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()
         .expect("valid address");
-    let (mut cmd, placement) = command(&bin, cores);
+    let (mut cmd, placement) = command(&bin, at.cores);
     match peer {
         Peer::Nginx => {
             let conf = dir.join("nginx.conf");
-            std::fs::write(&conf, nginx_config(dir, listen, provider, workers))
-                .map_err(|e| e.to_string())?;
+            let one_process = !at.tool.is_empty();
+            std::fs::write(
+                &conf,
+                nginx_config(dir, listen, provider, workers, one_process),
+            )
+            .map_err(|e| e.to_string())?;
             cmd.arg("-c")
                 .arg(&conf)
                 .arg("-e")
@@ -132,6 +149,7 @@ pub fn start(
                 .arg(workers.to_string());
         }
     }
+    let mut cmd = under(at.tool, cmd);
     cmd.stdout(Stdio::null())
         .stderr(Stdio::null())
         .stdin(Stdio::null());
@@ -139,7 +157,8 @@ pub fn start(
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", peer.name()))?;
     let proc = Proc::new(peer.name(), child, placement);
-    wait_port(listen, Duration::from_secs(10))
+    // Under a tool (valgrind) a start takes seconds.
+    wait_port(listen, Duration::from_secs(30))
         .map_err(|e| format!("{} did not start: {e}", peer.name()))?;
     Ok((proc, listen))
 }

@@ -103,6 +103,26 @@ pub fn command(bin: &Path, cores: Option<&str>) -> (Command, String) {
     }
 }
 
+/// `cmd` run under a tool (`valgrind --tool=callgrind …`): the tool's words, then the
+/// command's program, arguments and environment. No tool: `cmd` as it was.
+pub fn under(tool: &[std::ffi::OsString], cmd: Command) -> Command {
+    let Some((first, rest)) = tool.split_first() else {
+        return cmd;
+    };
+    let mut wrapped = Command::new(first);
+    wrapped
+        .args(rest)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    wrapped
+}
+
 /// Starts a tollgate subcommand and waits for the line with its `http://ADDR` addresses.
 pub fn spawn_tollgate(
     name: &str,
@@ -139,7 +159,8 @@ pub fn spawn_tollgate(
         child,
         placement,
     };
-    match rx.recv_timeout(Duration::from_secs(20)) {
+    // Under valgrind a start takes seconds.
+    match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(line)) => {
             let addrs = line
                 .split("http://")
@@ -149,7 +170,7 @@ pub fn spawn_tollgate(
             Ok((proc, addrs))
         }
         Ok(Err(output)) => Err(format!("{name} exited before listening:\n{output}")),
-        Err(_) => Err(format!("{name} did not start within 20 s")),
+        Err(_) => Err(format!("{name} did not start within 60 s")),
     }
 }
 

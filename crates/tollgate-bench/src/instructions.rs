@@ -1,0 +1,534 @@
+//! `tollgate bench instructions`: instructions per request, counted by valgrind's callgrind,
+//! for tollgate's scenarios beside the hyper floor, nginx and HAProxy run under the same
+//! tool. A wall-clock figure on a shared machine moves with whatever else the machine
+//! does; an instruction count does not, so a change to the hot path shows as a number
+//! that moved, on any machine.
+//!
+//! Each proxy runs alone under `valgrind --tool=callgrind` (one worker; the provider and
+//! the load generator run natively). After a warm-up its counters are zeroed
+//! (`callgrind_control -z`), a fixed number of keep-alive requests is sent over a fixed
+//! set of connections (closed loop), and the counters are dumped (`callgrind_control
+//! -d`): the dump holds exactly the measured requests, every thread of the process
+//! included. What it cannot see is the kernel: syscalls are counted (`sysCount`), the
+//! time spent in them is not part of the instruction count.
+
+use crate::harness::{Harness, Layout, Placement, Target};
+use crate::loadgen::Mode;
+use crate::peers::Peer;
+use crate::procs::on_path;
+use crate::{CommonArgs, aggregate, lura, machine, report};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub struct InstructionsArgs {
+    /// `--rounds`, `--threads` and `--placement` do not apply: one worker, unpinned, one
+    /// count per target (counts repeat within a fraction of a percent).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Measured requests per target (default 20000; --quick 4000); `--warmup` before them
+    /// (default 2000; --quick 1000).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Keep-alive connections, closed loop.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Functions listed per target, by instructions of their own.
+    #[arg(long, default_value_t = 12)]
+    pub top: usize,
+    /// tollgate scenarios to count (default: all): passthrough, with-remedy, cache-hit,
+    /// with-diagnosis, aggregate (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+}
+
+const SCENARIOS: [&str; 5] = [
+    "passthrough",
+    "with-remedy",
+    "cache-hit",
+    "with-diagnosis",
+    "aggregate",
+];
+
+/// One target's count over the measured requests.
+#[derive(Debug)]
+pub struct Count {
+    pub target: String,
+    pub requests: u64,
+    pub instructions: u64,
+    pub syscalls: u64,
+    /// Instructions of their own per function, most first.
+    pub functions: Vec<(String, u64)>,
+    pub failed: u64,
+}
+
+impl Count {
+    pub fn per_request(&self) -> f64 {
+        self.instructions as f64 / self.requests.max(1) as f64
+    }
+
+    /// Instructions per origin (tollgate, hyper, tokio, the allocator, …), most first.
+    pub fn by_origin(&self) -> Vec<(&'static str, u64)> {
+        let mut m: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for (f, ir) in &self.functions {
+            *m.entry(origin(f)).or_default() += ir;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v
+    }
+}
+
+/// Where a function's code comes from: the crate of a Rust path, the allocator, libc's
+/// string and memory routines, or nginx.
+pub fn origin(function: &str) -> &'static str {
+    const ALLOC: &[&str] = &[
+        "malloc",
+        "free",
+        "realloc",
+        "calloc",
+        "cfree",
+        "_int_malloc",
+        "_int_free",
+        "_int_realloc",
+        "malloc_consolidate",
+        "unlink_chunk",
+        "tcache_get",
+        "tcache_put",
+        "__rust_alloc",
+        "__rust_dealloc",
+        "__rust_realloc",
+        "__libc_malloc",
+        "__libc_free",
+        "__libc_calloc",
+        "__libc_realloc",
+        "__posix_memalign",
+        "posix_memalign",
+        "_mid_memalign",
+        "_int_memalign",
+        "aligned_alloc",
+    ];
+    let name = function.trim_start_matches('<');
+    let head = name.split("::").next().unwrap_or(name);
+    let head = head.split(['<', ' ', '(']).next().unwrap_or(head);
+    if ALLOC.contains(&head) {
+        return "allocator";
+    }
+    if !name.contains("::") {
+        return if head.starts_with("ngx_") {
+            "nginx"
+        } else if head.starts_with("mem") || head.starts_with("str") || head.starts_with("__mem") {
+            "libc (mem/str)"
+        } else {
+            "other C"
+        };
+    }
+    match head {
+        "tollgate" => "tollgate",
+        "hyper" => "hyper",
+        "hyper_util" => "hyper-util",
+        "tokio" => "tokio",
+        "mio" => "mio",
+        "http" => "http",
+        "bytes" => "bytes",
+        "httparse" => "httparse",
+        "core" | "alloc" | "std" => "std",
+        "tracing" | "tracing_core" => "tracing",
+        "moka" => "moka",
+        "prometheus_client" => "prometheus-client",
+        "tollgate_bench" => "tollgate (bench floor)",
+        _ => "other Rust",
+    }
+}
+
+pub fn run(args: InstructionsArgs) -> Result<(), String> {
+    let c = &args.common;
+    let mut missing: Vec<&str> = ["valgrind", "callgrind_control"]
+        .into_iter()
+        .filter(|b| on_path(b).is_none())
+        .collect();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} not on PATH: install valgrind (Debian: apt-get install valgrind)",
+            missing.join(", ")
+        ));
+    }
+    let scenarios: Vec<String> = if args.scenarios.is_empty() {
+        SCENARIOS.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.scenarios.clone()
+    };
+    if let Some(bad) = scenarios.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+        return Err(format!(
+            "unknown scenario `{bad}`: use {}",
+            SCENARIOS.join(", ")
+        ));
+    }
+    let peers: Vec<Peer> = if c.peers.is_empty() {
+        vec![Peer::Hyper, Peer::Nginx, Peer::Haproxy]
+    } else {
+        c.peers()?
+    };
+    let requests = args
+        .requests
+        .unwrap_or(if c.quick { 4_000 } else { 20_000 });
+    let warmup = c.warmup.unwrap_or(if c.quick { 1_000 } else { 2_000 });
+    let conns = args.connections.max(1);
+    let load_before = machine::loadavg();
+
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, Placement::new(Layout::None))?;
+    h.tool = vec![
+        "valgrind".into(),
+        "--tool=callgrind".into(),
+        "-q".into(),
+        "--collect-systime=yes".into(),
+        OsString::from(format!(
+            "--callgrind-out-file={}",
+            h.out.join("callgrind.%p.out").display()
+        )),
+    ];
+    let spec = Spec {
+        requests,
+        warmup,
+        conns,
+    };
+    let mut counts = Vec::new();
+    for name in &scenarios {
+        let (target, path) = scenario(&mut h, name)?;
+        counts.push(spec.count(&h, &target, &path)?);
+    }
+    for peer in peers {
+        if let Ok(target) = h.peer(peer, 1) {
+            counts.push(spec.count(&h, &target, "/static")?);
+        }
+    }
+    for l in &h.lines {
+        eprintln!("{l}");
+    }
+
+    let summary = summary(&counts, &spec, args.top);
+    print!("{summary}");
+    report::write(&h.out, "summary.md", &summary)?;
+    let meta = machine::metadata("instructions", &std::env::args().collect::<Vec<_>>());
+    let files: Vec<String> = std::iter::once("summary.md".to_owned())
+        .chain(counts.iter().map(|c| dump_name(&c.target)))
+        .collect();
+    report::write_metadata(
+        &h.out,
+        meta,
+        &h.lines,
+        (&load_before, &machine::loadavg()),
+        &files,
+    )?;
+    Ok(())
+}
+
+/// A built-in scenario's tollgate process and the path its requests take.
+fn scenario(h: &mut Harness, name: &str) -> Result<(Target, String), String> {
+    let config = match name {
+        "passthrough" => h.passthrough_config()?,
+        "with-remedy" => h.with_remedy_config()?,
+        "cache-hit" => h.cache_hit_config()?,
+        "with-diagnosis" => h.with_diagnosis_config()?,
+        _ => {
+            let eps = aggregate::endpoints(&[Duration::ZERO; 3]);
+            report::write(&h.out, "aggregate.yaml", &lura::tollgate_config(&eps))?;
+            let target = h.tollgate(name, &h.out.join("aggregate.yaml"), 1)?;
+            return Ok((target, "/social".into()));
+        }
+    };
+    Ok((h.tollgate(name, &config, 1)?, "/static".into()))
+}
+
+struct Spec {
+    requests: u64,
+    warmup: u64,
+    conns: usize,
+}
+
+impl Spec {
+    /// Warms `t` up, zeroes its counters, sends the measured requests and dumps them.
+    fn count(&self, h: &Harness, t: &Target, path: &str) -> Result<Count, String> {
+        let pid = t.pid().ok_or("the target has no process")?;
+        eprintln!(
+            "{}: warm-up ({} requests), then {} counted, under callgrind",
+            t.name, self.warmup, self.requests
+        );
+        h.measure(t, path, self.warmup.max(1), 0, self.conns, Mode::Closed)?;
+        control(pid, "-z")?;
+        let r = h.measure(t, path, self.requests, 0, self.conns, Mode::Closed)?;
+        control(pid, "-d")?;
+        let dumped = h.out.join(format!("callgrind.{pid}.out.1"));
+        wait_for(&dumped, Duration::from_secs(60))?;
+        let kept = h.out.join(dump_name(&t.name));
+        std::fs::rename(&dumped, &kept).map_err(|e| format!("{}: {e}", dumped.display()))?;
+        let text = std::fs::read_to_string(&kept)
+            .map_err(|e| format!("cannot read {}: {e}", kept.display()))?;
+        let (instructions, syscalls) =
+            totals(&text).ok_or_else(|| format!("{}: no totals line", kept.display()))?;
+        Ok(Count {
+            target: t.name.clone(),
+            requests: r.ok + r.non_2xx,
+            instructions,
+            syscalls,
+            functions: functions(&text),
+            failed: r.errors + r.non_2xx,
+        })
+    }
+}
+
+fn dump_name(target: &str) -> String {
+    format!("callgrind.{target}.out")
+}
+
+/// `callgrind_control -z` (zero) or `-d` (dump) to the process `pid`.
+fn control(pid: u32, what: &str) -> Result<(), String> {
+    let out = Command::new("callgrind_control")
+        .arg(what)
+        .arg(pid.to_string())
+        .output()
+        .map_err(|e| format!("callgrind_control: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() && text.contains("OK") {
+        Ok(())
+    } else {
+        Err(format!(
+            "callgrind_control {what} {pid} failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn wait_for(file: &Path, within: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if std::fs::metadata(file).is_ok_and(|m| m.len() > 0) {
+            // callgrind writes the file in one go once the dump starts; give it a moment.
+            std::thread::sleep(Duration::from_millis(300));
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "no callgrind dump at {} after {within:?}",
+        file.display()
+    ))
+}
+
+/// The `totals:` line of a callgrind file: instructions and syscalls.
+pub fn totals(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find_map(|l| l.strip_prefix("totals:"))?;
+    let mut n = line.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((n.next()??, n.next().flatten().unwrap_or(0)))
+}
+
+/// Each function's own instructions (its cost lines, not the inclusive cost of the calls
+/// it makes), most first, read from a callgrind file (its format: valgrind's manual,
+/// "Callgrind Format Specification"). Names are compressed: `fn=(7) name` defines `(7)`,
+/// a later `fn=(7)` or `cfn=(7)` refers to it.
+pub fn functions(text: &str) -> Vec<(String, u64)> {
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut own: BTreeMap<String, u64> = BTreeMap::new();
+    let mut positions = 1;
+    let mut current = String::new();
+    let mut after_calls = false;
+    let mut name_of = |spec: &str| -> String {
+        let spec = spec.trim();
+        match spec.strip_prefix('(').and_then(|r| r.split_once(')')) {
+            Some((id, rest)) => {
+                let rest = rest.trim();
+                if !rest.is_empty() {
+                    names.insert(id.to_owned(), rest.to_owned());
+                }
+                names.get(id).cloned().unwrap_or_else(|| format!("({id})"))
+            }
+            None => spec.to_owned(),
+        }
+    };
+    for line in text.lines() {
+        if let Some(p) = line.strip_prefix("positions:") {
+            positions = p.split_whitespace().count().max(1);
+        } else if let Some(f) = line.strip_prefix("fn=") {
+            current = name_of(f);
+        } else if let Some(f) = line.strip_prefix("cfn=") {
+            name_of(f);
+        } else if line.starts_with("calls=") {
+            after_calls = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            if std::mem::take(&mut after_calls) {
+                continue; // the inclusive cost of the call just named
+            }
+            let ir = line
+                .split_whitespace()
+                .nth(positions)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            *own.entry(current.clone()).or_default() += ir;
+        }
+    }
+    let mut v: Vec<_> = own.into_iter().filter(|(_, ir)| *ir > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
+    let per = |name: &str| {
+        counts
+            .iter()
+            .find(|c| c.target == name)
+            .map(Count::per_request)
+    };
+    let floor = per("hyper");
+    let nginx = per("nginx");
+    let ratio =
+        |v: f64, base: Option<f64>| base.map(|b| format!("{:.2}", v / b)).unwrap_or_default();
+    let mut s = String::from("# Instructions per request (callgrind)\n\n");
+    let _ = writeln!(
+        s,
+        "{} ({} cores), tollgate {}; {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, one worker; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
+        machine::cpu_model(),
+        machine::cores(),
+        machine::git_commit(),
+        spec.requests,
+        spec.warmup,
+        spec.conns
+    );
+    s.push_str("| target | instructions/request | × hyper floor | × nginx | syscalls/request | failed |\n|---|---:|---:|---:|---:|---:|\n");
+    for c in counts {
+        let v = c.per_request();
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {} | {} | {:.2} | {} |",
+            c.target,
+            v,
+            ratio(v, floor),
+            ratio(v, nginx),
+            c.syscalls as f64 / c.requests.max(1) as f64,
+            c.failed
+        );
+    }
+    s.push_str("\n## Where they go\n");
+    for c in counts {
+        let total = c.instructions.max(1) as f64;
+        let n = c.requests.max(1) as f64;
+        let origins: Vec<String> = c
+            .by_origin()
+            .into_iter()
+            .take(8)
+            .map(|(o, ir)| format!("{o} {:.0}%", ir as f64 * 100.0 / total))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n### {}\n\nBy origin: {}.\n",
+            c.target,
+            origins.join(", ")
+        );
+        s.push_str("| function | instructions/request | share |\n|---|---:|---:|\n");
+        for (f, ir) in c.functions.iter().take(top) {
+            let shown: String = if f.chars().count() > 110 {
+                f.chars().take(107).chain("...".chars()).collect()
+            } else {
+                f.clone()
+            };
+            let _ = writeln!(
+                s,
+                "| `{}` | {:.0} | {:.1}% |",
+                shown.replace('|', "\\|"),
+                *ir as f64 / n,
+                *ir as f64 * 100.0 / total
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_own_costs_are_read_from_callgrind_files() {
+        assert_eq!(
+            totals("events: Ir sysCount sysTime\nsummary: 9 2 1\ntotals: 567000 175 105\n"),
+            Some((567000, 175))
+        );
+        assert_eq!(totals("events: Ir\ntotals: 12\n"), Some((12, 0)));
+        let dump = "\
+events: Ir sysCount sysTime
+positions: line
+ob=(3) /usr/lib/libc.so.6
+fl=(194) ./malloc/malloc.c
+fn=(1000) _int_malloc
+264 1000
++6 500 1 3
+
+fl=(588) ./nptl/pthread_create.c
+fn=(5172) start_thread
+cfn=(5176) <std::sys::thread::unix::Thread>::new::thread_start
+calls=0 108
+442 117622527 46523 3170
+
+fl=(12) src/role.rs
+fn=(7) hyper::proto::h1::role::parse
+1 33184
+fi=(13) src/iter.rs
+2 2000
+fn=(1000)
+7 100
+fn=(5176)
+3 10
+";
+        let f = functions(dump);
+        assert_eq!(
+            f[0],
+            ("hyper::proto::h1::role::parse".to_owned(), 35_184),
+            "inlined files count as the function"
+        );
+        assert_eq!(
+            f[1],
+            ("_int_malloc".to_owned(), 1_600),
+            "a name used again by its number"
+        );
+        assert_eq!(
+            f[2],
+            (
+                "<std::sys::thread::unix::Thread>::new::thread_start".to_owned(),
+                10
+            ),
+            "a name defined by cfn; the inclusive cost after calls= is not its caller's own"
+        );
+        assert_eq!(f.len(), 3, "{f:?}");
+        let c = Count {
+            target: "t".into(),
+            requests: 10,
+            instructions: 36_794,
+            syscalls: 0,
+            functions: f,
+            failed: 0,
+        };
+        assert_eq!(c.by_origin()[0], ("hyper", 35_184));
+        assert_eq!(c.by_origin()[1], ("allocator", 1_600));
+        assert_eq!(c.by_origin()[2], ("std", 10));
+    }
+
+    #[test]
+    fn origins_name_crates_the_allocator_and_c() {
+        assert_eq!(
+            origin("<tokio::runtime::task::raw::RawTask>::poll"),
+            "tokio"
+        );
+        assert_eq!(origin("tollgate::request::handle"), "tollgate");
+        assert_eq!(
+            origin("core::ptr::drop_in_place<http::header::map::HeaderMap>"),
+            "std"
+        );
+        assert_eq!(origin("__memcpy_avx_unaligned_erms"), "libc (mem/str)");
+        assert_eq!(origin("free"), "allocator");
+        assert_eq!(origin("ngx_http_parse_request_line"), "nginx");
+    }
+}
