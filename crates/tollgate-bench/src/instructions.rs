@@ -78,7 +78,7 @@ impl Count {
             *m.entry(origin(f)).or_default() += ir;
         }
         let mut v: Vec<_> = m.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|b| std::cmp::Reverse(b.1));
         v
     }
 }
