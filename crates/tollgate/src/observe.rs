@@ -111,6 +111,8 @@ fn consume(
 ) {
     use mpsc::error::TryRecvError;
     let mut endpoint_metrics = EndpointMetrics::default();
+    // The remedy statistics' endpoint key, written here per request and reused.
+    let mut key = String::new();
     let mut out = std::io::BufWriter::new(out);
     let mut cache = Labels {
         handles: rustc_hash::FxHashMap::default(),
@@ -128,7 +130,8 @@ fn consume(
                             let _ = write_access(&mut out, &ev, a, json);
                         }
                         if let Some(d) = &ev.diag {
-                            diagnose(&diagnostics, &metrics, &mut endpoint_metrics, &ev, d);
+                            let state = (&mut endpoint_metrics, &mut key);
+                            diagnose(&diagnostics, &metrics, state, &ev, d);
                         }
                         if let Some(o) = &ev.aggregate {
                             o.record_metrics(&metrics, ev.total);
@@ -276,7 +279,7 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
 fn diagnose(
     d: &Diagnostics,
     m: &Metrics,
-    endpoint_metrics: &mut EndpointMetrics,
+    (endpoint_metrics, key): (&mut EndpointMetrics, &mut String),
     ev: &Event,
     diag: &RequestDiag,
 ) {
@@ -284,7 +287,8 @@ fn diagnose(
     let host = ev.host.as_deref().filter(|_| ev.host_is_label);
     let path = diag.path.as_deref().unwrap_or("/");
     let template = diag.template.as_deref().filter(|t| !t.is_empty());
-    let mut endpoint = None;
+    // `METHOD host template`: the endpoint as discovery counted it, or as the path reads.
+    key.clear();
     if let (Some(endpoints), Some(h)) = (&d.endpoints, host) {
         let at_ms = crate::diagnosis::unix_ns() / 1_000_000;
         let consumer = diag
@@ -323,18 +327,24 @@ fn diagnose(
                 },
             );
         }
-        endpoint = Some(format!("{method} {} {}", counted.host, counted.endpoint));
+        for part in [method, " ", &counted.host, " ", &counted.endpoint] {
+            key.push_str(part);
+        }
     }
     if let Some(policy) = &diag.policy {
-        let endpoint = endpoint.unwrap_or_else(|| {
-            let t =
-                template.map_or_else(|| template::join(&template::segments(path)), str::to_owned);
-            format!("{method} {} {t}", host.unwrap_or("-"))
-        });
+        if key.is_empty() {
+            for part in [method, " ", host.unwrap_or("-"), " "] {
+                key.push_str(part);
+            }
+            match template {
+                Some(t) => key.push_str(t),
+                None => template::push_template(key, path),
+            }
+        }
         d.remedy_stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .record(policy, &endpoint, ev.status, &diag.acted);
+            .record(policy, key, ev.status, &diag.acted);
     }
     if let (Some(spans), Some(t)) = (&d.spans, &diag.trace) {
         let end_ns = t.start_ns + ev.total.as_nanos() as u64;

@@ -18,12 +18,11 @@ struct Scope {
 impl Scope {
     fn add(&mut self, acted: &[Acted]) {
         self.requests += 1;
-        // An action counted once per request (a retried request may be refused twice).
-        let mut seen: Vec<(&'static str, &'static str)> = Vec::with_capacity(acted.len());
-        for a in acted {
+        // An action counted once per request (a retried request may be refused twice);
+        // a request has a handful of actions, so looking back costs less than a set.
+        for (i, a) in acted.iter().enumerate() {
             let k = (a.remedy, a.action);
-            if !seen.contains(&k) {
-                seen.push(k);
+            if !acted[..i].iter().any(|b| (b.remedy, b.action) == k) {
                 *self.actions.entry(k).or_default() += 1;
             }
         }
@@ -46,16 +45,21 @@ impl Scope {
 pub struct RemedyStats {
     by_policy: BTreeMap<String, Scope>,
     by_endpoint: BTreeMap<String, Scope>,
-    by_status: BTreeMap<String, Scope>,
+    by_status: BTreeMap<u16, Scope>,
 }
 
+/// The scope of `key`, made on its first request (the only time a key is copied), or
+/// `other` once `MAX_KEYS` are kept.
 fn bounded<'a>(map: &'a mut BTreeMap<String, Scope>, key: &str) -> &'a mut Scope {
     let key = if map.contains_key(key) || map.len() < MAX_KEYS {
         key
     } else {
         "other"
     };
-    map.entry(key.to_owned()).or_default()
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), Scope::default());
+    }
+    map.get_mut(key).expect("inserted above")
 }
 
 impl RemedyStats {
@@ -64,15 +68,16 @@ impl RemedyStats {
     pub fn record(&mut self, policy: &str, endpoint: &str, status: u16, acted: &[Acted]) {
         bounded(&mut self.by_policy, policy).add(acted);
         bounded(&mut self.by_endpoint, endpoint).add(acted);
-        bounded(&mut self.by_status, &status.to_string()).add(acted);
+        // Statuses are three digits: at most 900 keys, under the bound by construction.
+        self.by_status.entry(status).or_default().add(acted);
     }
 
     pub fn to_json(&self) -> Value {
-        let scopes = |m: &BTreeMap<String, Scope>, key: &str| -> Vec<Value> {
+        fn scopes<K: ToString>(m: &BTreeMap<K, Scope>, key: &str) -> Vec<Value> {
             m.iter()
-                .map(|(k, s)| json!({ key: k, "requests": s.requests, "actions": s.to_json() }))
+                .map(|(k, s)| json!({ key: k.to_string(), "requests": s.requests, "actions": s.to_json() }))
                 .collect()
-        };
+        }
         json!({
             "policies": scopes(&self.by_policy, "policy"),
             "endpoints": scopes(&self.by_endpoint, "endpoint"),

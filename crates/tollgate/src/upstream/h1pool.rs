@@ -1,8 +1,10 @@
 //! A lean HTTP/1.1 connection pool for plain-`http` upstreams. hyper-util's pooled client
 //! costs 12–15 % of tollgate's instructions per request (callgrind: SipHash-keyed pool,
 //! a client clone and a lazy connect future per request); this pool is a mutex-guarded
-//! map keyed by authority with an Fx hash, LIFO per host. A connection goes back to the
-//! pool when the response body has been read to its end; otherwise it is closed.
+//! map from authority to that host's idle list (LIFO), found once per request: the
+//! request keeps its host's list, so giving the connection back is no second lookup. A
+//! connection goes back when the response body has been read to its end; otherwise it is
+//! closed.
 
 use super::Connector;
 use super::connector::{ConnectError, ConnectTimeout};
@@ -14,7 +16,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tower_service::Service;
@@ -31,9 +33,45 @@ impl Idle {
     }
 }
 
+/// One host's idle connections, the most recently returned last.
+struct Host {
+    key: Authority,
+    idle: Mutex<Vec<Idle>>,
+    max_idle: usize,
+}
+
+impl Host {
+    /// The most recently returned connection that is still open and not idle past
+    /// `timeout` at `now` (the request's send time, read once for the whole exchange).
+    fn take(&self, now: Instant, timeout: Duration) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.usable(now, timeout) {
+                return Some(c.tx);
+            }
+        }
+        None
+    }
+
+    fn put(&self, tx: SendRequest<Body>) {
+        if tx.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.max_idle {
+            idle.push(Idle {
+                tx,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
 pub struct H1Pool {
     connector: Connector,
-    idle: Mutex<rustc_hash::FxHashMap<Authority, Vec<Idle>>>,
+    /// Keyed by the target's authority, which is lower-case ([`crate::target::Target`]):
+    /// plain string hashing and equality, not `Authority`'s case-insensitive byte loop.
+    hosts: Mutex<rustc_hash::FxHashMap<Box<str>, Arc<Host>>>,
     max_idle_per_host: usize,
     idle_timeout: Duration,
 }
@@ -55,7 +93,7 @@ impl H1Pool {
     ) -> Arc<Self> {
         let pool = Arc::new(Self {
             connector,
-            idle: Mutex::default(),
+            hosts: Mutex::default(),
             max_idle_per_host,
             idle_timeout,
         });
@@ -74,40 +112,31 @@ impl H1Pool {
         pool
     }
 
+    /// Closes connections idle past the timeout, and forgets hosts with none left that
+    /// no request holds (while the map is locked no request can take one).
     fn sweep(&self) {
         let now = Instant::now();
-        let mut idle = self.idle.lock().expect("pool lock");
-        idle.retain(|_, list| {
-            list.retain(|c| c.usable(now, self.idle_timeout));
-            !list.is_empty()
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        hosts.retain(|_, host| {
+            let mut idle = host.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.retain(|c| c.usable(now, self.idle_timeout));
+            !idle.is_empty() || Arc::strong_count(host) > 1
         });
     }
 
-    /// The most recently returned connection that is still open and not idle past the
-    /// timeout at `now` (the request's send time, read once for the whole exchange).
-    fn take(&self, key: &Authority, now: Instant) -> Option<SendRequest<Body>> {
-        let mut idle = self.idle.lock().expect("pool lock");
-        let list = idle.get_mut(key)?;
-        while let Some(c) = list.pop() {
-            if c.usable(now, self.idle_timeout) {
-                return Some(c.tx);
-            }
+    /// The idle list of `key`'s host, made on its first request.
+    fn host(&self, key: &Authority) -> Arc<Host> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = hosts.get(key.as_str()) {
+            return h.clone();
         }
-        None
-    }
-
-    fn put(&self, key: Authority, tx: SendRequest<Body>) {
-        if tx.is_closed() || self.max_idle_per_host == 0 {
-            return;
-        }
-        let mut idle = self.idle.lock().expect("pool lock");
-        let list = idle.entry(key).or_default();
-        if list.len() < self.max_idle_per_host {
-            list.push(Idle {
-                tx,
-                since: Instant::now(),
-            });
-        }
+        let h = Arc::new(Host {
+            key: key.clone(),
+            idle: Mutex::default(),
+            max_idle: self.max_idle_per_host,
+        });
+        hosts.insert(key.as_str().into(), h.clone());
+        h
     }
 
     /// Boxed, and by a plain function: connecting is the rare path, and its state would
@@ -141,18 +170,21 @@ impl H1Pool {
     /// An idle connection that is ready for a request (`true`: reused), or a new one.
     async fn ready(
         &self,
-        key: &Authority,
+        host: &Host,
         now: Instant,
         connect_timeout: impl ConnectTimeout,
     ) -> Result<(SendRequest<Body>, bool), PoolError> {
         loop {
-            match self.take(key, now) {
+            match host.take(now, self.idle_timeout) {
                 Some(mut tx) => {
                     if tx.ready().await.is_ok() {
                         return Ok((tx, true));
                     }
                 }
-                None => return Ok((self.connect(key, connect_timeout.get()).await?, false)),
+                None => {
+                    let fresh = self.connect(&host.key, connect_timeout.get()).await?;
+                    return Ok((fresh, false));
+                }
             }
         }
     }
@@ -174,8 +206,10 @@ impl H1Pool {
         resend_lost: bool,
         connect_timeout: impl ConnectTimeout + 'a,
     ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
+        // Found before the exchange starts: its state then holds the host, not the key too.
+        let host = self.host(key);
         async move {
-            let (mut tx, reused) = self.ready(key, now, connect_timeout).await?;
+            let (mut tx, reused) = self.ready(&host, now, connect_timeout).await?;
             let replay = if reused && resend_lost {
                 replay(&req)
             } else {
@@ -185,18 +219,14 @@ impl H1Pool {
                 Ok(resp) => resp,
                 Err(refused) => {
                     let (fresh, resp) = self
-                        .retry(refused, replay, key, connect_timeout.get())
+                        .retry(refused, replay, &host.key, connect_timeout.get())
                         .await?;
                     tx = fresh;
                     resp
                 }
             };
             let (parts, body) = resp.into_parts();
-            let slot = Some(Slot {
-                pool: Arc::downgrade(self),
-                key: key.clone(),
-                tx,
-            });
+            let slot = Some(Slot { host, tx });
             Ok(Response::from_parts(
                 parts,
                 PooledBody { inner: body, slot },
@@ -254,9 +284,11 @@ fn replay(req: &Request<Body>) -> Option<Request<Body>> {
     Some(copy)
 }
 
+/// A connection out with a request, and the host list it goes back to. After a reload
+/// the list may be the old pool's, held only by its requests: the connection then closes
+/// when the last of them ends.
 struct Slot {
-    pool: Weak<H1Pool>,
-    key: Authority,
+    host: Arc<Host>,
     tx: SendRequest<Body>,
 }
 
@@ -280,10 +312,8 @@ pin_project_lite::pin_project! {
 }
 
 fn give_back(slot: &mut Option<Slot>) {
-    if let Some(s) = slot.take()
-        && let Some(pool) = s.pool.upgrade()
-    {
-        pool.put(s.key, s.tx);
+    if let Some(s) = slot.take() {
+        s.host.put(s.tx);
     }
 }
 
