@@ -4,6 +4,7 @@
 
 use super::Acted;
 use serde_json::{Value, json};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// Most endpoints and statuses kept apart; the rest count under `other`.
@@ -12,7 +13,8 @@ const MAX_KEYS: usize = 1000;
 #[derive(Default)]
 struct Scope {
     requests: u64,
-    actions: BTreeMap<(&'static str, &'static str), u64>,
+    /// (remedy, action) → count; a policy has a handful, so a list beats a map.
+    actions: Vec<((&'static str, &'static str), u64)>,
 }
 
 impl Scope {
@@ -22,14 +24,20 @@ impl Scope {
         // a request has a handful of actions, so looking back costs less than a set.
         for (i, a) in acted.iter().enumerate() {
             let k = (a.remedy, a.action);
-            if !acted[..i].iter().any(|b| (b.remedy, b.action) == k) {
-                *self.actions.entry(k).or_default() += 1;
+            if acted[..i].iter().any(|b| (b.remedy, b.action) == k) {
+                continue;
+            }
+            match self.actions.iter_mut().find(|(have, _)| *have == k) {
+                Some((_, n)) => *n += 1,
+                None => self.actions.push((k, 1)),
             }
         }
     }
 
     fn to_json(&self) -> Vec<Value> {
-        self.actions
+        let mut sorted = self.actions.clone();
+        sorted.sort_unstable();
+        sorted
             .iter()
             .map(|((remedy, action), n)| {
                 json!({
@@ -43,21 +51,21 @@ impl Scope {
 
 #[derive(Default)]
 pub struct RemedyStats {
-    by_policy: BTreeMap<String, Scope>,
-    by_endpoint: BTreeMap<String, Scope>,
-    by_status: BTreeMap<u16, Scope>,
+    by_policy: FxHashMap<Box<str>, Scope>,
+    by_endpoint: FxHashMap<Box<str>, Scope>,
+    by_status: FxHashMap<u16, Scope>,
 }
 
 /// The scope of `key`, made on its first request (the only time a key is copied), or
 /// `other` once `MAX_KEYS` are kept.
-fn bounded<'a>(map: &'a mut BTreeMap<String, Scope>, key: &str) -> &'a mut Scope {
+fn bounded<'a>(map: &'a mut FxHashMap<Box<str>, Scope>, key: &str) -> &'a mut Scope {
     let key = if map.contains_key(key) || map.len() < MAX_KEYS {
         key
     } else {
         "other"
     };
     if !map.contains_key(key) {
-        map.insert(key.to_owned(), Scope::default());
+        map.insert(key.into(), Scope::default());
     }
     map.get_mut(key).expect("inserted above")
 }
@@ -73,8 +81,11 @@ impl RemedyStats {
     }
 
     pub fn to_json(&self) -> Value {
-        fn scopes<K: ToString>(m: &BTreeMap<K, Scope>, key: &str) -> Vec<Value> {
-            m.iter()
+        // Sorted by key, as the output always was.
+        fn scopes<K: Ord + ToString>(m: &FxHashMap<K, Scope>, key: &str) -> Vec<Value> {
+            let sorted: BTreeMap<&K, &Scope> = m.iter().collect();
+            sorted
+                .into_iter()
                 .map(|(k, s)| json!({ key: k.to_string(), "requests": s.requests, "actions": s.to_json() }))
                 .collect()
         }

@@ -37,10 +37,6 @@ impl Default for Memory {
     }
 }
 
-fn ready<T: Send + 'static>(v: T) -> StoreFuture<'static, T> {
-    Box::pin(std::future::ready(Ok(v)))
-}
-
 impl Memory {
     fn with<T>(&self, key: &Key, f: impl FnOnce(&mut Shard, u64) -> T) -> Result<T, StoreError> {
         let i = self.hasher.hash_one(key) as usize % SHARDS;
@@ -81,10 +77,7 @@ impl Memory {
     }
 
     fn done<T: Send + 'static>(r: Result<T, StoreError>) -> StoreFuture<'static, T> {
-        match r {
-            Ok(v) => ready(v),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+        StoreFuture::ready(r)
     }
 }
 
@@ -98,13 +91,17 @@ impl Store for Memory {
                     count,
                 };
             }
-            shard.map.insert(
-                key.clone(),
-                Slot {
-                    value: count + n,
-                    expires_ms,
-                },
-            );
+            let slot = Slot {
+                value: count + n,
+                expires_ms,
+            };
+            // An existing counter is updated in place: no second hash, no key copied.
+            match shard.map.get_mut(key) {
+                Some(s) => *s = slot,
+                None => {
+                    shard.map.insert(key.clone(), slot);
+                }
+            }
             Added {
                 taken: true,
                 count: count + n,

@@ -10,9 +10,37 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-/// A store operation's result.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// A store operation's result: known at once (the in-memory store, with no allocation
+/// per operation), or still to come from a remote store.
+pub enum StoreFuture<'a, T> {
+    Ready(Option<Result<T, StoreError>>),
+    Pending(Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>),
+}
+
+impl<T> StoreFuture<'_, T> {
+    pub fn ready(result: Result<T, StoreError>) -> Self {
+        Self::Ready(Some(result))
+    }
+}
+
+// Nothing in it is pinned in place: the value is moved out, the pending future is boxed.
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Ready(v) => Poll::Ready(
+                v.take()
+                    .unwrap_or_else(|| Err(StoreError("a store result read twice".into()))),
+            ),
+            Self::Pending(f) => f.as_mut().poll(cx),
+        }
+    }
+}
 
 /// A store could not answer (a remote store unreachable). Remedies fail open on it: the
 /// request goes on as if the remedy had allowed it, and the error is logged.

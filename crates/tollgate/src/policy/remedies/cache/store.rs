@@ -100,12 +100,12 @@ impl MemoryCache {
 
 impl CacheStore for MemoryCache {
     fn get(&self, key: &str) -> StoreFuture<'_, Option<Arc<Entry>>> {
-        Box::pin(std::future::ready(Ok(self.cache.get(key))))
+        StoreFuture::ready(Ok(self.cache.get(key)))
     }
 
     fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()> {
         self.cache.insert(key, entry);
-        Box::pin(std::future::ready(Ok(())))
+        StoreFuture::ready(Ok(()))
     }
 
     fn size(&self) -> (u64, u64) {
