@@ -3,7 +3,8 @@
 //! request is handed over as it came: no routing, no pool, no header rules, no timeouts,
 //! no metrics. Not a usable proxy (it forwards hop-by-hop headers, has no limits); a
 //! measuring stick: the distance from it to tollgate is what tollgate's features cost,
-//! the distance from it to nginx and HAProxy is what the HTTP library costs.
+//! the distance from it to nginx and HAProxy is what the HTTP library costs. It runs in
+//! the `tollgate` binary, so with the same allocator (mimalloc).
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1 as client;
