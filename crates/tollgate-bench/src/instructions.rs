@@ -115,7 +115,8 @@ pub fn origin(function: &str) -> &'static str {
     let name = function.trim_start_matches('<');
     let head = name.split("::").next().unwrap_or(name);
     let head = head.split(['<', ' ', '(']).next().unwrap_or(head);
-    if ALLOC.contains(&head) {
+    // glibc's functions by name, mimalloc's (the tollgate binary's) by prefix.
+    if ALLOC.contains(&head) || head.starts_with("mi_") || head.starts_with("_mi_") {
         return "allocator";
     }
     if !name.contains("::") {
@@ -524,6 +525,8 @@ fn=(5176)
         );
         assert_eq!(origin("__memcpy_avx_unaligned_erms"), "libc (mem/str)");
         assert_eq!(origin("free"), "allocator");
+        assert_eq!(origin("mi_free"), "allocator");
+        assert_eq!(origin("_mi_malloc_generic"), "allocator");
         assert_eq!(origin("ngx_http_parse_request_line"), "nginx");
     }
 }

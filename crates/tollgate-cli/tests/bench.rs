@@ -503,3 +503,52 @@ fn aggregate_measures_krakends_endpoints_and_says_why_lura_is_missing() {
             .starts_with(b"error: --delays takes three")
     );
 }
+
+#[test]
+fn instructions_counts_each_target_under_callgrind() {
+    // Needs valgrind (`.ci/run` installs it): the command says so and fails without it.
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "instructions",
+            "--requests",
+            "300",
+            "--warmup",
+            "50",
+            "--connections",
+            "4",
+            "--scenarios",
+            "passthrough,with-remedy",
+            "--peer",
+            "hyper",
+            "--top",
+            "3",
+        ],
+        dir.path(),
+    );
+    let summary = read(dir.path(), "summary.md");
+    for target in ["passthrough", "with-remedy", "hyper"] {
+        let row = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("| {target} |")))
+            .unwrap_or_else(|| panic!("no row for {target}:\n{summary}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let per_request: f64 = cells[2].parse().unwrap_or_else(|_| panic!("{row}"));
+        // A request through any HTTP proxy takes thousands of instructions; a count of
+        // zero or a handful would mean the counters were read at the wrong moment.
+        assert!(per_request > 2_000.0, "{row}");
+        assert_eq!(cells[5], "0", "no failed requests: {row}");
+        non_empty(&dir.path().join(format!("callgrind.{target}.out")));
+    }
+    summary_says(
+        dir.path(),
+        &[
+            "| hyper | ",
+            " | 1.00 | ",
+            "### with-remedy",
+            "By origin: ",
+            "| function | instructions/request | share |",
+        ],
+    );
+    non_empty(&dir.path().join("metadata.json"));
+}

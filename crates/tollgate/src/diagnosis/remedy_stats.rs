@@ -3,8 +3,8 @@
 //! Aggregated on the observer thread from each matched request's actions.
 
 use super::Acted;
-use serde_json::{Value, json};
 use rustc_hash::FxHashMap;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// Most endpoints and statuses kept apart; the rest count under `other`.
