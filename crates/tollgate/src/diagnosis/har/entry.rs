@@ -44,17 +44,19 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
     let receive = (total - blocked - wait).max(0.0);
     let started: jiff::Timestamp = c.started.try_into().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
 
+    // Built values are moved in by assignment: `json!` would serialize each one into a
+    // copy (its `to_value`), the headers twice over as the entry nests them.
     let (url, query) = url_and_query(&c.url, red, r.template.as_deref());
     let mut request = json!({
         "method": c.method.as_str(),
         "url": url,
         "httpVersion": "HTTP/1.1",
-        "cookies": cookies(&c.request_headers, "cookie", red),
-        "headers": headers(&c.request_headers, red),
-        "queryString": query,
         "headersSize": -1,
         "bodySize": r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
     });
+    request["cookies"] = Value::Array(cookies(&c.request_headers, "cookie", red));
+    request["headers"] = Value::Array(headers(&c.request_headers, red));
+    request["queryString"] = Value::Array(query);
     if let Some(post) = post {
         request["postData"] = post;
     }
@@ -85,17 +87,18 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
                 content["_tollgateTruncated"] = true.into();
                 content["_tollgateSize"] = size.into();
             }
-            json!({
+            let mut response = json!({
                 "status": h.status.as_u16(),
                 "statusText": h.status.canonical_reason().unwrap_or(""),
                 "httpVersion": version(h.version),
-                "cookies": cookies(&h.headers, "set-cookie", red),
-                "headers": headers(&h.headers, red),
-                "content": content,
                 "redirectURL": h.headers.get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(|v| red.scrub(v).into_owned()).unwrap_or_default(),
                 "headersSize": -1,
                 "bodySize": size,
-            })
+            });
+            response["cookies"] = Value::Array(cookies(&h.headers, "set-cookie", red));
+            response["headers"] = Value::Array(headers(&h.headers, red));
+            response["content"] = content;
+            response
         }
         None => json!({
             "status": 0, "statusText": "", "httpVersion": "", "cookies": [], "headers": [],
@@ -107,18 +110,22 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
     let mut entry = json!({
         "startedDateTime": started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
         "time": total,
-        "request": request,
-        "response": response,
         "cache": {},
         "timings": {
             "blocked": blocked, "dns": -1, "connect": -1, "ssl": -1,
             "send": 0, "wait": wait, "receive": receive,
         },
         "_tollgateRequestId": r.request_id,
-        "_tollgateRemedies": r.acted.iter().map(|a| json!({"remedy": a.remedy, "action": a.action})).collect::<Vec<_>>(),
         "_tollgateRetries": r.retries,
         "_tollgateCompleted": r.completed,
     });
+    entry["request"] = request;
+    entry["response"] = response;
+    entry["_tollgateRemedies"] = r
+        .acted
+        .iter()
+        .map(|a| json!({"remedy": a.remedy, "action": a.action}))
+        .collect();
     if let Some(p) = &r.policy {
         entry["_tollgatePolicy"] = p.as_ref().into();
     }
