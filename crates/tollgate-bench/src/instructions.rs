@@ -64,6 +64,8 @@ pub struct Count {
     /// Instructions of their own per function, most first.
     pub functions: Vec<(String, u64)>,
     pub failed: u64,
+    /// HAR entries written and dropped (queue full) while counted, when capture is on.
+    pub har: Option<(u64, u64)>,
 }
 
 impl Count {
@@ -260,9 +262,18 @@ impl Spec {
             t.name, self.warmup, self.requests
         );
         h.measure(t, path, self.warmup.max(1), 0, self.conns, Mode::Closed)?;
+        let har_before = t.har_counts();
         control(pid, "-z")?;
         let r = h.measure(t, path, self.requests, 0, self.conns, Mode::Closed)?;
+        if har_before.is_some() {
+            settle(t);
+        }
         control(pid, "-d")?;
+        // An entry dropped is an entry not built: its instructions are not in the count.
+        let har = har_before
+            .zip(t.har_counts())
+            .map(|((e0, d0), (e1, d1))| (e1.saturating_sub(e0), d1.saturating_sub(d0)))
+            .filter(|(e, d)| e + d > 0);
         let dumped = h.out.join(format!("callgrind.{pid}.out.1"));
         wait_for(&dumped, Duration::from_secs(60))?;
         let kept = h.out.join(dump_name(&t.name));
@@ -277,12 +288,27 @@ impl Spec {
             instructions,
             functions: functions(&text),
             failed: r.errors + r.non_2xx,
+            har,
         })
     }
 }
 
 fn dump_name(target: &str) -> String {
     format!("callgrind.{target}.out")
+}
+
+/// Waits until the HAR writer has taken every queued entry (its counters stop moving), so
+/// that building the last requests' entries falls inside the count; at most 20 s.
+fn settle(t: &Target) {
+    let mut last = t.har_counts();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = t.har_counts();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// `callgrind_control -z` (zero) or `-d` (dump) to the process `pid`.
@@ -409,6 +435,20 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
             c.failed
         );
     }
+    for c in counts {
+        if let Some((written, dropped)) = c.har {
+            let _ = writeln!(
+                s,
+                "\n{}: {written} HAR entries written while counted, {dropped} dropped (writer queue full; a dropped entry is not built, so its cost is not in the count){}",
+                c.target,
+                if dropped > 0 {
+                    " **: compare with a run without drops (fewer `--requests`)**"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     s.push_str("\n## Where they go\n");
     for c in counts {
         let total = c.instructions.max(1) as f64;
@@ -506,6 +546,7 @@ fn=(5176)
             instructions: 36_794,
             functions: f,
             failed: 0,
+            har: None,
         };
         assert_eq!(c.by_origin()[0], ("hyper", 35_184));
         assert_eq!(c.by_origin()[1], ("allocator", 1_600));
