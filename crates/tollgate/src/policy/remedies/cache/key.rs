@@ -21,7 +21,9 @@ pub fn key(
     body: Option<&[u8]>,
 ) -> String {
     let mut k = String::with_capacity(128);
-    let _ = write!(k, "{method} {authority}{}", uri.path());
+    for part in [method.as_str(), " ", authority, uri.path()] {
+        k.push_str(part);
+    }
     if let Some(q) = uri.query() {
         let mut pairs: Vec<&str> = q.split('&').filter(|p| !p.is_empty()).collect();
         pairs.sort_unstable();

@@ -50,7 +50,7 @@ pub struct Cache {
     pub spec: CacheSpec,
     pub store: Arc<dyn CacheStore>,
     /// Keys being fetched now (single-flight); touched on misses only.
-    filling: Mutex<FxHashMap<String, watch::Receiver<bool>>>,
+    filling: Mutex<FxHashMap<Arc<str>, watch::Receiver<bool>>>,
     /// Keys whose last response could not be stored ("hit-for-pass", as Varnish calls
     /// it): their misses go straight to the provider instead of waiting on each other.
     /// An entry lasts while such misses keep coming (idle for a minute, or the ttl, it
@@ -107,7 +107,7 @@ pub struct PendingFill {
 /// cacheable, failed, client gone) lets the waiters go on.
 pub struct Fill {
     cache: Arc<Cache>,
-    key: String,
+    key: Arc<str>,
     done: watch::Sender<bool>,
 }
 
@@ -165,10 +165,12 @@ impl Cache {
             return Err(rx.clone());
         }
         let (tx, rx) = watch::channel(false);
-        f.insert(key.to_owned(), rx);
+        // One copy of the key, shared by the map and the fill that removes it.
+        let key: Arc<str> = key.into();
+        f.insert(key.clone(), rx);
         Ok(Fill {
             cache: self.clone(),
-            key: key.to_owned(),
+            key,
             done: tx,
         })
     }
