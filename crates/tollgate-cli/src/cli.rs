@@ -1,4 +1,4 @@
-//! The core commands: `tollgate run | check | schema | provider | discover | har`.
+//! The core commands: `tollgate run | check | schema | provider | discover | har | ca`.
 
 use clap::Subcommand;
 use std::net::SocketAddr;
@@ -28,6 +28,10 @@ pub enum Command {
     /// Read captured HAR files: list entries, show one, turn one into a mock policy.
     #[command(subcommand)]
     Har(crate::client::HarCommand),
+    /// The local certificate authority of HTTPS interception: make it, show its
+    /// fingerprint, export its certificate for trust stores.
+    #[command(subcommand)]
+    Ca(crate::ca::CaCommand),
     /// Run the built-in provider emulator (httpbin-compatible paths) for tests, demos and benchmarks.
     Provider {
         /// Address to listen on.
@@ -77,6 +81,7 @@ pub fn dispatch(command: Command) -> ExitCode {
         }
         Command::Discover(args) => block_on(Some(1), crate::client::discover(args)),
         Command::Har(cmd) => crate::client::har(cmd),
+        Command::Ca(cmd) => crate::ca::run(cmd),
         Command::Provider { listen, threads } => block_on(threads, async move {
             tollgate::logging::init(&Config::default().log);
             match tollgate_provider::Provider::start(listen).await {

@@ -3,6 +3,7 @@
 //! benchmarks (`tollgate-bench`).
 #![forbid(unsafe_code)]
 
+mod ca;
 mod cli;
 mod client;
 

@@ -573,3 +573,66 @@ fn check_env_optional_reports_unset_variables_as_warnings() {
         "unset is not an error: {stderr}"
     );
 }
+
+#[test]
+fn ca_init_show_and_export_a_local_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ca");
+    let ca = |args: &[&str]| {
+        tollgate()
+            .arg("ca")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .unwrap()
+    };
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    let missing = ca(&["show"]);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("tollgate ca init"),
+        "says what to run: {missing:?}"
+    );
+
+    let made = ca(&["init"]);
+    assert!(made.status.success(), "{made:?}");
+    let fingerprint = |out: &str| {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("SHA-256:"))
+            .map(|f| f.trim().to_owned())
+            .unwrap_or_else(|| panic!("no fingerprint in {out}"))
+    };
+    let first = fingerprint(&text(&made));
+    assert_eq!(first.len(), 95, "32 bytes as AB:CD:…: {first}");
+    assert_eq!(fingerprint(&text(&ca(&["show"]))), first);
+    assert!(!text(&made).contains("PRIVATE"), "the key is never printed");
+
+    // The PEM export is the certificate alone; the DER export is the same certificate.
+    let pem = text(&ca(&["export"]));
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    assert!(!pem.contains("PRIVATE"), "the key is never exported");
+    let der_file = dir.path().join("ca.der");
+    let der = ca(&[
+        "export",
+        "--format",
+        "der",
+        "--out",
+        der_file.to_str().unwrap(),
+    ]);
+    assert!(der.status.success(), "{der:?}");
+    let der = std::fs::read(&der_file).unwrap();
+    let kept = tollgate::intercept::ca::Ca::load_dir(&data).unwrap();
+    assert_eq!(der, kept.der());
+    assert_eq!(pem, kept.pem());
+
+    // A second init keeps the CA clients trust, unless forced.
+    let again = ca(&["init"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    assert_eq!(fingerprint(&text(&ca(&["show"]))), first);
+    let forced = ca(&["init", "--force"]);
+    assert!(forced.status.success(), "{forced:?}");
+    assert_ne!(fingerprint(&text(&forced)), first);
+}

@@ -20,6 +20,7 @@ pub mod expect;
 pub mod fields;
 pub mod glob;
 pub mod headers;
+pub mod intercept;
 pub mod logging;
 pub mod metrics;
 pub mod observe;
