@@ -150,11 +150,10 @@ pub fn origin(function: &str) -> &'static str {
 
 pub fn run(args: InstructionsArgs) -> Result<(), String> {
     let c = &args.common;
-    let mut missing: Vec<&str> = ["valgrind", "callgrind_control"]
+    let missing: Vec<&str> = ["valgrind", "callgrind_control"]
         .into_iter()
         .filter(|b| on_path(b).is_none())
         .collect();
-    missing.dedup();
     if !missing.is_empty() {
         return Err(format!(
             "{} not on PATH: install valgrind (Debian: apt-get install valgrind)",

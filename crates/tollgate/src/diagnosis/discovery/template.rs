@@ -35,43 +35,40 @@ pub fn id_like(seg: &str) -> bool {
     (b.len() >= 16 && digits > 0 && letters > 0 && digits + letters + 2 >= b.len()) || b.len() >= 32
 }
 
-/// The path's segments, with identifier-like ones as `{id}`.
-pub fn segments(path: &str) -> Vec<String> {
+/// The path's segments as a template reads them: identifier-like ones as `{id}`.
+fn pieces(path: &str) -> impl Iterator<Item = &str> {
     path.split('/')
         .filter(|s| !s.is_empty())
-        .map(|s| {
-            if id_like(s) {
-                "{id}".to_owned()
-            } else {
-                s.to_owned()
-            }
-        })
-        .collect()
+        .map(|s| if id_like(s) { "{id}" } else { s })
+}
+
+/// The path's segments, with identifier-like ones as `{id}`.
+pub fn segments(path: &str) -> Vec<String> {
+    pieces(path).map(str::to_owned).collect()
 }
 
 /// `join(&segments(path))` appended to `out`, with no allocation of its own (the
 /// observer does this per matched request).
 pub fn push_template(out: &mut String, path: &str) {
+    push_joined(out, pieces(path));
+}
+
+pub fn join(segments: &[String]) -> String {
+    let mut out = String::new();
+    push_joined(&mut out, segments.iter().map(String::as_str));
+    out
+}
+
+/// `/a/b` for the pieces `a`, `b`; `/` for none.
+fn push_joined<'a>(out: &mut String, pieces: impl Iterator<Item = &'a str>) {
     let start = out.len();
-    for s in path.split('/').filter(|s| !s.is_empty()) {
+    for s in pieces {
         out.push('/');
-        out.push_str(if id_like(s) { "{id}" } else { s });
+        out.push_str(s);
     }
     if out.len() == start {
         out.push('/');
     }
-}
-
-pub fn join(segments: &[String]) -> String {
-    if segments.is_empty() {
-        return "/".into();
-    }
-    let mut out = String::new();
-    for s in segments {
-        out.push('/');
-        out.push_str(s);
-    }
-    out
 }
 
 /// Which path positions are parameters in `template` (`{name}` segments), by name.

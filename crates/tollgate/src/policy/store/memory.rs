@@ -75,15 +75,11 @@ impl Memory {
             .copied()
             .filter(|s| s.expires_ms == 0 || s.expires_ms > now)
     }
-
-    fn done<T: Send + 'static>(r: Result<T, StoreError>) -> StoreFuture<'static, T> {
-        StoreFuture::ready(r)
-    }
 }
 
 impl Store for Memory {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
-        Self::done(self.with(key, |shard, now| {
+        StoreFuture::ready(self.with(key, |shard, now| {
             let count = Self::live(shard, key, now).map_or(0, |s| s.value);
             if count.saturating_add(n) > limit {
                 return Added {
@@ -95,7 +91,7 @@ impl Store for Memory {
                 value: count + n,
                 expires_ms,
             };
-            // An existing counter is updated in place: no second hash, no key copied.
+            // A counter that exists is updated in place: its key is not copied again.
             match shard.map.get_mut(key) {
                 Some(s) => *s = slot,
                 None => {
@@ -110,7 +106,7 @@ impl Store for Memory {
     }
 
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
-        Self::done(self.with(key, |shard, _| {
+        StoreFuture::ready(self.with(key, |shard, _| {
             if let Some(s) = shard.map.get_mut(key) {
                 s.value = s.value.saturating_sub(n);
             }
@@ -129,19 +125,19 @@ impl Store for Memory {
     }
 
     fn get(&self, key: &Key) -> StoreFuture<'_, u64> {
-        Self::done(self.with(key, |shard, now| {
+        StoreFuture::ready(self.with(key, |shard, now| {
             Self::live(shard, key, now).map_or(0, |s| s.value)
         }))
     }
 
     fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
-        Self::done(self.with(key, |shard, _| {
+        StoreFuture::ready(self.with(key, |shard, _| {
             shard.map.remove(key);
         }))
     }
 
     fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64> {
-        Self::done(self.with(key, |shard, now| {
+        StoreFuture::ready(self.with(key, |shard, now| {
             let cur = Self::live(shard, key, now).map_or(0, |s| s.value);
             let v = cur.max(until_ms);
             shard.map.insert(
