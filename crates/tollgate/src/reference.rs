@@ -165,8 +165,16 @@ fn schema() -> serde_json::Value {
 }
 
 /// The sections of the file whose tables configuration.md shows generated.
-const SECTIONS: [&str; 8] = [
-    "listen", "admin", "upstream", "domains", "egress", "metrics", "log", "shutdown",
+const SECTIONS: [&str; 9] = [
+    "listen",
+    "admin",
+    "upstream",
+    "domains",
+    "egress",
+    "intercept",
+    "metrics",
+    "log",
+    "shutdown",
 ];
 
 /// A section's keys (`upstream`: `connect_timeout`, …, `pool.idle_timeout`), in the
@@ -272,10 +280,16 @@ pub fn defaults_yaml() -> String {
     let diagnosis = yaml_serde::from_str::<crate::config::raw_diagnosis::RawDiagnosis>(sinks)
         .and_then(yaml_serde::to_value)
         .unwrap_or(yaml_serde::Value::Null);
+    // The CA files have no default (absent: the data directory's); shown with example paths.
+    let ca = "{ca: {cert_file: /etc/tollgate/tollgate-ca.pem, key_file: /etc/tollgate/tollgate-ca-key.pem}}";
+    let intercept = yaml_serde::from_str::<crate::config::raw::RawIntercept>(ca)
+        .and_then(yaml_serde::to_value)
+        .unwrap_or(yaml_serde::Value::Null);
     let mut out = yaml_serde::Mapping::new();
     for section in SECTIONS.iter().chain(&["diagnosis"]) {
         let value = match *section {
             "diagnosis" => diagnosis.clone(),
+            "intercept" => intercept.clone(),
             s => all[s].clone(),
         };
         out.insert((*section).into(), value);

@@ -90,7 +90,13 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
         &shared.store,
         &shared.metrics,
     );
+    let intercept = crate::intercept::Interceptor::build(
+        &config.intercept,
+        current.intercept.as_ref(),
+        &shared.metrics,
+    );
     let runtime = Runtime {
+        intercept,
         diag: Arc::new(crate::diagnosis::Plan::new(&config.diagnosis_given())),
         config: Arc::new(config),
         client: clients[0].clone(),

@@ -28,6 +28,8 @@ pub struct Runtime {
     pub engine: Arc<crate::policy::Engine>,
     /// What diagnosis does for each request under this config.
     pub diag: Arc<crate::diagnosis::Plan>,
+    /// Leaves and refusals of HTTPS interception, when a host is intercepted.
+    pub intercept: Option<Arc<crate::intercept::Interceptor>>,
 }
 
 impl Runtime {
@@ -41,6 +43,7 @@ impl Runtime {
             client,
             engine: self.engine.clone(),
             diag: self.diag.clone(),
+            intercept: self.intercept.clone(),
         }
     }
 }
@@ -69,6 +72,10 @@ pub struct Local {
 pub struct Worker {
     pub shared: Arc<Shared>,
     pub index: usize,
+    /// How this worker serves a decrypted CONNECT tunnel as a connection of its own: set
+    /// by the server, which serves connections; the request path, below it, hands the
+    /// tunnel over.
+    pub serve_decrypted: fn(Arc<Worker>, crate::intercept::Decrypt),
 }
 
 impl Worker {

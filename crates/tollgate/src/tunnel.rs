@@ -1,6 +1,8 @@
 //! CONNECT tunnels (RFC 9110 §9.3.6): a plain byte relay after the domain lists allow
 //! the target. The upstream connection is made before answering 200, so a refused or
-//! denied target gets a real error status.
+//! denied target gets a real error status. A tunnel to a host in `intercept.hosts` is
+//! decrypted instead (crate::intercept): its requests connect upstream one by one, and
+//! their errors are answered inside the client's TLS session.
 
 use crate::body::{Body, empty};
 use crate::ctx::Ctx;
@@ -11,12 +13,13 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::pin::Pin;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// `open`, boxed. CONNECT is the rare path, and its state would otherwise make every
 /// request's future (moved by hyper once per request) kilobytes larger.
 pub fn open_boxed<'a>(
-    worker: &'a Worker,
+    worker: &'a Arc<Worker>,
     rt: &'a Runtime,
     req: Request<Incoming>,
     ctx: &'a mut Ctx,
@@ -55,7 +58,7 @@ pub fn spawn_relay<A, B>(
 }
 
 async fn open(
-    worker: &Worker,
+    worker: &Arc<Worker>,
     rt: &Runtime,
     req: Request<Incoming>,
     ctx: &mut Ctx,
@@ -80,6 +83,19 @@ async fn open(
             allowed: ports.to_string(),
         });
     }
+    if let Some(interceptor) = &rt.intercept
+        && rt.config.intercept.covers(&target.host)
+        && interceptor.decrypts(&target.host, rt.config.intercept.tunnel_refused_for)
+    {
+        let decrypt = crate::intercept::Decrypt {
+            upgrade: hyper::upgrade::on(req),
+            target,
+            interceptor: interceptor.clone(),
+            id: ctx.id.clone(),
+        };
+        (worker.serve_decrypted)(worker.clone(), decrypt);
+        return Ok(established(worker, ctx));
+    }
     // A tunnel to a host a policy matches bypasses it: say so.
     if let Some(i) = rt.config.policies.for_host(&target.host) {
         rt.engine.tunnelled[i].note(&rt.config.policies.policies[i].name, &target.host);
@@ -95,6 +111,12 @@ async fn open(
     spawn_relay(&worker.shared, ctx.id.clone(), async move {
         Ok((TokioIo::new(upgrade.await?), upstream))
     });
+    Ok(established(worker, ctx))
+}
+
+/// The 200 that opens a tunnel (its event emitted now: what follows is bytes, or the
+/// decrypted requests' own events).
+fn established(worker: &Worker, ctx: &mut Ctx) -> Response<Body> {
     worker
         .local()
         .observer
@@ -103,5 +125,5 @@ async fn open(
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut()
         .insert(crate::headers::X_TOLLGATE_REQUEST_ID, ctx.id.clone());
-    Ok(resp)
+    resp
 }

@@ -12,6 +12,7 @@ mod shorthand;
 mod validate;
 mod validate_diagnosis;
 mod validate_endpoints;
+mod validate_intercept;
 mod validate_policy;
 mod written;
 
@@ -38,6 +39,7 @@ pub struct Config {
     pub upstream: Upstream,
     pub domains: DomainRules,
     pub egress: EgressRules,
+    pub intercept: crate::intercept::Intercept,
     pub routes: RouteTable,
     pub endpoints: crate::aggregate::Endpoints,
     pub policies: PolicySet,

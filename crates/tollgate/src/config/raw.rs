@@ -34,6 +34,8 @@ pub struct RawConfig {
     pub domains: RawDomains,
     /// Address rules applied after DNS resolution, and the ports CONNECT may reach.
     pub egress: RawEgress,
+    /// HTTPS interception: the hosts whose CONNECT tunnels tollgate decrypts with a local CA, so policies and diagnosis apply to applications that only set `HTTPS_PROXY` (docs/interception.md). Off by default: every tunnel is a byte relay.
+    pub intercept: RawIntercept,
     /// Prometheus metrics on the admin listener.
     pub metrics: RawMetrics,
     /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
@@ -204,6 +206,39 @@ impl Default for RawEgress {
 pub enum RawPort {
     Number(u16),
     Range(String),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawIntercept {
+    /// Hosts whose CONNECT tunnels are decrypted, as globs like `domains` (`api.openai.com`, `*.stripe.com`). Their requests run the whole pipeline as `https` requests to the CONNECT host; every other host keeps the byte tunnel, never decrypted. Empty (the default): interception is off.
+    pub hosts: Vec<String>,
+    /// The CA that signs the certificates shown to clients: `{cert_file, key_file}` (PEM; the key PKCS#8). Absent: the CA `tollgate ca init` made in the data directory (`$TOLLGATE_DATA_DIR`, else `$XDG_DATA_HOME/tollgate`, else `~/.local/share/tollgate`). Read once when the config is loaded with `hosts` named (`check` loads it too); the key is never shown.
+    pub ca: Option<RawCaFiles>,
+    /// When a client refuses the certificate (it pins the provider's, or its trust store lacks the CA), that host's later CONNECTs are tunnelled untouched for this long instead of decrypted (mitmproxy's passthrough on TLS failure). `0s` (the default): never; the client's connection fails. Either way the refusal is logged once per host with the fix and counted in `tollgate_intercept_failures_total{kind="refused"}`.
+    pub tunnel_refused_for: Dur<0, DAY_MS>,
+    /// Most hosts whose certificates are kept ready (the least used are made again when next asked, about a millisecond of CPU on the blocking pool).
+    pub max_hosts: Int<1, 1_000_000>,
+}
+
+impl Default for RawIntercept {
+    fn default() -> Self {
+        Self {
+            hosts: Vec::new(),
+            ca: None,
+            tunnel_refused_for: Dur::secs(0),
+            max_hosts: Int::of(1000),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCaFiles {
+    /// The CA certificate (PEM). `${ENV}` allowed.
+    pub cert_file: String,
+    /// The CA's private key (PEM, PKCS#8: `-----BEGIN PRIVATE KEY-----`; convert others with `openssl pkcs8 -topk8 -nocrypt`). `${ENV}` allowed. Keep it readable by tollgate's user only.
+    pub key_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

@@ -145,6 +145,8 @@ pub(super) fn validate_env(
         connect_ports: PortSet(connect_ports),
     };
 
+    let intercept = super::validate_intercept::intercept(&mut e, &raw.intercept);
+
     let mut routes = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
         let upstream_url = e.env(&format!("routes[{i}].upstream"), &r.upstream);
@@ -207,6 +209,7 @@ pub(super) fn validate_env(
         upstream,
         domains,
         egress,
+        intercept,
         routes: RouteTable::new(routes),
         endpoints,
         policies,

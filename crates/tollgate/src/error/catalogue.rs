@@ -17,6 +17,9 @@ impl ProxyError {
             ProxyError::BadRequest(_) => {
                 "malformed request: HTTP/1.1 without exactly one `Host`, broken chunked body; a JSON body a policy must edit (`json_set`/`json_remove`) that does not parse; a header a policy's `header_guard` requires is missing"
             }
+            ProxyError::Misdirected(_) => {
+                "a request in a decrypted tunnel (`intercept.hosts`) for another host than the tunnel's"
+            }
             ProxyError::LoopDetected(_) => {
                 "the target is tollgate itself (its proxy listener, or its own `Via` came back)"
             }
@@ -62,6 +65,7 @@ impl ProxyError {
             ProxyError::MissingTarget,
             ProxyError::BadTarget(s()),
             ProxyError::BadRequest(s()),
+            ProxyError::Misdirected(s()),
             ProxyError::LoopDetected(s()),
             ProxyError::AddressDenied(s()),
             ProxyError::PortDenied {
@@ -175,6 +179,7 @@ mod tests {
                 ProxyError::BodyTooLarge { .. } => 17,
                 // Retry wraps another error and answers with its code.
                 ProxyError::Retried(_) => 18,
+                ProxyError::Misdirected(_) => 19,
             }
         }
         let all = ProxyError::catalogue();
@@ -182,7 +187,7 @@ mod tests {
         seen.push(18);
         seen.sort_unstable();
         seen.dedup();
-        assert_eq!(seen, (0..=18).collect::<Vec<_>>());
+        assert_eq!(seen, (0..=19).collect::<Vec<_>>());
         let refusals = all
             .iter()
             .filter(|e| matches!(e, ProxyError::Rejected(_)))

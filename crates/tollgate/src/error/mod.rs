@@ -23,6 +23,9 @@ pub enum ProxyError {
     /// The client's request is malformed (RFC 9112 §3.2 Host rules, a broken chunked body).
     #[error("{0}")]
     BadRequest(String),
+    /// A request in a decrypted tunnel names another host than the tunnel's.
+    #[error("{0}")]
+    Misdirected(String),
     /// The request came back to this tollgate (its own `Via` pseudonym, or its own proxy
     /// listener as the target): forwarding it would call itself until resources run out.
     #[error("{0}")]
@@ -163,6 +166,7 @@ impl ProxyError {
             ProxyError::MissingTarget => "missing_target",
             ProxyError::BadTarget(_) => "bad_target",
             ProxyError::BadRequest(_) => "bad_request",
+            ProxyError::Misdirected(_) => "misdirected_request",
             ProxyError::LoopDetected(_) => "loop_detected",
             ProxyError::AddressDenied(_) => "address_denied",
             ProxyError::PortDenied { .. } => "port_denied",
@@ -191,6 +195,7 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             ProxyError::LoopDetected(_) => StatusCode::LOOP_DETECTED,
+            ProxyError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::AddressDenied(_) | ProxyError::PortDenied { .. } => StatusCode::FORBIDDEN,
             ProxyError::Dns { .. }
             | ProxyError::Connect { .. }
@@ -222,6 +227,7 @@ impl ProxyError {
             ProxyError::MissingTarget
                 | ProxyError::BadTarget(_)
                 | ProxyError::BadRequest(_)
+                | ProxyError::Misdirected(_)
                 | ProxyError::LoopDetected(_)
                 | ProxyError::AddressDenied(_)
                 | ProxyError::PortDenied { .. }

@@ -5,11 +5,11 @@
 //! ready TLS server configuration offering ALPN `h2` and `http/1.1`.
 
 use super::ca::{Ca, CaError};
+use prometheus_client::metrics::counter::Counter;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a leaf is valid. Short, so a leaf that leaks is soon worthless; a leaf is
@@ -21,25 +21,26 @@ const REMADE_AFTER: Duration = Duration::from_secs(24 * 3600);
 pub struct Leaves {
     ca: Arc<Ca>,
     configs: moka::future::Cache<Box<str>, Arc<ServerConfig>>,
-    made: AtomicU64,
+    made: Counter,
 }
 
 impl Leaves {
-    /// At most `capacity` hosts' leaves are kept (the least used go first).
-    pub fn new(ca: Arc<Ca>, capacity: u64) -> Arc<Self> {
+    /// At most `capacity` hosts' leaves are kept (the least used go first); each leaf
+    /// made is counted in `made`.
+    pub fn new(ca: Arc<Ca>, capacity: u64, made: Counter) -> Arc<Self> {
         Arc::new(Self {
             ca,
             configs: moka::future::Cache::builder()
                 .max_capacity(capacity)
                 .time_to_live(REMADE_AFTER)
                 .build(),
-            made: AtomicU64::new(0),
+            made,
         })
     }
 
     /// How many leaves were made (not served from the cache) so far.
     pub fn made(&self) -> u64 {
-        self.made.load(Ordering::Relaxed)
+        self.made.get()
     }
 
     /// The TLS server configuration for `host` (lower-case DNS name or IP address).
@@ -78,7 +79,7 @@ impl Leaves {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Fixed(certified)));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        self.made.fetch_add(1, Ordering::Relaxed);
+        self.made.inc();
         Ok(config)
     }
 }
@@ -144,7 +145,7 @@ mod tests {
     async fn clients_that_trust_the_ca_accept_a_leaf_per_host_made_once() {
         let dir = tempfile::tempdir().unwrap();
         let ca = Arc::new(Ca::create(dir.path(), false).unwrap());
-        let leaves = Leaves::new(ca.clone(), 100);
+        let leaves = Leaves::new(ca.clone(), 100, Counter::default());
         let alpn = handshake(&leaves, &ca, "api.openai.com").await;
         assert_eq!(
             alpn.as_deref(),
@@ -165,7 +166,7 @@ mod tests {
     async fn a_storm_of_handshakes_to_a_new_host_makes_one_leaf() {
         let dir = tempfile::tempdir().unwrap();
         let ca = Arc::new(Ca::create(dir.path(), false).unwrap());
-        let leaves = Leaves::new(ca.clone(), 100);
+        let leaves = Leaves::new(ca.clone(), 100, Counter::default());
         let all = (0..20).map(|_| {
             let (leaves, ca) = (leaves.clone(), ca.clone());
             tokio::spawn(async move { handshake(&leaves, &ca, "api.github.com").await })

@@ -7,7 +7,8 @@
 //! 4. request id
 //! 5. admission: draining → 503, header size → 431
 //! 6. CONNECT → tunnel; 6b. aggregated endpoints (`aggregate.rs`)
-//! 7. target: absolute-form (forward proxy) → `x-tollgate-host` → declared route
+//! 7. target: a decrypted tunnel's host (crate::intercept) → absolute-form (forward
+//!    proxy) → `x-tollgate-host` → declared route
 //! 8. domain allow/deny lists
 //! 9. policy match on the upstream request (host, method, path after a route's prefix)
 //! 10. upstream request: hop-by-hop and control headers removed, URI rewritten;
@@ -25,6 +26,7 @@ use crate::conns::InFlight;
 use crate::diagnosis::{RequestDiag, har, tap, trace};
 use crate::error::ProxyError;
 use crate::headers::{self, X_TOLLGATE_HOST, X_TOLLGATE_REQUEST_ID, X_TOLLGATE_SCHEME};
+use crate::intercept::Intercepted;
 
 use crate::ctx::Ctx;
 use crate::paths;
@@ -235,6 +237,11 @@ fn prepare(
     }
     // §6 CONNECT.
     if req.method() == Method::CONNECT {
+        if req.extensions().get::<Intercepted>().is_some() {
+            return Err(ProxyError::BadRequest(
+                "CONNECT inside a decrypted tunnel: open tunnels to tollgate itself".into(),
+            ));
+        }
         return Ok(Step::Connect(req));
     }
     // RFC 3986 §5.2.4: dot segments are resolved before anything reads the path, so
@@ -325,7 +332,8 @@ fn endpoint_call<B>(
     req: &Request<B>,
 ) -> Option<(aggregate::Call, bool)> {
     let names_target = (req.version() <= Version::HTTP_11 && req.uri().scheme().is_some())
-        || req.headers().contains_key(X_TOLLGATE_HOST);
+        || req.headers().contains_key(X_TOLLGATE_HOST)
+        || req.extensions().get::<Intercepted>().is_some();
     if names_target {
         return None;
     }
@@ -420,8 +428,9 @@ where
     Response::from_parts(parts, body)
 }
 
-/// Finds the upstream and the path to send, in order: absolute-form request target
-/// (forward proxy, HTTP/1.x; RFC 9112 §3.2.2), `x-tollgate-host`, declared route.
+/// Finds the upstream and the path to send, in order: a decrypted tunnel's host,
+/// absolute-form request target (forward proxy, HTTP/1.x; RFC 9112 §3.2.2),
+/// `x-tollgate-host`, declared route.
 fn resolve_target<B>(
     config: &crate::config::Config,
     req: &Request<B>,
@@ -432,6 +441,10 @@ fn resolve_target<B>(
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"))
     };
+    if let Some(Intercepted(target)) = req.extensions().get::<Intercepted>() {
+        crate::intercept::same_host(req, target)?;
+        return Ok((target.clone(), pq()));
+    }
     // HTTP/2 requests always carry :scheme and :authority, so only HTTP/1.x absolute-form
     // means forward-proxy mode.
     if req.version() <= Version::HTTP_11

@@ -1,10 +1,13 @@
 //! One client connection: TCP_NODELAY, HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
 //! apart by the first bytes) with upgrades for CONNECT, served until it ends, is closed by
-//! the read-deadline sweep, or drains on shutdown.
+//! the read-deadline sweep, or drains on shutdown. A decrypted CONNECT tunnel
+//! (crate::intercept) is served by the same [`serve`], over its TLS session.
 
 use crate::conns::{Conn, End};
+use crate::intercept::Intercepted;
 use crate::request;
 use crate::state::{Shared, Worker};
+use crate::target::Target;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -14,6 +17,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 /// The HTTP/2 connection preface a client with prior knowledge sends first (RFC 9113 §3.4).
@@ -47,30 +51,49 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
     let _ = stream.set_nodelay(true);
     let shared = &*worker.shared;
     shared.metrics.client_connections.inc();
-    let local = worker.local();
-    let registration = local.conns.open();
-    let this = registration.conn.clone();
-    let w = worker.clone();
-    let svc = service_fn(move |req: Request<Incoming>| {
-        let in_flight = this.enter(req.version());
-        Infallibly {
-            response: request::handle(w.clone(), req, in_flight),
-        }
-    });
+    let registration = worker.local().conns.open();
     let conn = &registration.conn;
-    let config = local.runtime.load().config.clone();
-    // hyper answers 431 by itself when the head outgrows its read buffer; keep that buffer
-    // comfortably above our own limit so our 431 (with x-tollgate-error) is what clients see.
-    let buf = (config.listen.max_header_bytes * 2).max(400 * 1024);
     let h2 = tokio::select! {
         biased;
         h2 = speaks_h2(&stream) => h2,
         _ = std::future::poll_fn(|cx| conn.poll_end(cx)) => None,
     };
-    let stream = super::watched_io::WatchedIo::new(stream, registration.conn.clone());
+    if let Some(h2) = h2 {
+        serve(stream, h2, conn, &worker, None).await;
+    }
+    shared.metrics.client_connections.dec();
+}
+
+/// Serves HTTP/1.1 (with upgrades) or HTTP/2 on `stream`, registered as `conn` on its
+/// worker, until it ends. The requests of a decrypted tunnel carry its target.
+pub async fn serve<S>(
+    stream: S,
+    h2: bool,
+    conn: &Arc<Conn>,
+    worker: &Arc<Worker>,
+    intercepted: Option<Target>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = &*worker.shared;
+    let this = conn.clone();
+    let w = worker.clone();
+    let svc = service_fn(move |mut req: Request<Incoming>| {
+        if let Some(t) = &intercepted {
+            req.extensions_mut().insert(Intercepted(t.clone()));
+        }
+        let in_flight = this.enter(req.version());
+        Infallibly {
+            response: request::handle(w.clone(), req, in_flight),
+        }
+    });
+    let config = worker.local().runtime.load().config.clone();
+    // hyper answers 431 by itself when the head outgrows its read buffer; keep that buffer
+    // comfortably above our own limit so our 431 (with x-tollgate-error) is what clients see.
+    let buf = (config.listen.max_header_bytes * 2).max(400 * 1024);
+    let stream = super::watched_io::WatchedIo::new(stream, conn.clone());
     let result = match h2 {
-        None => Ok(()),
-        Some(false) => {
+        false => {
             // No hyper header_read_timeout: `conns` enforces `listen.header_read_timeout`
             // with one sweep for all connections instead of a timer per request.
             let served = http1::Builder::new()
@@ -81,7 +104,7 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
                 .with_upgrades();
             drive(served, |c| c.graceful_shutdown(), conn, shared).await
         }
-        Some(true) => {
+        true => {
             let served = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(config.listen.max_concurrent_streams)
@@ -93,7 +116,6 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
     if let Err(e) = result {
         tracing::debug!("client connection ended: {e}");
     }
-    shared.metrics.client_connections.dec();
 }
 
 /// Serves one connection until it ends, is found quiet by the read-deadline sweep (closed:

@@ -5,6 +5,7 @@
 //! that started the gateway.
 
 mod connection;
+mod decrypted;
 pub mod listeners;
 mod watched_io;
 mod worker;
@@ -128,6 +129,7 @@ impl Gateway {
         let store: Arc<dyn Store> = Arc::new(Memory::default());
         let engine = Engine::build(&config.policies, None, &store, &metrics);
         let runtime = Runtime {
+            intercept: crate::intercept::Interceptor::build(&config.intercept, None, &metrics),
             diag: Arc::new(crate::diagnosis::Plan::new(&config.diagnosis_given())),
             config: Arc::new(config),
             client: clients[0].clone(),
@@ -152,6 +154,7 @@ impl Gateway {
             let w = Arc::new(Worker {
                 shared: shared.clone(),
                 index,
+                serve_decrypted: decrypted::spawn,
             });
             exits.push(worker::spawn(w, listener).map_err(StartError::Worker)?);
         }

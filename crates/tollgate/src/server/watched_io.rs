@@ -11,15 +11,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
-pub struct WatchedIo {
-    stream: TcpStream,
+/// A client's connection: its TCP socket, or the TLS session of a decrypted tunnel.
+pub struct WatchedIo<S> {
+    stream: S,
     conn: Arc<Conn>,
 }
 
-impl WatchedIo {
-    pub fn new(stream: TcpStream, conn: Arc<Conn>) -> Self {
+impl<S> WatchedIo<S> {
+    pub fn new(stream: S, conn: Arc<Conn>) -> Self {
         Self { stream, conn }
     }
 
@@ -33,7 +33,7 @@ impl WatchedIo {
     }
 }
 
-impl AsyncRead for WatchedIo {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
@@ -44,7 +44,7 @@ impl AsyncRead for WatchedIo {
     }
 }
 
-impl AsyncWrite for WatchedIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     #[inline]
     fn poll_write(
         self: Pin<&mut Self>,

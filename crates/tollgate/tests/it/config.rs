@@ -282,10 +282,17 @@ fn example_configs_are_valid() {
 }
 
 /// Every whole config shown in the docs (```yaml blocks that start at column 0; indented
-/// ones are fragments of a policy) passes `check`.
+/// ones are fragments of a policy) passes `check`. Those that intercept assume the reader
+/// ran `tollgate ca init`: they are checked with a CA made so.
 #[test]
 fn configs_in_the_docs_are_valid() {
     example_secrets();
+    let ca = tempfile::tempdir().unwrap();
+    tollgate::intercept::ca::Ca::create(ca.path(), false).unwrap();
+    let with_ca = format!(
+        "intercept:\n  ca: {{cert_file: {0}/tollgate-ca.pem, key_file: {0}/tollgate-ca-key.pem}}\n",
+        ca.path().display()
+    );
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut n = 0;
     for doc in [
@@ -302,6 +309,7 @@ fn configs_in_the_docs_are_valid() {
                 continue;
             }
             n += 1;
+            let yaml = &yaml.replacen("intercept:\n", &with_ca, 1);
             match Config::from_yaml(yaml) {
                 Ok(c) => check(&c),
                 Err(e) => panic!("{doc}: {e:?}\n{yaml}"),

@@ -25,6 +25,7 @@ mod har;
 mod har_bodies;
 mod har_files;
 mod header_guard;
+mod intercept;
 mod limits;
 mod metric_labels;
 mod policies;
