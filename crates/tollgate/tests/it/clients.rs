@@ -5,25 +5,6 @@
 use crate::support::*;
 use std::process::Command;
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (install it: see .ci/run)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-async fn blocking(mut cmd: Command) -> String {
-    tokio::task::spawn_blocking(move || run(&mut cmd))
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_forward_proxy_header_mode_and_connect() {
     let up = echo_upstream().await;
@@ -38,7 +19,7 @@ async fn curl_forward_proxy_header_mode_and_connect() {
         &proxy,
         &format!("http://{}/via/curl-x?a=1", up.addr),
     ]);
-    let out = blocking(c).await;
+    let out = stdout_of(c).await;
     assert!(out.contains("\"path\":\"/via/curl-x?a=1\""), "{out}");
 
     let mut c = Command::new("curl");
@@ -51,7 +32,7 @@ async fn curl_forward_proxy_header_mode_and_connect() {
         "x-tollgate-scheme: http",
     ])
     .args(["-d", "hello=world", &format!("{proxy}/via/header")]);
-    let out = blocking(c).await;
+    let out = stdout_of(c).await;
     assert!(
         out.contains("\"path\":\"/via/header\"") && out.contains("\"body\":\"hello=world\""),
         "{out}"
@@ -67,7 +48,7 @@ async fn curl_forward_proxy_header_mode_and_connect() {
         &proxy,
         &format!("http://{}/via/connect", up.addr),
     ]);
-    let out = blocking(c).await;
+    let out = stdout_of(c).await;
     assert!(out.contains("\"path\":\"/via/connect\""), "{out}");
 
     // Errors are readable from curl too.
@@ -80,7 +61,7 @@ async fn curl_forward_proxy_header_mode_and_connect() {
         "%{http_code} %header{x-tollgate-error}",
         &format!("{proxy}/nowhere"),
     ]);
-    assert_eq!(blocking(c).await, "400 missing_target");
+    assert_eq!(stdout_of(c).await, "400 missing_target");
 }
 
 const PY: &str = r#"
@@ -113,7 +94,7 @@ async fn python_requests_through_http_proxy() {
         .env("http_proxy", format!("http://{}", gw.proxy_addr))
         .env_remove("NO_PROXY")
         .env_remove("no_proxy");
-    assert_eq!(blocking(c).await.trim(), "ok");
+    assert_eq!(stdout_of(c).await.trim(), "ok");
 }
 
 const PY_LIMITED: &str = r#"
@@ -141,5 +122,5 @@ async fn python_requests_sees_the_rate_limit_and_retry_after() {
         .env("http_proxy", format!("http://{}", gw.proxy_addr))
         .env_remove("NO_PROXY")
         .env_remove("no_proxy");
-    assert_eq!(blocking(c).await.trim(), "ok");
+    assert_eq!(stdout_of(c).await.trim(), "ok");
 }

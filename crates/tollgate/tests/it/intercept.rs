@@ -18,14 +18,14 @@ use tollgate::intercept::ca::Ca;
 
 /// tollgate's CA (made as `tollgate ca init` makes it), the test PKI the upstreams'
 /// certificates come from, and the files the config names.
-struct Setup {
-    dir: tempfile::TempDir,
-    ca: Ca,
-    pki: TestPki,
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub ca: Ca,
+    pub pki: TestPki,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::create(dir.path(), false).unwrap();
         let pki = pki();
@@ -34,7 +34,7 @@ impl Setup {
     }
 
     /// A config intercepting `hosts`, trusting the upstreams' CA, any CONNECT port.
-    fn config(&self, hosts: &str, extra: &str) -> String {
+    pub fn config(&self, hosts: &str, extra: &str) -> String {
         let d = self.dir.path().display();
         format!(
             "egress:\n  connect_ports: ['*']\nupstream:\n  tls:\n    extra_ca_file: {d}/upstream-ca.pem\nintercept:\n  hosts: {hosts}\n  ca:\n    cert_file: {d}/tollgate-ca.pem\n    key_file: {d}/tollgate-ca-key.pem\n{extra}"

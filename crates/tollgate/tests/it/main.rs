@@ -26,6 +26,7 @@ mod har_bodies;
 mod har_files;
 mod header_guard;
 mod intercept;
+mod intercept_clients;
 mod limits;
 mod metric_labels;
 mod policies;

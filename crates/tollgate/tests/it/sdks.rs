@@ -8,25 +8,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The pinned SDKs, installed once with `pip install --target` (no virtualenv needed).
-fn sdks() -> PathBuf {
-    install_once(
+pub fn sdks() -> PathBuf {
+    pip_once(
         "python-sdks",
-        "these tests need python3 with pip, and PyPI",
-        |dir| {
-            Command::new("python3")
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .arg("--target")
-                .arg(dir)
-                .args(["openai==1.109.1", "stripe==12.5.1", "PyGithub==2.8.1"])
-                .status()
-                .is_ok_and(|s| s.success())
-        },
+        &["openai==1.109.1", "stripe==12.5.1", "PyGithub==2.8.1"],
     )
 }
 
@@ -39,16 +24,7 @@ async fn python(script: &str, env: &[(&str, String)]) -> String {
     for (k, v) in env {
         c.env(k, v);
     }
-    let out = tokio::task::spawn_blocking(move || c.output().expect("python3 runs"))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    stdout_of(c).await
 }
 
 /// A route to a provider stand-in and a rate limit of one call a day on it: the second

@@ -556,3 +556,41 @@ pub fn install_once(
     }
     panic!("installing {name} did not finish");
 }
+
+/// Pinned Python packages from PyPI, installed once under target/`name` with
+/// `pip install --target` (no virtualenv needed; put the folder on `PYTHONPATH`).
+pub fn pip_once(name: &str, packages: &[&str]) -> std::path::PathBuf {
+    install_once(name, "these tests need python3 with pip, and PyPI", |dir| {
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--target")
+            .arg(dir)
+            .args(packages)
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Runs `cmd` off the runtime: its stdout, or a panic with both streams (and how to
+/// install a program that is missing).
+pub async fn stdout_of(mut cmd: std::process::Command) -> String {
+    let out = tokio::task::spawn_blocking(move || {
+        cmd.output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (install it: see .ci/run)"))
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
