@@ -376,3 +376,39 @@ async fn the_ca_key_is_never_shown_by_the_admin_api() {
     );
     assert!(!text.contains(&body_line), "the key is not");
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_leaves_and_applies_new_hosts() {
+    let s = Setup::new();
+    let up = tls_upstream(&s.pki, &[b"http/1.1"], echo_json).await;
+    let file = s.dir.path().join("tollgate.yaml");
+    std::fs::write(&file, s.config("[localhost]", "")).unwrap();
+    let gw = gateway_from_file(&file, false).await;
+    let target = format!("localhost:{}", up.addr.port());
+    let tls = s.decrypted_h1(gw.proxy_addr, &target).await;
+    assert_eq!(exchange(tls, get("/a", &target)).await.status, StatusCode::OK);
+    // Same CA, one more host: the leaf made before is served from the cache.
+    std::fs::write(&file, s.config("[localhost, api.example.test]", "")).unwrap();
+    assert_eq!(post_reload(&gw).await.status, StatusCode::OK);
+    let tls = s.decrypted_h1(gw.proxy_addr, &target).await;
+    assert_eq!(exchange(tls, get("/b", &target)).await.status, StatusCode::OK);
+    let text = metrics_when(&gw, |t| {
+        t.contains("tollgate_intercepted_tunnels_total{kind=\"decrypted\"} 2")
+    })
+    .await;
+    assert!(
+        text.contains("tollgate_intercept_leaf_certificates_total 1"),
+        "{text}"
+    );
+    // Interception switched off by reload: the next tunnel is a byte relay again, and the
+    // client sees the provider's own certificate.
+    std::fs::write(&file, s.config("[]", "")).unwrap();
+    assert_eq!(post_reload(&gw).await.status, StatusCode::OK);
+    let tls = tls_via(gw.proxy_addr, &target, "localhost", &s.pki.ca_pem, &[])
+        .await
+        .expect("a plain tunnel to the provider");
+    assert_eq!(
+        tls.get_ref().1.peer_certificates().unwrap()[0],
+        s.pki.leaf_der
+    );
+}
