@@ -198,6 +198,8 @@ pub struct Harness {
     /// and the load generator never do.
     pub tool: Vec<std::ffi::OsString>,
     _provider_proc: Proc,
+    /// Other processes that live as long as the harness (the TLS provider).
+    keep: Vec<Proc>,
     pub lines: Vec<String>,
 }
 
@@ -213,28 +215,31 @@ pub struct Target {
     pub admin: Option<std::net::SocketAddr>,
     /// The process of the target this one is a view of ([`Target::view`]).
     view_of: Option<u32>,
+    /// An `https` target: its proxy (CONNECT) and what its TLS clients trust.
+    pub tls: Option<std::sync::Arc<crate::loadgen::Tls>>,
     _proc: Option<Proc>,
 }
 
 impl Target {
     /// HAR entries encoded and dropped (writer queue full), from the target's `/metrics`.
     pub fn har_counts(&self) -> Option<(u64, u64)> {
+        let text = self.metrics()?;
+        let value = |name: &str| counter(&text, name).unwrap_or(0);
+        Some((
+            value("tollgate_har_entries_total{sink=\"encoded\"}"),
+            value("tollgate_har_dropped_total{sink=\"queue\"}"),
+        ))
+    }
+
+    /// The target's `/metrics` (targets the bench started with an admin listener).
+    pub fn metrics(&self) -> Option<String> {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(self.admin?).ok()?;
         s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
             .ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
-        let value = |prefix: &str| {
-            text.lines()
-                .find(|l| l.starts_with(prefix))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        Some((
-            value("tollgate_har_entries_total{sink=\"encoded\"}"),
-            value("tollgate_har_dropped_total{sink=\"queue\"}"),
-        ))
+        Some(text)
     }
 
     /// The process behind this target, when the bench started it (not direct, not URLs).
@@ -256,6 +261,7 @@ impl Target {
             admin: self.admin,
             view_of: self.pid(),
             _proc: None,
+            tls: self.tls.clone(),
         }
     }
 
@@ -271,11 +277,39 @@ impl Target {
             admin: None,
             view_of: None,
             _proc: Some(proc),
+            tls: None,
         }
     }
 }
 
+/// The value of the series `name` (with its labels) in a `/metrics` text.
+pub fn counter(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 impl Harness {
+    /// Starts a second provider serving HTTPS (`provider --tls-dir`), placed as the first;
+    /// returns its address and the CA its certificate chains to. It lives as long as the
+    /// harness.
+    pub fn tls_provider(&mut self) -> Result<(SocketAddr, PathBuf), String> {
+        let dir = self.out.join("provider-tls");
+        let (mut cmd, where_) = procs::command(&self.bin, self.placement.provider.as_deref());
+        let pt = self.placement.provider_threads.max(1);
+        cmd.args(["provider", "--listen", "127.0.0.1:0", "--threads"])
+            .arg(pt.to_string())
+            .arg("--tls-dir")
+            .arg(&dir);
+        let (proc, addrs) =
+            procs::spawn_tollgate("tls provider", cmd, where_.clone(), "provider listening")?;
+        let addr = *addrs.first().ok_or("the TLS provider printed no address")?;
+        self.lines
+            .push(format!("TLS provider: {addr} ({where_}, {pt} thread(s))"));
+        self.keep.push(proc);
+        Ok((addr, dir.join(tollgate_provider::tls::CA_FILE)))
+    }
+
     pub fn start(
         bin: Option<PathBuf>,
         out: &Path,
@@ -319,6 +353,7 @@ impl Harness {
             provider,
             tool: Vec::new(),
             _provider_proc: proc,
+            keep: Vec::new(),
             lines,
         })
     }
@@ -334,6 +369,7 @@ impl Harness {
             admin: None,
             view_of: None,
             _proc: None,
+            tls: None,
         }
     }
 
@@ -469,6 +505,7 @@ log:
             admin,
             view_of: None,
             _proc: Some(proc),
+            tls: None,
         })
     }
 
@@ -512,6 +549,7 @@ log:
             admin: None,
             view_of: None,
             _proc: None,
+            tls: None,
         }
     }
 
@@ -600,6 +638,7 @@ log:
                 mode,
                 cores: self.placement.loadgen.clone(),
                 threads: self.placement.loadgen_threads(),
+                tls: t.tls.clone(),
             });
         }
         let results = loadgen::run_many(specs)?;

@@ -9,6 +9,7 @@ pub mod charts;
 pub mod correlation;
 pub mod floor;
 pub mod harness;
+pub mod https;
 pub mod instructions;
 pub mod latency;
 pub mod loadgen;
@@ -35,6 +36,10 @@ pub enum BenchCommand {
     /// KrakenD's benchmark: a proxy and an aggregate endpoint, tollgate against a gateway
     /// built on KrakenD's framework (Lura), capacity and latency.
     Aggregate(aggregate::AggregateArgs),
+    /// HTTPS as `HTTPS_PROXY` clients use it: keep-alive requests through a decrypted
+    /// tunnel (interception) against a plain tunnel, the provider straight and mitmproxy;
+    /// the CPU of a new connection and of a leaf certificate.
+    Https(https::HttpsArgs),
     /// Instructions per request under valgrind's callgrind: tollgate's scenarios beside the
     /// hyper floor, nginx and HAProxy, with the functions they go to (machine-independent).
     Instructions(instructions::InstructionsArgs),
@@ -117,6 +122,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Capacity(a) => capacity::run(a),
         BenchCommand::Aggregate(a) => aggregate::run(a),
         BenchCommand::Instructions(a) => instructions::run(a),
+        BenchCommand::Https(a) => https::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

@@ -45,6 +45,47 @@ pub struct LoadSpec {
     /// Load-generator threads (at least 1): each runs its share of the connections and
     /// requests, all starting together; their results are merged.
     pub threads: usize,
+    /// An `https` URL: how its connections are made (straight, or through a proxy's
+    /// CONNECT tunnel) and what their TLS client trusts.
+    pub tls: Option<Arc<Tls>>,
+}
+
+/// How connections to an HTTPS target are made: a CONNECT tunnel through `proxy` first
+/// (RFC 9110 §9.3.6), when there is one, then TLS with `client`, naming the URL's host.
+#[derive(Debug)]
+pub struct Tls {
+    pub proxy: Option<std::net::SocketAddr>,
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+impl Tls {
+    /// A client trusting the certificates of the PEM file `roots`, offering HTTP/1.1.
+    pub fn trusting(
+        roots: &std::path::Path,
+        proxy: Option<std::net::SocketAddr>,
+    ) -> Result<Arc<Tls>, String> {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let mut store = rustls::RootCertStore::empty();
+        for cert in
+            CertificateDer::pem_file_iter(roots).map_err(|e| format!("{}: {e}", roots.display()))?
+        {
+            store
+                .add(cert.map_err(|e| format!("{}: {e}", roots.display()))?)
+                .map_err(|e| format!("{}: {e}", roots.display()))?;
+        }
+        let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(Tls {
+            proxy,
+            client: Arc::new(client),
+        }))
+    }
 }
 
 #[derive(Debug)]
@@ -204,7 +245,7 @@ async fn run_async(
     let mut warm = Vec::new();
     for spec in &specs {
         // Probe once so a dead target is an error, not 100 000 counted failures.
-        let probe = connect(&spec.url).await;
+        let probe = connect(spec).await;
         let Ok(mut probe) = probe else {
             start.wait();
             return Err(format!(
@@ -241,7 +282,7 @@ async fn measure(specs: Vec<LoadSpec>, start: Option<&std::sync::Barrier>) -> Ve
         let c = spec.concurrency.max(1);
         let mut conns = Vec::with_capacity(c);
         for _ in 0..c {
-            conns.push(connect(&spec.url).await.ok());
+            conns.push(connect(&spec).await.ok());
         }
         let shared = Arc::new(Shared {
             spec,
@@ -337,7 +378,7 @@ async fn worker(
         let sent = Instant::now();
         let from = from.unwrap_or(sent);
         if conn.is_none() {
-            match connect(&spec.url).await {
+            match connect(spec).await {
                 Ok(c) => conn = Some(c),
                 Err(_) => {
                     shared.errors.fetch_add(1, Ordering::Relaxed);
@@ -369,14 +410,73 @@ async fn worker(
     }
 }
 
-async fn connect(url: &Uri) -> Result<SendRequest<Empty<Bytes>>, String> {
+async fn connect(spec: &LoadSpec) -> Result<SendRequest<Empty<Bytes>>, String> {
+    let url = &spec.url;
     let host = url.host().ok_or("URL has no host")?;
-    let port = url.port_u16().unwrap_or(80);
-    let tcp = TcpStream::connect((host, port))
+    let Some(tls) = &spec.tls else {
+        let tcp = TcpStream::connect((host, url.port_u16().unwrap_or(80)))
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        return handshake(tcp).await;
+    };
+    handshake(tls_handshake(tls, host, url.port_u16().unwrap_or(443)).await?).await
+}
+
+/// A TLS connection to `host:port` as `tls` says to make it (through the proxy's tunnel,
+/// or straight), its handshake complete.
+pub async fn tls_handshake(
+    tls: &Tls,
+    host: &str,
+    port: u16,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let mut tcp = match tls.proxy {
+        Some(proxy) => TcpStream::connect(proxy).await,
+        None => TcpStream::connect((host, port)).await,
+    }
+    .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    if tls.proxy.is_some() {
+        tunnel(&mut tcp, &format!("{host}:{port}")).await?;
+    }
+    let name =
+        rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    tokio_rustls::TlsConnector::from(tls.client.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Asks the proxy on `tcp` for a tunnel to `authority` and reads its answer's head.
+async fn tunnel(tcp: &mut TcpStream, authority: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
         .await
         .map_err(|e| e.to_string())?;
-    let _ = tcp.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    // Byte by byte: nothing after the head may be consumed (the TLS handshake follows).
+    let mut head = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tcp.read(&mut byte).await.map_err(|e| e.to_string())? == 0 {
+            return Err("the proxy closed before answering CONNECT".into());
+        }
+        head.push(byte[0]);
+    }
+    if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
+        let line = String::from_utf8_lossy(&head);
+        return Err(format!(
+            "CONNECT {authority}: {}",
+            line.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(())
+}
+
+async fn handshake<IO>(io: IO) -> Result<SendRequest<Empty<Bytes>>, String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
@@ -462,6 +562,7 @@ mod tests {
             mode: Mode::Closed,
             cores: vec![],
             threads: 1,
+            tls: None,
         })
         .unwrap();
         assert_eq!((r.ok, r.errors, r.non_2xx), (60, 0, 0));
@@ -479,6 +580,7 @@ mod tests {
             mode: Mode::Closed,
             cores: vec![],
             threads: 3,
+            tls: None,
         })
         .unwrap();
         assert_eq!((r.ok, r.errors, r.non_2xx, r.threads), (61, 0, 0, 3));
@@ -497,6 +599,7 @@ mod tests {
             mode: Mode::Open { rate: 300.0 },
             cores: vec![],
             threads: 3,
+            tls: None,
         };
         let parts: Vec<LoadSpec> = (0..3).map(|t| spec.share(t, 3)).collect();
         assert_eq!(parts.iter().map(|p| p.requests).sum::<u64>(), 10);

@@ -123,7 +123,8 @@ pub fn under(tool: &[std::ffi::OsString], cmd: Command) -> Command {
     wrapped
 }
 
-/// Starts a tollgate subcommand and waits for the line with its `http://ADDR` addresses.
+/// Starts a tollgate subcommand and waits for the line with its `http://ADDR` (or
+/// `https://ADDR`) addresses.
 pub fn spawn_tollgate(
     name: &str,
     mut cmd: Command,
@@ -163,7 +164,7 @@ pub fn spawn_tollgate(
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(line)) => {
             let addrs = line
-                .split("http://")
+                .split("://")
                 .skip(1)
                 .filter_map(|s| s.split_whitespace().next()?.parse().ok())
                 .collect();

@@ -40,6 +40,10 @@ pub enum Command {
         /// Worker threads, 1 to 1024 (default: available cores).
         #[arg(long, value_parser = threads)]
         threads: Option<usize>,
+        /// Serve HTTPS with a CA of its own, written to DIR/provider-ca.pem (trust it
+        /// with `upstream.tls.extra_ca_file`), and a certificate for localhost and 127.0.0.1.
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
 }
 
@@ -82,11 +86,27 @@ pub fn dispatch(command: Command) -> ExitCode {
         Command::Discover(args) => block_on(Some(1), crate::client::discover(args)),
         Command::Har(cmd) => crate::client::har(cmd),
         Command::Ca(cmd) => crate::ca::run(cmd),
-        Command::Provider { listen, threads } => block_on(threads, async move {
+        Command::Provider {
+            listen,
+            threads,
+            tls_dir,
+        } => block_on(threads, async move {
             tollgate::logging::init(&Config::default().log);
-            match tollgate_provider::Provider::start(listen).await {
+            let tls = match tls_dir
+                .as_deref()
+                .map(tollgate_provider::tls::server_config)
+            {
+                Some(Err(e)) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+                Some(Ok(c)) => Some(c),
+                None => None,
+            };
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            match tollgate_provider::Provider::start_with(listen, tls).await {
                 Ok(p) => {
-                    eprintln!("tollgate provider listening on http://{}", p.addr);
+                    eprintln!("tollgate provider listening on {scheme}://{}", p.addr);
                     shutdown_signal().await;
                     ExitCode::SUCCESS
                 }

@@ -8,6 +8,7 @@ pub mod body;
 mod echo;
 mod streams;
 pub mod timer;
+pub mod tls;
 
 use crate::body::{Body, full};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -43,26 +44,49 @@ impl Drop for Provider {
 
 impl Provider {
     pub async fn start(addr: SocketAddr) -> std::io::Result<Provider> {
+        Self::start_with(addr, None).await
+    }
+
+    /// The provider over TLS with `tls` (HTTP/1.1 or h2 as ALPN settles), or plain.
+    pub async fn start_with(
+        addr: SocketAddr,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<Provider> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, peer)) = listener.accept().await else {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| async move {
-                        Ok::<_, Infallible>(route(req, peer).await)
-                    });
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    match acceptor {
+                        None => serve(stream, peer).await,
+                        Some(a) => {
+                            if let Ok(tls) = a.accept(stream).await {
+                                serve(tls, peer).await;
+                            }
+                        }
+                    }
                 });
             }
         });
         Ok(Provider { addr, task })
     }
+}
+
+/// Serves one connection, HTTP/1.1 or h2 (told apart by the first bytes).
+async fn serve<IO>(io: IO, peer: SocketAddr)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| async move { Ok::<_, Infallible>(route(req, peer).await) });
+    let _ = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
 }
 
 pub(crate) fn respond(

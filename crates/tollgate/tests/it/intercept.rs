@@ -386,12 +386,18 @@ async fn a_reload_keeps_the_leaves_and_applies_new_hosts() {
     let gw = gateway_from_file(&file, false).await;
     let target = format!("localhost:{}", up.addr.port());
     let tls = s.decrypted_h1(gw.proxy_addr, &target).await;
-    assert_eq!(exchange(tls, get("/a", &target)).await.status, StatusCode::OK);
+    assert_eq!(
+        exchange(tls, get("/a", &target)).await.status,
+        StatusCode::OK
+    );
     // Same CA, one more host: the leaf made before is served from the cache.
     std::fs::write(&file, s.config("[localhost, api.example.test]", "")).unwrap();
     assert_eq!(post_reload(&gw).await.status, StatusCode::OK);
     let tls = s.decrypted_h1(gw.proxy_addr, &target).await;
-    assert_eq!(exchange(tls, get("/b", &target)).await.status, StatusCode::OK);
+    assert_eq!(
+        exchange(tls, get("/b", &target)).await.status,
+        StatusCode::OK
+    );
     let text = metrics_when(&gw, |t| {
         t.contains("tollgate_intercepted_tunnels_total{kind=\"decrypted\"} 2")
     })
