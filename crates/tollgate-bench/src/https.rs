@@ -26,6 +26,11 @@ pub struct HttpsArgs {
     /// Open-loop arrival rate of the footprint, per target (requests/s).
     #[arg(long, default_value_t = 400.0)]
     pub rate: f64,
+    /// Open-loop arrival rate of mitmproxy's footprint, measured in a run of its own beside
+    /// the provider straight (requests/s): well under what it sustains, so its latency is
+    /// not a queue's, and its CPU does not crowd the other targets' run.
+    #[arg(long, default_value_t = 50.0)]
+    pub mitmproxy_rate: f64,
     /// Keep-alive connections of the capacity measurement.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -89,14 +94,14 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         &ca,
         addr(&intercept_proc),
     )?;
+    // The process target lives as long as its view: dropping it stops mitmdump.
+    let mut mitm_proc = None;
     let mitm = match mitmproxy(&mut h, args.mitmdump.clone(), &provider_ca, c.threads) {
-        Ok((proc, at, mitm_ca)) => Some(https_target(
-            &proc,
-            "mitmproxy",
-            &origin,
-            &mitm_ca,
-            Some(at),
-        )?),
+        Ok((proc, at, mitm_ca)) => {
+            let view = https_target(&proc, "mitmproxy", &origin, &mitm_ca, Some(at))?;
+            mitm_proc = Some(proc);
+            Some(view)
+        }
         Err(why) => {
             let line = format!("mitmproxy: skipped ({why})");
             eprintln!("{line}");
@@ -113,28 +118,49 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
     let rounds = c.rounds.max(2);
     let warmup = c.warmup.unwrap_or(if quick { 200 } else { 1000 });
 
-    // 1. Footprint: open loop, every target in the same run, request by request.
+    // 1. Footprint: open loop, tollgate's targets in the same run, request by request;
+    // mitmproxy in a slower run of its own beside the provider straight.
     let per_round = (requests / rounds as u64).max(1);
-    let mut series: Vec<Series> = all.iter().map(|t| Series::new(&t.name)).collect();
     let connections = 32;
-    for round in 0..rounds {
-        let w = if round == 0 { warmup } else { 0 };
-        let mode = Mode::Open { rate: args.rate };
-        for m in h.round(
-            &all,
-            Interleave::Requests,
-            PATH,
-            per_round,
-            w,
-            connections,
-            mode,
-        )? {
-            m.add_to(&mut series);
+    let footprint = |targets: &[&Target], per_round: u64, rate: f64| {
+        let mut series: Vec<Series> = targets.iter().map(|t| Series::new(&t.name)).collect();
+        for round in 0..rounds {
+            let w = if round == 0 { warmup } else { 0 };
+            let mode = Mode::Open { rate };
+            for m in h.round(
+                targets,
+                Interleave::Requests,
+                PATH,
+                per_round,
+                w,
+                connections,
+                mode,
+            )? {
+                m.add_to(&mut series);
+            }
         }
-    }
-    let (base, others) = series.split_first().expect("direct is first");
-    let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
-    report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&rows))?;
+        let (base, others) = series.split_first().expect("direct is first");
+        let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
+        Ok::<_, String>((series, rows))
+    };
+    let (series, rows) = footprint(&all[..3], per_round, args.rate)?;
+    let mitm_footprint = match &mitm {
+        Some(m) => {
+            let n = (per_round / 10).max(100);
+            Some(footprint(&[&direct, m], n, args.mitmproxy_rate)?.1)
+        }
+        None => None,
+    };
+    let mut csv_rows = rows.clone();
+    // mitmproxy's rows (their Δ is against the provider straight in its own run).
+    csv_rows.extend(
+        mitm_footprint
+            .iter()
+            .flatten()
+            .filter(|r| r.scenario == "mitmproxy")
+            .cloned(),
+    );
+    report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&csv_rows))?;
     let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
     let p50 = |name: &str| {
         series
@@ -199,6 +225,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         &ca,
         storm_hosts,
         args.rate,
+        c.threads,
         quick,
     )?;
     let load_after = machine::loadavg();
@@ -213,6 +240,14 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         args.concurrency
     );
     md += &report::summary_table(&rows, &names);
+    if let Some(m) = &mitm_footprint {
+        md += &format!(
+            "\nmitmproxy, in a run of its own beside the provider straight at {} requests/s (it sustains about {:.0} on this core):\n\n",
+            args.mitmproxy_rate,
+            rps.last().copied().unwrap_or(0.0)
+        );
+        md += &report::summary_table(m, &["direct-tls".into(), "mitmproxy".into()]);
+    }
     md += &format!(
         "\nintercepted − tunnel at p50: **{over_tunnel:+.0} µs**\n\n| target | requests/s (median) |\n|---|---:|\n"
     );
@@ -249,7 +284,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
             .collect::<serde_json::Map<_, _>>()
     );
     meta["storm"] = storm.json();
-    report::write_metadata(
+    let written = report::write_metadata(
         &c.out,
         meta,
         &h.lines,
@@ -259,7 +294,9 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
             "summary.md".into(),
             "metadata.json".into(),
         ],
-    )
+    );
+    drop(mitm_proc);
+    written
 }
 
 /// Writes a tollgate config for this bench: any CONNECT port, quiet logs, and `extra`.
@@ -341,44 +378,68 @@ fn mitmproxy(
 /// What the storm of new hosts measured.
 struct Storm {
     hosts: usize,
-    handshakes_ok: usize,
-    wall: Duration,
-    /// tollgate's CPU per new host (a leaf made, and its handshake).
+    /// New hosts per second of the paced storm that ran beside established traffic.
+    paced_rate: f64,
+    paced_ok: usize,
+    /// The burst: as fast as 16 clients go, nothing else running.
+    burst_ok: usize,
+    burst_wall: Duration,
+    /// tollgate's CPU per new host in the burst (a leaf made, and its handshake).
     cpu_per_host_us: f64,
+    /// One leaf (key pair and signature) made in this process, µs: the part of a new
+    /// host's cost that runs on the blocking pool.
+    leaf_us: f64,
     leaves: u64,
-    /// Established traffic's (p50, p99) in µs, before and during the storm.
+    /// Established traffic's (p50, p99) in µs, without and during the paced storm.
     quiet: (f64, f64),
     during: (f64, f64),
+    /// The core the paced storm's clients ran on, when one was free.
+    spare: Option<usize>,
 }
 
 impl Storm {
     fn markdown(&self) -> String {
+        let clients = match self.spare {
+            Some(core) => {
+                format!("The new hosts' clients ran on core {core}, apart from what was measured.\n")
+            }
+            None => "The new hosts' clients had no core of their own: they shared this machine's cores with the proxy, the provider and the load generator, so part of the established requests' p99 during them is the clients' CPU.\n".to_owned(),
+        };
         format!(
-            "\nLeaf storm: {} new hosts ({} handshakes completed, {} leaves made) in {:.2} s; tollgate CPU per new host (leaf and handshake) **{:.0} µs**. Established keep-alive requests meanwhile: p50 {:.0} µs / p99 {:.0} µs (without the storm: {:.0} / {:.0}).\n",
+            "\nNew hosts (each a leaf to make): a burst of {} (16 clients at once, {} handshakes completed) took {:.2} s, **{:.0} new hosts/s**; tollgate CPU per new host (leaf and handshake) **{:.0} µs**, of which the leaf (key pair and signature, on the blocking pool) {:.0} µs; {} leaves made in all. Established keep-alive requests while {} other new hosts arrived at {:.0}/s ({} completed): p50 {:.0} µs / p99 {:.0} µs (without them: {:.0} / {:.0}).\n",
             self.hosts,
-            self.handshakes_ok,
-            self.leaves,
-            self.wall.as_secs_f64(),
+            self.burst_ok,
+            self.burst_wall.as_secs_f64(),
+            self.burst_ok as f64 / self.burst_wall.as_secs_f64().max(1e-9),
             self.cpu_per_host_us,
+            self.leaf_us,
+            self.leaves,
+            self.hosts,
+            self.paced_rate,
+            self.paced_ok,
             self.during.0,
             self.during.1,
             self.quiet.0,
             self.quiet.1
-        )
+        ) + &clients
     }
 
     fn json(&self) -> serde_json::Value {
         json!({
-            "hosts": self.hosts, "handshakes_ok": self.handshakes_ok, "wall_s": self.wall.as_secs_f64(),
-            "cpu_per_host_us": self.cpu_per_host_us, "leaves_made": self.leaves,
+            "hosts": self.hosts,
+            "burst": {"handshakes_ok": self.burst_ok, "wall_s": self.burst_wall.as_secs_f64(),
+                      "cpu_per_host_us": self.cpu_per_host_us},
+            "leaf_us": self.leaf_us, "leaves_made": self.leaves,
+            "paced": {"hosts_per_second": self.paced_rate, "handshakes_ok": self.paced_ok, "client_core": self.spare},
             "established_p50_p99_us": {"quiet": [self.quiet.0, self.quiet.1], "during": [self.during.0, self.during.1]},
         })
     }
 }
 
-/// Handshakes to `hosts` new names under `*.storm.test` through `target`'s proxy, 16 at a
-/// time on a thread of their own, while the load generator runs established keep-alive
-/// requests to the provider through the same proxy; and the same requests without it.
+/// New hosts through `target`'s proxy: `hosts` names under `*.storm.test` paced over the
+/// time established keep-alive requests run through the same proxy (their latency with
+/// and without the new hosts), then a burst of as many other names with nothing else
+/// running (the proxy's CPU per new host), and the cost of one leaf made here.
 fn storm(
     h: &Harness,
     target: &Target,
@@ -386,6 +447,7 @@ fn storm(
     ca: &Path,
     hosts: usize,
     rate: f64,
+    threads: usize,
     quick: bool,
 ) -> Result<Storm, String> {
     let proxy = addr(process).ok_or("no proxy address")?;
@@ -393,16 +455,30 @@ fn storm(
     let tls = Tls::trusting(ca, Some(proxy))?;
     let requests = if quick { 1_000 } else { 4_000 };
     let open = Mode::Open { rate };
+    let cpu_now = || {
+        procs::tree_cpu(pid)
+            .map(|(user, sys)| user + sys)
+            .ok_or("no CPU reading")
+    };
     let quiet = h.measure(target, PATH, requests, 100, 16, open)?;
-    let before = procs::tree_cpu(pid).ok_or("no CPU reading")?;
-    let started = Instant::now();
-    let storm = std::thread::spawn(move || handshakes(&tls, hosts));
+    // Spread over the established run's time, so the whole run sees new hosts.
+    let window = Duration::from_secs_f64(requests as f64 / rate.max(1.0));
+    let pace = window / hosts.max(1) as u32;
+    let spare = spare_core(h, threads);
+    let paced = {
+        let tls = tls.clone();
+        std::thread::spawn(move || {
+            if let Some(core) = spare {
+                core_affinity::set_for_current(core_affinity::CoreId { id: core });
+            }
+            handshakes(&tls, "p", hosts, Some(pace))
+        })
+    };
     let during = h.measure(target, PATH, requests, 0, 16, open)?;
-    let ok = storm.join().map_err(|_| "the storm panicked")??;
-    let wall = started.elapsed();
-    let after = procs::tree_cpu(pid).ok_or("no CPU reading")?;
-    let cpu = (after.0 + after.1).saturating_sub(before.0 + before.1);
-    // The established requests' share of that CPU is what the quiet run cost per request.
+    let (paced_ok, _) = paced.join().map_err(|_| "the storm panicked")??;
+    let before = cpu_now()?;
+    let (burst_ok, burst_wall) = handshakes(&tls, "b", hosts, None)?;
+    let cpu = cpu_now()? - before;
     let pct = |r: &crate::loadgen::RunResult| {
         (
             stats::value_us(&r.hist, 50.0),
@@ -411,9 +487,13 @@ fn storm(
     };
     Ok(Storm {
         hosts,
-        handshakes_ok: ok,
-        wall,
+        paced_rate: 1.0 / pace.as_secs_f64().max(1e-9),
+        paced_ok,
+        spare,
+        burst_ok,
+        burst_wall,
         cpu_per_host_us: cpu.as_secs_f64() * 1e6 / hosts.max(1) as f64,
+        leaf_us: leaf_cost(ca, if quick { 100 } else { 500 })?,
         leaves: process
             .metrics()
             .and_then(|m| crate::harness::counter(&m, "tollgate_intercept_leaf_certificates_total"))
@@ -423,13 +503,43 @@ fn storm(
     })
 }
 
-/// `n` TLS handshakes with new names through the proxy, 16 at a time: how many completed.
-fn handshakes(tls: &Arc<Tls>, n: usize) -> Result<usize, String> {
+/// A core that neither the proxy, the provider nor the load generator runs on (`shared`
+/// placement on a machine with one to spare), for the storm's clients: elsewhere they
+/// compete with what is measured, which the report says.
+fn spare_core(h: &Harness, threads: usize) -> Option<usize> {
+    let n = machine::cores();
+    (h.placement.layout == Layout::Shared && threads.max(1) + 1 < n).then_some(threads.max(1))
+}
+
+/// The mean time to make one leaf with the CA whose certificate is `ca` (its key beside
+/// it), on this thread: a key pair and a signature, as the gateway makes them.
+fn leaf_cost(ca: &Path, n: usize) -> Result<f64, String> {
+    let dir = ca.parent().ok_or("the CA has no folder")?;
+    let ca = tollgate::intercept::ca::Ca::load_dir(dir).map_err(|e| e.to_string())?;
+    let validity = Duration::from_secs(7 * 24 * 3600);
+    let started = Instant::now();
+    for i in 0..n {
+        ca.leaf(&format!("l{i}.storm.test"), validity)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
+}
+
+/// `n` TLS handshakes with new names (`{prefix}{i}.storm.test`) through the proxy, 16 at
+/// a time, the i-th not before `i × pace` when paced: how many completed, and how long
+/// they took.
+fn handshakes(
+    tls: &Arc<Tls>,
+    prefix: &'static str,
+    n: usize,
+    pace: Option<Duration>,
+) -> Result<(usize, Duration), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
+        let started = tokio::time::Instant::now();
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..16 {
@@ -441,7 +551,10 @@ fn handshakes(tls: &Arc<Tls>, n: usize) -> Result<usize, String> {
                     if i >= n {
                         return ok;
                     }
-                    let host = format!("h{i}.storm.test");
+                    if let Some(pace) = pace {
+                        tokio::time::sleep_until(started + pace * i as u32).await;
+                    }
+                    let host = format!("{prefix}{i}.storm.test");
                     if crate::loadgen::tls_handshake(&tls, &host, 443)
                         .await
                         .is_ok()
@@ -455,6 +568,6 @@ fn handshakes(tls: &Arc<Tls>, n: usize) -> Result<usize, String> {
         while let Some(r) = set.join_next().await {
             ok += r.unwrap_or(0);
         }
-        Ok(ok)
+        Ok((ok, started.elapsed()))
     })
 }

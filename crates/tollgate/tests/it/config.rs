@@ -240,6 +240,7 @@ fn example_secrets() {
         "GITHUB_TOKEN",
         "OPENAI_KEY_A",
         "OPENAI_KEY_B",
+        "OPENAI_API_KEY",
         "STRIPE_SECRET_KEY",
         "KEY",
         "USER",
@@ -301,6 +302,7 @@ fn configs_in_the_docs_are_valid() {
         "docs/policies.md",
         "docs/architecture.md",
         "docs/aggregation.md",
+        "docs/interception.md",
     ] {
         let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
         for block in text.split("```yaml\n").skip(1) {
