@@ -552,3 +552,63 @@ fn instructions_counts_each_target_under_callgrind() {
     );
     non_empty(&dir.path().join("metadata.json"));
 }
+
+#[test]
+fn https_measures_interception_beside_a_tunnel_and_says_why_mitmproxy_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-mitmdump-here");
+    bench(
+        &[
+            "https",
+            "--requests",
+            "300",
+            "--warmup",
+            "20",
+            "--rounds",
+            "2",
+            "--rate",
+            "200",
+            "--concurrency",
+            "4",
+            "--handshakes",
+            "20",
+            "--storm-hosts",
+            "20",
+            "--mitmdump",
+            missing.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    summary_says(
+        dir.path(),
+        &[
+            "| direct-tls |",
+            "| tunnel |",
+            "| intercepted |",
+            "intercepted − tunnel at p50",
+            "mitmproxy: skipped (--mitmdump",
+            "a burst of 20 (16 clients at once, 20 handshakes completed)",
+            "(20 completed)",
+        ],
+    );
+    // Every keep-alive request answered 2xx through both proxies.
+    let summary = read(dir.path(), "summary.md");
+    for name in ["tunnel", "intercepted"] {
+        let row = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 4)
+            .unwrap_or_else(|| panic!("no capacity row for {name}:\n{summary}"));
+        assert!(row.ends_with("| 0 |"), "{row}");
+    }
+    let meta: serde_json::Value = serde_json::from_str(&read(dir.path(), "metadata.json")).unwrap();
+    // One leaf per new host and one for the provider's name: the rest came from the cache.
+    assert_eq!(meta["storm"]["leaves_made"], 41, "{meta}");
+    assert!(
+        meta["new_connection_cpu_us"]["intercepted"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let csv = read(dir.path(), "percentiles.csv");
+    assert!(csv.lines().any(|l| l.contains(",intercepted,")), "{csv}");
+}
