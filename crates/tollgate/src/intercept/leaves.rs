@@ -1,5 +1,5 @@
 //! Leaf certificates on demand: one per host, signed by the local CA, made on tokio's
-//! blocking pool (a key and a signature take about a millisecond: never on a worker that
+//! blocking pool (a key pair and a signature, some 50 µs of CPU: never on a worker that
 //! serves established connections), cached in a bounded cache the workers share, and
 //! made once when many handshakes for a new host arrive together. Each cached entry is a
 //! ready TLS server configuration offering ALPN `h2` and `http/1.1`.
