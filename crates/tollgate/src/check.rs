@@ -7,14 +7,10 @@ use crate::config::Config;
 /// Builds what `run` would from `config`. `Ok` carries warnings (policies that never
 /// apply); `Err` the first thing `run` could not build.
 pub fn check(config: &Config) -> Result<Vec<String>, String> {
-    let store: std::sync::Arc<dyn crate::policy::store::Store> =
-        std::sync::Arc::new(crate::policy::store::memory::Memory::default());
-    crate::policy::Engine::build(
-        &config.policies,
-        None,
-        &store,
-        &crate::metrics::Metrics::default(),
-    );
+    let metrics = crate::metrics::Metrics::default();
+    let store =
+        crate::policy::store::build(&config.store, &metrics).map_err(|e| format!("store: {e}"))?;
+    crate::policy::Engine::build(&config.policies, None, &store, &metrics);
     if let Some(p) = &config.log.access_log_file {
         crate::observe::check_access_log(p)?;
     }

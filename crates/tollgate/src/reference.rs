@@ -165,13 +165,14 @@ fn schema() -> serde_json::Value {
 }
 
 /// The sections of the file whose tables configuration.md shows generated.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "listen",
     "admin",
     "upstream",
     "domains",
     "egress",
     "intercept",
+    "store",
     "metrics",
     "log",
     "shutdown",

@@ -34,6 +34,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         "upstream",
         "domains",
         "egress",
+        "intercept",
+        "store",
         "routes",
         "endpoints",
         "policies",
@@ -65,6 +67,11 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     }
     if old.diagnosis != new.diagnosis {
         d.needs_restart.push("diagnosis");
+    }
+    if old.store != new.store {
+        // Counters live in the store the gateway started with; a new one would start
+        // every limit afresh.
+        d.needs_restart.push("store");
     }
     if old.metrics != new.metrics {
         d.needs_restart.push("metrics.max_hosts");

@@ -14,6 +14,7 @@ mod validate_diagnosis;
 mod validate_endpoints;
 mod validate_intercept;
 mod validate_policy;
+mod validate_store;
 mod written;
 
 pub use crate::fields::{ConfigError, units};
@@ -40,6 +41,7 @@ pub struct Config {
     pub domains: DomainRules,
     pub egress: EgressRules,
     pub intercept: crate::intercept::Intercept,
+    pub store: crate::policy::store::settings::StoreSettings,
     pub routes: RouteTable,
     pub endpoints: crate::aggregate::Endpoints,
     pub policies: PolicySet,

@@ -36,6 +36,8 @@ pub struct RawConfig {
     pub egress: RawEgress,
     /// HTTPS interception: the hosts whose CONNECT tunnels tollgate decrypts with a local CA, so policies and diagnosis apply to applications that only set `HTTPS_PROXY` (docs/interception.md). Off by default: every tunnel is a byte relay.
     pub intercept: RawIntercept,
+    /// Where remedies keep their state: this process's memory (the default), or a Redis that several replicas share, so that a limit, a quota, a breaker or a provider's pause holds for all of them (docs/policies.md#several-replicas).
+    pub store: RawStore,
     /// Prometheus metrics on the admin listener.
     pub metrics: RawMetrics,
     /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
@@ -200,6 +202,60 @@ impl Default for RawEgress {
     }
 }
 
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStore {
+    /// `memory`: each process counts on its own. `redis`: every gateway naming the same Redis (and `prefix`) shares each rate limit, quota, concurrency limit, breaker, throttling pause and retry budget. The response cache stays per process.
+    pub backend: RawStoreBackend,
+    /// The Redis, required with `backend: redis`: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
+    #[serde(serialize_with = "masked_url")]
+    pub url: Option<String>,
+    /// The start of every key tollgate writes (`PREFIX:{RESOURCE}:…`): replicas that share limits use the same one; deployments that must not, different ones.
+    pub prefix: String,
+    /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store.
+    pub timeout: Dur<1, 10_000>,
+    /// When Redis cannot answer: `local` counts in this process's memory with each limit divided by `expected_replicas`; `allow` lets the request through; `deny` refuses it as if the limit were reached. Releases, deadlines and pauses always fall back to memory.
+    pub on_error: RawOnError,
+    /// How many replicas share the Redis: with `on_error: local`, each takes this share of every limit (rounded up) while Redis is away.
+    pub expected_replicas: Int<1, 10_000>,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        Self {
+            backend: RawStoreBackend::Memory,
+            url: None,
+            prefix: "tollgate".into(),
+            timeout: Dur::ms(20),
+            on_error: RawOnError::Local,
+            expected_replicas: Int::of(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RawStoreBackend {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RawOnError {
+    Local,
+    Allow,
+    Deny,
+}
+
+/// A URL as `/config` shows it: its user-info (a password) masked.
+fn masked_url<S: serde::Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(u) => s.serialize_str(&crate::secret::mask_url(u)),
+        None => s.serialize_none(),
+    }
+}
+
 /// A port number, or a range `"LOW-HIGH"`, or `"*"`.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(untagged)]
@@ -217,7 +273,7 @@ pub struct RawIntercept {
     pub ca: Option<RawCaFiles>,
     /// When a client refuses the certificate (it pins the provider's, or its trust store lacks the CA), that host's later CONNECTs are tunnelled untouched for this long instead of decrypted (mitmproxy's passthrough on TLS failure). `0s` (the default): never; the client's connection fails. Either way the refusal is logged once per host with the fix and counted in `tollgate_intercept_failures_total{kind="refused"}`.
     pub tunnel_refused_for: Dur<0, DAY_MS>,
-    /// Most hosts whose certificates are kept ready (the least used are made again when next asked, about a millisecond of CPU on the blocking pool).
+    /// Most hosts whose certificates are kept ready (the least used are made again when next asked: a key pair and a signature, some 50 µs of CPU on the blocking pool).
     pub max_hosts: Int<1, 1_000_000>,
 }
 

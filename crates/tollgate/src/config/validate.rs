@@ -146,6 +146,7 @@ pub(super) fn validate_env(
     };
 
     let intercept = super::validate_intercept::intercept(&mut e, &raw.intercept);
+    let store = super::validate_store::store(&mut e, &raw.store);
 
     let mut routes = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
@@ -210,6 +211,7 @@ pub(super) fn validate_env(
         domains,
         egress,
         intercept,
+        store,
         routes: RouteTable::new(routes),
         endpoints,
         policies,

@@ -15,7 +15,7 @@ use crate::config::{Config, ConfigErrors};
 use crate::egress::{Egress, Listener};
 use crate::metrics::Metrics;
 use crate::policy::Engine;
-use crate::policy::store::{Store, memory::Memory};
+use crate::policy::store::Store;
 use crate::reload;
 use crate::state::{Overrides, Runtime, Shared, Worker};
 use crate::upstream::UpstreamClient;
@@ -46,6 +46,8 @@ pub enum StartError {
     Config(#[from] ConfigErrors),
     #[error("upstream TLS setup: {0}")]
     Tls(String),
+    #[error("store: {0}")]
+    Store(String),
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
     #[error("cannot listen on {addr} ({what}): {source}")]
@@ -126,7 +128,8 @@ impl Gateway {
         for w in config.policies.shadowed() {
             tracing::warn!("{w}");
         }
-        let store: Arc<dyn Store> = Arc::new(Memory::default());
+        let store: Arc<dyn Store> =
+            crate::policy::store::build(&config.store, &metrics).map_err(StartError::Store)?;
         let engine = Engine::build(&config.policies, None, &store, &metrics);
         let runtime = Runtime {
             intercept: crate::intercept::Interceptor::build(&config.intercept, None, &metrics),

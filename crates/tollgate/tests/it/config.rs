@@ -249,19 +249,13 @@ fn example_secrets() {
         // SAFETY: set before any reader in this test binary needs a different value.
         unsafe { std::env::set_var(name, "example-secret") };
     }
+    // SAFETY: as above.
+    unsafe { std::env::set_var("REDIS_URL", "redis://:example-secret@127.0.0.1:6379/0") };
 }
 
 /// What `tollgate check` does: validate, then build the policy chains.
 fn check(config: &Config) {
-    let store: std::sync::Arc<dyn tollgate::policy::store::Store> =
-        std::sync::Arc::new(tollgate::policy::store::memory::Memory::default());
-    tollgate::policy::Engine::build(
-        &config.policies,
-        None,
-        &store,
-        &tollgate::metrics::Metrics::default(),
-    );
-    assert_eq!(config.policies.shadowed(), Vec::<String>::new());
+    assert_eq!(tollgate::check::check(config), Ok(Vec::new()));
 }
 
 #[test]

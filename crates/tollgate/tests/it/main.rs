@@ -36,6 +36,7 @@ mod remedies_paused;
 mod resilience;
 mod routing;
 mod sdks;
+mod shared_store;
 mod shutdown;
 mod streaming;
 mod tls;

@@ -594,3 +594,67 @@ pub async fn stdout_of(mut cmd: std::process::Command) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A `redis-server` of the test's own on a free port (no persistence), stopped when
+/// dropped. `.ci/run` installs it (Debian's `redis-server`).
+pub struct RedisServer {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self::on(port)
+    }
+
+    /// A server on `port` (a restarted one keeps its predecessor's port, not its data).
+    pub fn on(port: u16) -> Self {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (apt-get install redis-server)");
+        let s = Self { port, child };
+        for _ in 0..500 {
+            if s.cli(&["PING"]) == "PONG" {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis-server on port {port} never answered PING");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `redis-cli` against this server: its trimmed output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Kills the server at once (`kill -9`) and waits for it to be gone.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -2,9 +2,13 @@
 //! entries. Shaped for a remote store (Redis) as much as for memory: every operation is
 //! one atomic step (add-if-within-limit with expiry, raise-a-deadline, reset), returns a
 //! future, and names its state by a [`Key`] a remote store can spell as a string.
-//! [`memory::Memory`] is the in-process implementation.
+//! [`memory::Memory`] is the in-process implementation; [`fallback::RedisBacked`] the one
+//! replicas share (`store.backend: redis`), over [`redis::Redis`].
 
+pub mod fallback;
 pub mod memory;
+pub mod redis;
+pub mod settings;
 
 use std::fmt;
 use std::future::Future;
@@ -86,6 +90,18 @@ pub struct Added {
     pub taken: bool,
     /// The counter after the operation.
     pub count: u64,
+}
+
+/// The store `settings` name. Nothing is connected yet: a Redis is first reached by the
+/// first operation of each worker.
+pub fn build(
+    settings: &settings::StoreSettings,
+    metrics: &crate::metrics::Metrics,
+) -> Result<Arc<dyn Store>, String> {
+    Ok(match settings {
+        settings::StoreSettings::Memory => Arc::new(memory::Memory::default()),
+        settings::StoreSettings::Redis(r) => Arc::new(fallback::RedisBacked::new(r, metrics)?),
+    })
 }
 
 pub trait Store: Send + Sync + 'static {

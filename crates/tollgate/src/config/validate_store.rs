@@ -1,0 +1,55 @@
+//! Validation of the `store` section: a Redis URL that parses (scheme, host, port,
+//! database), a prefix that keeps the hash tag where it belongs. Nothing is connected:
+//! a Redis that is down at start is `on_error`'s business, not a config error.
+
+use super::raw::{RawOnError, RawStore, RawStoreBackend};
+use super::validate::Errors;
+use crate::policy::store::settings::{OnError, RedisSettings, StoreSettings};
+use crate::secret::Secret;
+
+pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
+    if raw.backend == RawStoreBackend::Memory {
+        return StoreSettings::Memory;
+    }
+    let Some(written) = &raw.url else {
+        e.check::<()>(
+            "store.url",
+            Err("`backend: redis` needs the Redis: write `url: redis://HOST:6379`, or `url: ${REDIS_URL}` with the password in the variable".into()),
+        );
+        return StoreSettings::Memory;
+    };
+    let url = e.env_checked("store.url", written, |u| {
+        let scheme_ok = u.starts_with("redis://") || u.starts_with("rediss://");
+        if !scheme_ok {
+            return Err(format!(
+                "`{u}` is not a Redis URL; write `redis://HOST:PORT` or `rediss://HOST:PORT` (TLS)"
+            ));
+        }
+        redis::Client::open(u)
+            .map(|_| u.to_owned())
+            .map_err(|err| format!("`{u}`: {err}"))
+    });
+    if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
+        e.check::<()>(
+            "store.prefix",
+            Err(format!(
+                "`{}`: write a non-empty prefix without braces (tollgate puts each resource in braces, Redis Cluster's hash tag)",
+                raw.prefix
+            )),
+        );
+    }
+    let Some(url) = url else {
+        return StoreSettings::Memory;
+    };
+    StoreSettings::Redis(RedisSettings {
+        url: Secret::new(url),
+        prefix: raw.prefix.clone(),
+        timeout: raw.timeout.get(),
+        on_error: match raw.on_error {
+            RawOnError::Local => OnError::Local,
+            RawOnError::Allow => OnError::Allow,
+            RawOnError::Deny => OnError::Deny,
+        },
+        expected_replicas: raw.expected_replicas.get(),
+    })
+}

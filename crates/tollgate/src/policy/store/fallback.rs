@@ -1,0 +1,218 @@
+//! The store replicas share: Redis, each operation bounded by the store's `timeout`, and
+//! when Redis cannot answer, `on_error`: admission (`add`) counts in this process's memory
+//! with the limit divided by the expected replicas (`local`), lets the request through
+//! (`allow`) or refuses it (`deny`); the other operations (releases, deadlines, resets)
+//! always go to memory, so a provider's pause still holds here. After a failure a circuit
+//! opens for a backoff (100 ms doubling to 5 s): while it is open no request waits for
+//! Redis; when it ends one request tries Redis again, and its success closes the circuit.
+
+use super::redis::Redis;
+use super::settings::{OnError, RedisSettings};
+use super::{Added, Key, Store, StoreError, StoreFuture, memory::Memory};
+use crate::metrics::Metrics;
+use crate::policy::clock;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const FIRST_BACKOFF_MS: u64 = 100;
+const MAX_BACKOFF_MS: u64 = 5_000;
+
+pub struct RedisBacked {
+    redis: Redis,
+    local: Memory,
+    on_error: OnError,
+    timeout: Duration,
+    replicas: u64,
+    circuit: Circuit,
+    metrics: Metrics,
+}
+
+/// Whether Redis is worth asking: closed (`open_until` 0), open until a time, and the
+/// failures in a row that set the backoff.
+#[derive(Default)]
+struct Circuit {
+    open_until: AtomicU64,
+    failures: AtomicU32,
+}
+
+impl Circuit {
+    /// Whether this request may ask Redis: the circuit is closed, or its backoff is over
+    /// and this request is the one that claims the next try (the others keep falling back
+    /// until it answers).
+    fn admits(&self, now: u64) -> bool {
+        let until = self.open_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return true;
+        }
+        until <= now
+            && self
+                .open_until
+                .compare_exchange(
+                    until,
+                    now + self.backoff(),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    fn backoff(&self) -> u64 {
+        let n = self.failures.load(Ordering::Relaxed).min(16);
+        (FIRST_BACKOFF_MS << n.saturating_sub(1)).min(MAX_BACKOFF_MS)
+    }
+
+    fn success(&self) {
+        if self.open_until.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+            self.open_until.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn failure(&self, now: u64) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.open_until
+            .store(now + self.backoff(), Ordering::Relaxed);
+    }
+
+    fn is_open(&self) -> bool {
+        self.open_until.load(Ordering::Relaxed) != 0
+    }
+}
+
+impl RedisBacked {
+    pub fn new(s: &RedisSettings, metrics: &Metrics) -> Result<Self, String> {
+        Ok(Self {
+            redis: Redis::new(s.url.expose(), &s.prefix, s.timeout)?,
+            local: Memory::default(),
+            on_error: s.on_error,
+            timeout: s.timeout,
+            replicas: s.expected_replicas.max(1),
+            circuit: Circuit::default(),
+            metrics: metrics.clone(),
+        })
+    }
+
+    /// Whether Redis answered the last time it was asked (`/policies`, `/readyz`).
+    pub fn healthy(&self) -> bool {
+        !self.circuit.is_open()
+    }
+
+    /// Runs `op` on Redis within the timeout; on a failure, counts it, opens the circuit
+    /// and answers with `fallback`. With the circuit open, `fallback` at once.
+    fn run<'a, T: Send + 'a, F>(
+        &'a self,
+        op: impl FnOnce(&Redis) -> F,
+        fallback: impl FnOnce(&'a Self) -> StoreFuture<'a, T> + Send + 'a,
+    ) -> StoreFuture<'a, T>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        if !self.circuit.admits(clock::now_ms()) {
+            self.count("circuit_open");
+            return fallback(self);
+        }
+        let pending = op(&self.redis);
+        StoreFuture::Pending(Box::pin(async move {
+            let started = Instant::now();
+            let kind = match tokio::time::timeout(self.timeout, pending).await {
+                Ok(Ok(v)) => {
+                    self.metrics
+                        .store_duration
+                        .observe(started.elapsed().as_secs_f64());
+                    self.circuit.success();
+                    return Ok(v);
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!("{e}");
+                    "error"
+                }
+                Err(_) => "timeout",
+            };
+            self.count(kind);
+            self.circuit.failure(clock::now_ms());
+            fallback(self).await
+        }))
+    }
+
+    fn count(&self, kind: &'static str) {
+        self.metrics
+            .store_errors
+            .get_or_create(&crate::metrics::KindLabels { kind })
+            .inc();
+    }
+
+    /// This replica's share of `limit` while Redis is away: rounded up, so a limit never
+    /// becomes 0.
+    fn share(&self, limit: u64) -> u64 {
+        limit.div_ceil(self.replicas)
+    }
+}
+
+impl Store for RedisBacked {
+    fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        let fallback_key = key.clone();
+        self.run(
+            |r| r.add(key, n, limit, expires_ms),
+            move |me| match me.on_error {
+                OnError::Local => me.local.add(&fallback_key, n, me.share(limit), expires_ms),
+                OnError::Allow => StoreFuture::ready(Ok(Added {
+                    taken: true,
+                    count: 0,
+                })),
+                OnError::Deny => StoreFuture::ready(Ok(Added {
+                    taken: false,
+                    count: limit,
+                })),
+            },
+        )
+    }
+
+    fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
+        let k = key.clone();
+        self.run(|r| r.sub(key, n), move |me| me.local.sub(&k, n))
+    }
+
+    fn release(&self, key: &Key, n: u64) {
+        // From a drop: sent in the background on this thread's runtime, never awaited.
+        // With the circuit open the slot was taken here, in memory.
+        let rt = tokio::runtime::Handle::try_current();
+        let (Ok(rt), false) = (rt, self.circuit.is_open()) else {
+            return self.local.release(key, n);
+        };
+        let (sub, timeout, metrics) = (self.redis.sub(key, n), self.timeout, self.metrics.clone());
+        rt.spawn(async move {
+            let kind = match tokio::time::timeout(timeout, sub).await {
+                Ok(Ok(())) => return,
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            metrics
+                .store_errors
+                .get_or_create(&crate::metrics::KindLabels { kind })
+                .inc();
+        });
+    }
+
+    fn get(&self, key: &Key) -> StoreFuture<'_, u64> {
+        let k = key.clone();
+        self.run(|r| r.get(key), move |me| me.local.get(&k))
+    }
+
+    fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
+        let k = key.clone();
+        self.run(|r| r.reset(key), move |me| me.local.reset(&k))
+    }
+
+    fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64> {
+        let k = key.clone();
+        self.run(
+            |r| r.raise(key, until_ms, expires_ms),
+            move |me| me.local.raise(&k, until_ms, expires_ms),
+        )
+    }
+
+    fn deadline(&self, key: &Key) -> StoreFuture<'_, u64> {
+        self.get(key)
+    }
+}

@@ -1,0 +1,49 @@
+//! Where remedies keep their state, as the `store:` section says: this process's memory,
+//! or a Redis shared by every replica, with what to do when Redis cannot answer.
+
+use crate::secret::Secret;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum StoreSettings {
+    /// This process's memory (the default): each replica counts on its own.
+    #[default]
+    Memory,
+    Redis(RedisSettings),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisSettings {
+    /// `redis://…` or `rediss://…`, `${ENV}` already substituted (it may hold a password).
+    pub url: Secret,
+    /// The start of every key, so that deployments sharing one Redis stay apart.
+    pub prefix: String,
+    /// The longest wait for one operation.
+    pub timeout: Duration,
+    pub on_error: OnError,
+    /// Replicas sharing the Redis: with `on_error: local`, each falls back to its limit
+    /// divided by this.
+    pub expected_replicas: u64,
+}
+
+/// What a remedy does while Redis cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Count in this process's memory, each limit divided by the expected replicas, so
+    /// that all of them together stay near the limit.
+    Local,
+    /// Let the request through, as if the limit had room.
+    Allow,
+    /// Refuse the request, as if the limit were reached.
+    Deny,
+}
+
+impl OnError {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnError::Local => "local",
+            OnError::Allow => "allow",
+            OnError::Deny => "deny",
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! `store.backend: redis`: several gateways share each limit through a real
+//! `redis-server`, state outlives a gateway, and a Redis that goes away costs no request.
+
+use crate::support::*;
+use http::StatusCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn store(redis: &RedisServer, extra: &str) -> String {
+    format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 200ms\n{extra}",
+        redis.url()
+    )
+}
+
+/// `n` GETs of `path` spread over `gws` round-robin, all in flight together: the
+/// statuses.
+async fn spread(
+    gws: &[tollgate::Gateway],
+    up: std::net::SocketAddr,
+    path: &str,
+    n: usize,
+) -> Vec<u16> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let gw_proxy = gws[i % gws.len()].proxy_addr;
+        let path = format!("{path}/{i}");
+        tasks.push(tokio::spawn(async move {
+            let req = http::Request::get(format!("http://{gw_proxy}{path}"))
+                .header("x-tollgate-host", up.to_string())
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap();
+            send(&client(), req).await.status.as_u16()
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_gateways_on_one_redis_share_one_limit_exactly() {
+    let redis = RedisServer::start();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let up = upstream(move |_req| {
+        h.fetch_add(1, Ordering::SeqCst);
+        async { answer(200, &[], "ok") }
+    })
+    .await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    rate_limit: {limit: 50, window: hour}\n",
+    );
+    let gws = vec![
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let statuses = spread(&gws, up.addr, "/shared", 300).await;
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((ok, limited), (50, 250), "{statuses:?}");
+    assert_eq!(hits.load(Ordering::SeqCst), 50);
+    // The count is in Redis, under the prefix, the resource in a hash tag.
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    assert!(!keys.is_empty(), "no tollgate key in Redis");
+    let m = metrics_when(&gws[0], |t| {
+        t.contains("tollgate_store_duration_seconds_count")
+    })
+    .await;
+    assert!(
+        !m.contains("tollgate_store_errors_total{kind=\"error\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_outlives_the_gateway_that_counted_it() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = store(
+        &redis,
+        "quotas:\n  daily: {limit: 5}\npolicies:\n  - name: q\n    quota: daily\n",
+    );
+    let first = gateway(&yaml).await;
+    for _ in 0..3 {
+        assert_eq!(
+            get_via(&first, up.addr, "/q", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    first.shutdown();
+    first.wait().await;
+    let second = gateway(&yaml).await;
+    for _ in 0..2 {
+        assert_eq!(
+            get_via(&second, up.addr, "/q", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    let over = get_via(&second, up.addr, "/q", &[]).await;
+    assert_eq!(over.error_code().as_deref(), Some("quota_exceeded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_costs_no_request_and_shared_counting_resumes_when_it_returns() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // Two replicas expected: while Redis is away each takes half of the limit.
+    let yaml = store(
+        &redis,
+        "  expected_replicas: 2\npolicies:\n  - name: p\n    rate_limit: {limit: 10, window: hour}\n",
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(
+        get_via(&gw, up.addr, "/a", &[]).await.status,
+        StatusCode::OK
+    );
+    let port = redis.kill();
+    // Local counting with half the limit: 5 pass, then 429; never a 5xx.
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(get_via(&gw, up.addr, "/b", &[]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+    let m = metrics_when(&gw, |t| {
+        t.contains("tollgate_store_errors_total{kind=\"error\"}")
+    })
+    .await;
+    assert!(
+        m.contains("tollgate_store_errors_total{kind=\"error\"}"),
+        "{m}"
+    );
+    // Redis back (empty): after the circuit's backoff the count is Redis's again.
+    let redis = RedisServer::on(port);
+    let mut back = false;
+    for _ in 0..200 {
+        let _ = get_via(&gw, up.addr, "/c", &[]).await;
+        if !redis
+            .cli(&["--scan", "--pattern", "tollgate:{*"])
+            .is_empty()
+        {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(back, "the gateway never counted in Redis again");
+}
+
+#[test]
+fn the_store_section_names_what_is_missing_and_masks_the_password() {
+    let e = tollgate::Config::from_yaml("store:\n  backend: redis\n").unwrap_err();
+    let text = format!("{e:?}");
+    assert!(
+        text.contains("store.url") && text.contains("redis://HOST:6379"),
+        "{text}"
+    );
+    let e = tollgate::Config::from_yaml("store:\n  backend: redis\n  url: http://x:6379\n")
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("not a Redis URL"), "{e:?}");
+    let e = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  url: redis://h:6379\n  prefix: 'a{b}'\n",
+    )
+    .unwrap_err();
+    assert!(format!("{e:?}").contains("store.prefix"), "{e:?}");
+    // TLS to Redis is built in.
+    tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  url: 'rediss://redis.internal:6380'\n",
+    )
+    .unwrap();
+    let c = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  url: 'redis://:hunter2@127.0.0.1:6379/0'\n",
+    )
+    .unwrap();
+    let shown = c.effective().to_string();
+    assert!(
+        !shown.contains("hunter2") && shown.contains("MASKED@127.0.0.1"),
+        "{shown}"
+    );
+}
