@@ -183,3 +183,91 @@ fn the_store_section_names_what_is_missing_and_masks_the_password() {
         "{shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_providers_pause_seen_by_one_replica_pauses_the_others() {
+    let redis = RedisServer::start();
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/slow-down" {
+            answer(429, &[("retry-after", "120")], "")
+        } else {
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    provider_throttling: {}\n",
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(get_via(&b, up.addr, "/x", &[]).await.status, StatusCode::OK);
+    // Replica a hears the provider's 429 with Retry-After …
+    assert_eq!(
+        get_via(&a, up.addr, "/slow-down", &[])
+            .await
+            .status
+            .as_u16(),
+        429
+    );
+    // … and replica b, which never saw it, holds off too.
+    let paused = get_via(&b, up.addr, "/x", &[]).await;
+    assert_eq!(paused.error_code().as_deref(), Some("provider_throttled"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_counts_requests_in_flight_on_every_replica() {
+    let redis = RedisServer::start();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let up = upstream(move |req: http::Request<hyper::body::Incoming>| {
+        let g = g.clone();
+        async move {
+            if req.uri().path() == "/hold" {
+                g.notified().await;
+            }
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    concurrency: {max: 1}\n",
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    let held = {
+        let (proxy, up) = (a.proxy_addr, up.addr);
+        tokio::spawn(async move {
+            let req = http::Request::get(format!("http://{proxy}/hold"))
+                .header("x-tollgate-host", up.to_string())
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap();
+            send(&client(), req).await.status
+        })
+    };
+    // The slot is taken on a (seen in Redis) before b is asked.
+    let mut taken = false;
+    for _ in 0..200 {
+        let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+        if keys.lines().any(|k| redis.cli(&["GET", k]) == "1") {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(taken, "replica a never took the slot in Redis");
+    let refused = get_via(&b, up.addr, "/other", &[]).await;
+    assert_eq!(refused.status.as_u16(), 429, "{:?}", refused.error_code());
+    gate.notify_one();
+    assert_eq!(held.await.unwrap(), StatusCode::OK);
+    // Released on a: b gets the slot.
+    let mut ok = false;
+    for _ in 0..200 {
+        if get_via(&b, up.addr, "/other", &[]).await.status == StatusCode::OK {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(ok, "the slot released on a never became free for b");
+}
