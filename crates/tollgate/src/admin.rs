@@ -100,10 +100,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, "/config") => json(StatusCode::OK, shared.runtime.load().config.effective()),
         (&Method::GET, "/policies") => {
             let rt = shared.runtime.load_full();
-            json(
-                StatusCode::OK,
-                crate::policy::state::describe(&rt.config.policies, &rt.engine).await,
-            )
+            let mut out = crate::policy::state::describe(&rt.config.policies, &rt.engine).await;
+            // Readiness does not follow the store: with Redis away each replica falls back
+            // (`store.on_error`), which this shows.
+            out["store"] = shared.store.describe();
+            json(StatusCode::OK, out)
         }
         (&Method::GET, "/discover") => {
             let mut out = match &shared.diagnostics.endpoints {

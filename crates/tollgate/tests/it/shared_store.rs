@@ -135,6 +135,11 @@ async fn a_dead_redis_costs_no_request_and_shared_counting_resumes_when_it_retur
         m.contains("tollgate_store_errors_total{kind=\"error\"}"),
         "{m}"
     );
+    // Still ready: each replica falls back; /policies says the store is not answering.
+    assert_eq!(admin_get(&gw, "/readyz").await.status, StatusCode::OK);
+    let store = admin_get(&gw, "/policies").await.json()["store"].clone();
+    assert_eq!(store["backend"], "redis");
+    assert_eq!(store["answering"], false, "{store}");
     // Redis back (empty): after the circuit's backoff the count is Redis's again.
     let redis = RedisServer::on(port);
     let mut back = false;
@@ -150,6 +155,8 @@ async fn a_dead_redis_costs_no_request_and_shared_counting_resumes_when_it_retur
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(back, "the gateway never counted in Redis again");
+    let store = admin_get(&gw, "/policies").await.json()["store"].clone();
+    assert_eq!(store["answering"], true, "{store}");
 }
 
 #[test]

@@ -215,4 +215,15 @@ impl Store for RedisBacked {
     fn deadline(&self, key: &Key) -> StoreFuture<'_, u64> {
         self.get(key)
     }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "backend": "redis",
+            // Whether the last operation got an answer; false while the circuit is open
+            // and requests fall back.
+            "answering": self.healthy(),
+            "on_error": self.on_error.name(),
+            "expected_replicas": self.replicas,
+        })
+    }
 }

@@ -125,4 +125,9 @@ pub trait Store: Send + Sync + 'static {
     fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64>;
     /// The deadline `key` (0 when absent).
     fn deadline(&self, key: &Key) -> StoreFuture<'_, u64>;
+    /// What `GET /policies` shows of the store: its backend, and for a remote one whether
+    /// it answers.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({"backend": "memory"})
+    }
 }
