@@ -192,6 +192,7 @@ fn the_chart_lints_and_its_pod_starts_with_the_rendered_arguments_and_probes() {
         })
         .collect();
     let (_, shown) = get(admin, "/config");
+    let (_, policies) = get(admin, "/policies");
     let _ = child.kill();
     let _ = child.wait();
     assert!(up, "the pod's tollgate never answered /healthz");
@@ -199,9 +200,12 @@ fn the_chart_lints_and_its_pod_starts_with_the_rendered_arguments_and_probes() {
         assert!(status.contains(" 200 "), "{probes:?}");
     }
     // Its store is the Redis, shown as written: the variable, never the URL it holds.
-    assert!(shown.contains("\"backend\":\"redis\""), "{shown}");
-    assert!(shown.contains("${REDIS_URL}"), "{shown}");
+    let config: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(config["store"]["backend"], "redis", "{shown}");
+    assert_eq!(config["store"]["url"], "${REDIS_URL}", "{shown}");
     assert!(!shown.contains(&format!(":{}/0", redis.1)), "{shown}");
+    let policies: serde_json::Value = serde_json::from_str(&policies).unwrap();
+    assert_eq!(policies["store"]["backend"], "redis", "{policies}");
 }
 
 #[test]
