@@ -218,6 +218,8 @@ pub struct RawStore {
     pub on_error: RawOnError,
     /// How many replicas share the Redis: with `on_error: local`, each takes this share of every limit (rounded up) while Redis is away.
     pub expected_replicas: Int<1, 10_000>,
+    /// A concurrency slot on Redis is a lease its gateway renews every third of this while the request is in flight: a gateway killed with requests in flight gives their slots back this long after it last renewed them.
+    pub lease_ttl: Dur<1_000, HOUR_MS>,
 }
 
 impl Default for RawStore {
@@ -229,6 +231,7 @@ impl Default for RawStore {
             timeout: Dur::ms(20),
             on_error: RawOnError::Local,
             expected_replicas: Int::of(1),
+            lease_ttl: Dur::secs(10),
         }
     }
 }

@@ -51,5 +51,6 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
             RawOnError::Deny => OnError::Deny,
         },
         expected_replicas: raw.expected_replicas.get(),
+        lease_ttl: raw.lease_ttl.get(),
     })
 }

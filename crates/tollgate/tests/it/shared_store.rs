@@ -256,7 +256,7 @@ async fn a_concurrency_limit_counts_requests_in_flight_on_every_replica() {
     let mut taken = false;
     for _ in 0..200 {
         let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
-        if keys.lines().any(|k| redis.cli(&["GET", k]) == "1") {
+        if keys.lines().any(|k| redis.cli(&["ZCARD", k]) == "1") {
             taken = true;
             break;
         }

@@ -14,7 +14,7 @@ use crate::policy::kind::{Check, RemedyKind};
 use crate::policy::queue::{NextFree, Queue};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
-use crate::policy::store::{Key, Store};
+use crate::policy::store::{Key, LOCAL_LEASE, Store};
 use http::{HeaderMap, HeaderName};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -69,24 +69,51 @@ impl ConcurrencyResource {
     /// In flight now (ungrouped total), for `GET /policies`.
     pub async fn in_flight(&self) -> u64 {
         let k = Key::new(&self.resource, &self.total, 0);
-        self.store.get(&k).await.unwrap_or(0)
+        self.store.leased(&k).await.unwrap_or(0)
     }
 
     async fn take(self: &Arc<Self>, key: &Key) -> Option<Slot> {
-        match self.store.add(key, 1, self.spec.max, 0).await {
-            Ok(a) if a.taken => Some(Slot {
+        let ttl = self.store.lease_ttl();
+        let ttl_ms = ttl.map_or(0, |t| t.as_millis() as u64);
+        match self.store.lease(key, self.spec.max, ttl_ms).await {
+            Ok(Some(lease)) => Some(Slot {
                 resource: self.clone(),
                 key: key.clone(),
+                lease,
+                renewing: ttl
+                    .filter(|_| lease != LOCAL_LEASE)
+                    .map(|ttl| self.renew_while_held(key, lease, ttl)),
             }),
-            Ok(_) => None,
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!("{e}; request let through");
                 Some(Slot {
                     resource: self.clone(),
                     key: Key::new(&self.resource, &Arc::from("unreachable"), 0),
+                    lease: LOCAL_LEASE,
+                    renewing: None,
                 })
             }
         }
+    }
+
+    /// Renews a remote lease every third of its ttl until the slot is dropped (which
+    /// aborts this), so only a gateway that stopped running lets it end.
+    fn renew_while_held(
+        self: &Arc<Self>,
+        key: &Key,
+        lease: u64,
+        ttl: std::time::Duration,
+    ) -> tokio::task::AbortHandle {
+        let (me, key) = (self.clone(), key.clone());
+        let ttl_ms = ttl.as_millis() as u64;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                let _ = me.store.renew(&key, lease, ttl_ms).await;
+            }
+        })
+        .abort_handle()
     }
 }
 
@@ -94,11 +121,16 @@ impl ConcurrencyResource {
 struct Slot {
     resource: Arc<ConcurrencyResource>,
     key: Key,
+    lease: u64,
+    renewing: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.resource.store.release(&self.key, 1);
+        if let Some(r) = &self.renewing {
+            r.abort();
+        }
+        self.resource.store.unlease(&self.key, self.lease);
         if let Some(q) = &self.resource.queue {
             q.wake();
         }

@@ -24,6 +24,7 @@ pub struct RedisBacked {
     on_error: OnError,
     timeout: Duration,
     replicas: u64,
+    lease_ttl: Duration,
     circuit: Circuit,
     metrics: Metrics,
 }
@@ -88,6 +89,7 @@ impl RedisBacked {
             on_error: s.on_error,
             timeout: s.timeout,
             replicas: s.expected_replicas.max(1),
+            lease_ttl: s.lease_ttl,
             circuit: Circuit::default(),
             metrics: metrics.clone(),
         })
@@ -135,6 +137,30 @@ impl RedisBacked {
         }))
     }
 
+    /// Sends `op` to Redis without waiting for it (a release from a drop), bounded by the
+    /// timeout, a failure counted; false when there is no runtime to run it on.
+    fn in_background(
+        &self,
+        op: impl Future<Output = Result<(), StoreError>> + Send + 'static,
+    ) -> bool {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let (timeout, metrics) = (self.timeout, self.metrics.clone());
+        rt.spawn(async move {
+            let kind = match tokio::time::timeout(timeout, op).await {
+                Ok(Ok(())) => return,
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            metrics
+                .store_errors
+                .get_or_create(&crate::metrics::KindLabels { kind })
+                .inc();
+        });
+        true
+    }
+
     fn count(&self, kind: &'static str) {
         self.metrics
             .store_errors
@@ -176,22 +202,9 @@ impl Store for RedisBacked {
     fn release(&self, key: &Key, n: u64) {
         // From a drop: sent in the background on this thread's runtime, never awaited.
         // With the circuit open the slot was taken here, in memory.
-        let rt = tokio::runtime::Handle::try_current();
-        let (Ok(rt), false) = (rt, self.circuit.is_open()) else {
-            return self.local.release(key, n);
-        };
-        let (sub, timeout, metrics) = (self.redis.sub(key, n), self.timeout, self.metrics.clone());
-        rt.spawn(async move {
-            let kind = match tokio::time::timeout(timeout, sub).await {
-                Ok(Ok(())) => return,
-                Ok(Err(_)) => "error",
-                Err(_) => "timeout",
-            };
-            metrics
-                .store_errors
-                .get_or_create(&crate::metrics::KindLabels { kind })
-                .inc();
-        });
+        if self.circuit.is_open() || !self.in_background(self.redis.sub(key, n)) {
+            self.local.release(key, n);
+        }
     }
 
     fn get(&self, key: &Key) -> StoreFuture<'_, u64> {
@@ -214,6 +227,44 @@ impl Store for RedisBacked {
 
     fn deadline(&self, key: &Key) -> StoreFuture<'_, u64> {
         self.get(key)
+    }
+
+    fn lease(&self, key: &Key, limit: u64, ttl_ms: u64) -> StoreFuture<'_, Option<u64>> {
+        let k = key.clone();
+        self.run(
+            |r| r.lease(key, limit, ttl_ms),
+            move |me| match me.on_error {
+                OnError::Local => me.local.lease(&k, me.share(limit), ttl_ms),
+                // A lease of memory's kind: giving it back takes nothing from anyone.
+                OnError::Allow => StoreFuture::ready(Ok(Some(super::LOCAL_LEASE))),
+                OnError::Deny => StoreFuture::ready(Ok(None)),
+            },
+        )
+    }
+
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.lease_ttl)
+    }
+
+    fn renew(&self, key: &Key, id: u64, ttl_ms: u64) -> StoreFuture<'_, ()> {
+        if id == super::LOCAL_LEASE {
+            return StoreFuture::ready(Ok(()));
+        }
+        self.run(|r| r.renew(key, id, ttl_ms), |_| StoreFuture::ready(Ok(())))
+    }
+
+    fn unlease(&self, key: &Key, id: u64) {
+        if id == super::LOCAL_LEASE {
+            self.local.release(key, 1);
+        } else {
+            // A Redis lease goes back to Redis; if it cannot, it ends with its ttl.
+            self.in_background(self.redis.unlease(key, id));
+        }
+    }
+
+    fn leased(&self, key: &Key) -> StoreFuture<'_, u64> {
+        let k = key.clone();
+        self.run(|r| r.leased(key), move |me| me.local.get(&k))
     }
 
     fn describe(&self) -> serde_json::Value {

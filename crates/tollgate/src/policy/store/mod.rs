@@ -83,6 +83,9 @@ impl fmt::Display for Key {
     }
 }
 
+/// The id of a lease taken in this process's memory (a counted slot, not a remote lease).
+pub const LOCAL_LEASE: u64 = 0;
+
 /// What [`Store::add`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Added {
@@ -125,6 +128,40 @@ pub trait Store: Send + Sync + 'static {
     fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64>;
     /// The deadline `key` (0 when absent).
     fn deadline(&self, key: &Key) -> StoreFuture<'_, u64>;
+    /// Takes one of `limit` slots under `key` as a lease that ends `ttl_ms` from now
+    /// unless renewed (a gateway killed with requests in flight gives its slots back
+    /// when their leases end): the lease's id, or `None` when all slots are taken.
+    /// In memory a slot is a counter (the process that holds it is the one that counts).
+    fn lease(&self, key: &Key, limit: u64, ttl_ms: u64) -> StoreFuture<'_, Option<u64>> {
+        let _ = ttl_ms;
+        match self.add(key, 1, limit, 0) {
+            StoreFuture::Ready(r) => {
+                StoreFuture::Ready(r.map(|r| r.map(|a| a.taken.then_some(LOCAL_LEASE))))
+            }
+            StoreFuture::Pending(f) => StoreFuture::Pending(Box::pin(async move {
+                Ok(f.await?.taken.then_some(LOCAL_LEASE))
+            })),
+        }
+    }
+    /// How long a lease lasts unless renewed (a remote store; the holder renews it before
+    /// then); `None`: leases last until given back (memory).
+    fn lease_ttl(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Extends lease `id` to `ttl_ms` from now.
+    fn renew(&self, key: &Key, id: u64, ttl_ms: u64) -> StoreFuture<'_, ()> {
+        let _ = (key, id, ttl_ms);
+        StoreFuture::ready(Ok(()))
+    }
+    /// Gives lease `id` back without waiting (from a drop).
+    fn unlease(&self, key: &Key, id: u64) {
+        let _ = id;
+        self.release(key, 1);
+    }
+    /// Leases held under `key` now.
+    fn leased(&self, key: &Key) -> StoreFuture<'_, u64> {
+        self.get(key)
+    }
     /// What `GET /policies` shows of the store: its backend, and for a remote one whether
     /// it answers.
     fn describe(&self) -> serde_json::Value {

@@ -54,6 +54,42 @@ return d",
     )
 });
 
+/// Redis's own clock in ms, so that replicas whose clocks differ agree on leases.
+const NOW: &str = "local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+";
+
+/// Takes a lease (member `ARGV[3]`, ending `ARGV[2]` ms from now) when fewer than
+/// `ARGV[1]` unexpired leases are held; the set itself expires once its last lease has.
+static LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1"
+    ))
+});
+
+/// Extends lease `ARGV[2]` to `ARGV[1]` ms from now, if it is still held.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}local ttl = tonumber(ARGV[1])
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[2])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1"
+    ))
+});
+
+/// Unexpired leases.
+static LEASED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')"
+    ))
+});
+
 /// Gives each store its own connections on each thread.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -64,6 +100,9 @@ thread_local! {
 
 pub struct Redis {
     id: u64,
+    /// Lease ids: a random start (replicas' ids do not meet) and a counter.
+    lease_base: u64,
+    leases: AtomicU64,
     client: redis::Client,
     prefix: String,
     timeout: Duration,
@@ -74,8 +113,17 @@ impl Redis {
     /// `timeout` bounds each connection attempt and each answer.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
         Ok(Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            lease_base: h.finish(),
+            leases: AtomicU64::new(0),
             client,
             prefix: prefix.to_owned(),
             timeout,
@@ -194,6 +242,83 @@ impl Redis {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(error)
+        }
+    }
+}
+
+impl Redis {
+    /// A lease on one of `limit` slots: its id (never [`super::LOCAL_LEASE`]), or `None`.
+    pub fn lease(
+        &self,
+        key: &Key,
+        limit: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send + use<> {
+        let id = self
+            .lease_base
+            .wrapping_add(self.leases.fetch_add(1, Ordering::Relaxed))
+            | 1;
+        let (conn, key) = (self.connection(), self.key(key));
+        async move {
+            let mut conn = conn?;
+            let taken: u8 = LEASE
+                .key(key)
+                .arg(limit)
+                .arg(ttl_ms)
+                .arg(id)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(error)?;
+            Ok((taken == 1).then_some(id))
+        }
+    }
+
+    pub fn renew(
+        &self,
+        key: &Key,
+        id: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
+        let (conn, key) = (self.connection(), self.key(key));
+        async move {
+            let mut conn = conn?;
+            let _: u8 = RENEW
+                .key(key)
+                .arg(ttl_ms)
+                .arg(id)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(error)?;
+            Ok(())
+        }
+    }
+
+    pub fn unlease(
+        &self,
+        key: &Key,
+        id: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
+        let (conn, key) = (self.connection(), self.key(key));
+        async move {
+            let mut conn = conn?;
+            let _: u64 = redis::cmd("ZREM")
+                .arg(key)
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .map_err(error)?;
+            Ok(())
+        }
+    }
+
+    pub fn leased(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send + use<> {
+        let (conn, key) = (self.connection(), self.key(key));
+        async move {
+            let mut conn = conn?;
+            LEASED.key(key).invoke_async(&mut conn).await.map_err(error)
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct RedisSettings {
     /// Replicas sharing the Redis: with `on_error: local`, each falls back to its limit
     /// divided by this.
     pub expected_replicas: u64,
+    /// How long a concurrency slot held by a gateway that stopped renewing it (killed)
+    /// stays taken.
+    pub lease_ttl: Duration,
 }
 
 /// What a remedy does while Redis cannot answer.

@@ -1,0 +1,153 @@
+//! Gateway processes sharing a real Redis, as replicas do: a concurrency slot held by a
+//! gateway that is killed (`kill -9`, no chance to give it back) returns when its lease
+//! ends, and never before. `.ci/run` installs `redis-server`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Polls `done` every 20 ms for up to `secs`: whether it came true.
+fn eventually(secs: u64, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A gateway process on `proxy` with `config`.
+fn gateway(config: &std::path::Path, proxy: u16) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["run", "--listen", &format!("127.0.0.1:{proxy}")])
+        .args(["--admin", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(10, || TcpStream::connect(("127.0.0.1", proxy)).is_ok()),
+        "the gateway never listened"
+    );
+    Proc(child)
+}
+
+/// GET `url` through the forward proxy on `proxy`: the status code.
+fn get(proxy: u16, url: &str) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", proxy)).unwrap();
+    write!(
+        s,
+        "GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_killed_gateways_concurrency_slot_returns_when_its_lease_ends() {
+    let redis_port = free_port();
+    let _redis = Proc(
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (apt-get install redis-server)"),
+    );
+    assert!(eventually(10, || redis_cli(redis_port, &["PING"]) == "PONG"));
+    // An upstream that answers at once, except /hold, which it never answers.
+    let up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in up.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).unwrap_or(0);
+                if String::from_utf8_lossy(&buf[..n]).starts_with("GET /hold") {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "store:\n  backend: redis\n  url: redis://127.0.0.1:{redis_port}\n  lease_ttl: 2s\npolicies:\n  - name: p\n    concurrency: {{max: 1}}\n"
+        ),
+    )
+    .unwrap();
+    let (a_port, b_port) = (free_port(), free_port());
+    let a = gateway(&config, a_port);
+    let b = gateway(&config, b_port);
+    let held = format!("http://127.0.0.1:{up_port}/hold");
+    std::thread::spawn(move || get(a_port, &held));
+    let slots = || {
+        let keys = redis_cli(redis_port, &["--scan", "--pattern", "tollgate:{*"]);
+        keys.lines()
+            .map(|k| redis_cli(redis_port, &["ZCARD", k]))
+            .any(|n| n == "1")
+    };
+    assert!(eventually(10, slots), "gateway a never took the slot");
+    let other = format!("http://127.0.0.1:{up_port}/other");
+    assert_eq!(get(b_port, &other), 429, "the slot is a's");
+    // Held past twice its lease's ttl: a renews it, so it stays a's.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        get(b_port, &other),
+        429,
+        "a renews its lease while the request runs"
+    );
+    // a dies holding it: no release is sent.
+    drop(a);
+    // Renewed no more, the lease ends within its ttl (2 s; renewed at most 2/3 s ago,
+    // so it is still a's at first).
+    assert_eq!(
+        get(b_port, &other),
+        429,
+        "the lease outlives its holder for a while"
+    );
+    assert!(
+        eventually(10, || get(b_port, &other) == 200),
+        "the killed gateway's slot never came back"
+    );
+    drop(b);
+}
