@@ -210,6 +210,9 @@ pub struct RawStore {
     /// The Redis, required with `backend: redis`: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
     #[serde(serialize_with = "masked_url")]
     pub url: Option<String>,
+    /// A Redis Cluster instead of `url`: some of its nodes' URLs (`redis://HOST:PORT`, the rest are discovered). Each resource's keys share one hash slot, so every operation stays one round trip to one node. `${ENV}` allowed; shown masked.
+    #[serde(serialize_with = "masked_urls")]
+    pub cluster: Vec<String>,
     /// The start of every key tollgate writes (`PREFIX:{RESOURCE}:…`): replicas that share limits use the same one; deployments that must not, different ones.
     pub prefix: String,
     /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store.
@@ -227,6 +230,7 @@ impl Default for RawStore {
         Self {
             backend: RawStoreBackend::Memory,
             url: None,
+            cluster: Vec::new(),
             prefix: "tollgate".into(),
             timeout: Dur::ms(20),
             on_error: RawOnError::Local,
@@ -249,6 +253,11 @@ pub enum RawOnError {
     Local,
     Allow,
     Deny,
+}
+
+/// URLs as `/config` shows them: their user-info (a password) masked.
+fn masked_urls<S: serde::Serializer>(urls: &[String], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(urls.iter().map(|u| crate::secret::mask_url(u)))
 }
 
 /// A URL as `/config` shows it: its user-info (a password) masked.

@@ -11,14 +11,7 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
     if raw.backend == RawStoreBackend::Memory {
         return StoreSettings::Memory;
     }
-    let Some(written) = &raw.url else {
-        e.check::<()>(
-            "store.url",
-            Err("`backend: redis` needs the Redis: write `url: redis://HOST:6379`, or `url: ${REDIS_URL}` with the password in the variable".into()),
-        );
-        return StoreSettings::Memory;
-    };
-    let url = e.env_checked("store.url", written, |u| {
+    let check_url = |u: &str| {
         let scheme_ok = u.starts_with("redis://") || u.starts_with("rediss://");
         if !scheme_ok {
             return Err(format!(
@@ -28,7 +21,32 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
         redis::Client::open(u)
             .map(|_| u.to_owned())
             .map_err(|err| format!("`{u}`: {err}"))
-    });
+    };
+    let url = match (&raw.url, raw.cluster.is_empty()) {
+        (Some(written), true) => e.env_checked("store.url", written, check_url),
+        (None, false) => Some(String::new()),
+        (Some(_), false) => {
+            e.check::<()>(
+                "store.cluster",
+                Err("write either `url` (one Redis) or `cluster` (a Redis Cluster's nodes), not both".into()),
+            );
+            None
+        }
+        (None, true) => {
+            e.check::<()>(
+                "store.url",
+                Err("`backend: redis` needs the Redis: write `url: redis://HOST:6379`, or `url: ${REDIS_URL}` with the password in the variable (or `cluster: [redis://HOST:7000, …]` for a Redis Cluster)".into()),
+            );
+            None
+        }
+    };
+    let cluster: Vec<Secret> = raw
+        .cluster
+        .iter()
+        .enumerate()
+        .filter_map(|(i, u)| e.env_checked(&format!("store.cluster[{i}]"), u, check_url))
+        .map(Secret::new)
+        .collect();
     if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
         e.check::<()>(
             "store.prefix",
@@ -43,6 +61,7 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
     };
     StoreSettings::Redis(RedisSettings {
         url: Secret::new(url),
+        cluster,
         prefix: raw.prefix.clone(),
         timeout: raw.timeout.get(),
         on_error: match raw.on_error {

@@ -175,6 +175,14 @@ fn the_store_section_names_what_is_missing_and_masks_the_password() {
     )
     .unwrap_err();
     assert!(format!("{e:?}").contains("store.prefix"), "{e:?}");
+    let e = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  url: redis://h:6379\n  cluster: ['redis://h:7000']\n",
+    )
+    .unwrap_err();
+    assert!(
+        format!("{e:?}").contains("store.cluster") && format!("{e:?}").contains("not both"),
+        "{e:?}"
+    );
     // TLS to Redis is built in.
     tollgate::Config::from_yaml(
         "store:\n  backend: redis\n  url: 'rediss://redis.internal:6380'\n",
@@ -277,4 +285,46 @@ async fn a_concurrency_limit_counts_requests_in_flight_on_every_replica() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(ok, "the slot released on a never became free for b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_cluster_shares_limits_as_one_redis_does() {
+    let cluster = RedisCluster::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // One seed node is enough: the others are discovered.
+    let yaml = format!(
+        "store:\n  backend: redis\n  cluster: ['redis://127.0.0.1:{}']\n  timeout: 500ms\nrate_limits:\n  a: {{limit: 20, window: hour}}\n  b: {{limit: 30, window: hour}}\npolicies:\n  - name: a\n    match: {{path: '/a/*'}}\n    rate_limit: a\n  - name: b\n    match: {{path: '/b/*'}}\n    rate_limit: b\n",
+        cluster.nodes[0]
+    );
+    let gws = vec![
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let a = spread(&gws, up.addr, "/a", 90).await;
+    let b = spread(&gws, up.addr, "/b", 90).await;
+    let ok = |s: &[u16]| s.iter().filter(|s| **s == 200).count();
+    assert_eq!((ok(&a), ok(&b)), (20, 30), "{a:?} {b:?}");
+    assert!(a.iter().chain(&b).all(|s| *s == 200 || *s == 429));
+    // Each limit's keys live on the node that owns its hash tag's slot.
+    let keys: Vec<String> = cluster
+        .nodes
+        .iter()
+        .flat_map(|&p| {
+            cluster
+                .cli(p, &["--scan", "--pattern", "tollgate:{*"])
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(keys.len() >= 2, "{keys:?}");
+    let m = metrics_when(&gws[0], |t| {
+        t.contains("tollgate_store_duration_seconds_count")
+    })
+    .await;
+    assert!(
+        !m.contains("tollgate_store_errors_total{kind=\"error\"} "),
+        "{m}"
+    );
 }

@@ -658,3 +658,90 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// A 3-node Redis Cluster of the test's own (`redis-cli --cluster create`, no replicas),
+/// stopped when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<u16>,
+    _dir: tempfile::TempDir,
+    children: Vec<std::process::Child>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        let mut children = Vec::new();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            children.push(
+                std::process::Command::new("redis-server")
+                    .current_dir(dir.path())
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--cluster-enabled", "yes"])
+                    .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("redis-server on PATH"),
+            );
+            nodes.push(port);
+        }
+        let c = Self {
+            nodes,
+            _dir: dir,
+            children,
+        };
+        for &p in &c.nodes {
+            c.wait_for(p, &["PING"], |o| o == "PONG");
+        }
+        let addrs: Vec<String> = c.nodes.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for &p in &c.nodes {
+            c.wait_for(p, &["CLUSTER", "INFO"], |o| o.contains("cluster_state:ok"));
+        }
+        c
+    }
+
+    fn wait_for(&self, port: u16, args: &[&str], ok: impl Fn(&str) -> bool) {
+        for _ in 0..1000 {
+            if ok(&self.cli(port, args)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis node {port} never answered {args:?} as expected");
+    }
+
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

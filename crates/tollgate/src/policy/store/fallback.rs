@@ -84,7 +84,12 @@ impl Circuit {
 impl RedisBacked {
     pub fn new(s: &RedisSettings, metrics: &Metrics) -> Result<Self, String> {
         Ok(Self {
-            redis: Redis::new(s.url.expose(), &s.prefix, s.timeout)?,
+            redis: Redis::new(
+                s.url.expose(),
+                &s.cluster.iter().map(|u| u.expose()).collect::<Vec<_>>(),
+                &s.prefix,
+                s.timeout,
+            )?,
             local: Memory::default(),
             on_error: s.on_error,
             timeout: s.timeout,

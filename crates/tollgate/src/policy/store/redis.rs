@@ -2,11 +2,14 @@
 //! as `EVALSHA`, loaded again on `NOSCRIPT`), on one multiplexed connection per worker
 //! thread (requests of a worker pipeline on it instead of waiting for each other), kept
 //! alive and reconnected by redis-rs's connection manager. Keys put the resource in a
-//! `{hash tag}`, so all of one resource's keys sit in one Redis Cluster slot.
+//! `{hash tag}`, so all of one resource's keys sit in one Redis Cluster slot, and every
+//! script touches one key: the store works against a Cluster as against one Redis.
 
 use super::{Added, Key, StoreError};
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::LazyLock;
@@ -95,7 +98,52 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's connection to each store: a worker's tasks share one, pipelined.
-    static CONNECTIONS: RefCell<Vec<(u64, ConnectionManager)>> = const { RefCell::new(Vec::new()) };
+    static CONNECTIONS: RefCell<Vec<(u64, Conn)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where the store's Redis is: one server (or a Sentinel-promoted primary behind one
+/// address), or a Cluster named by some of its nodes.
+enum Client {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A worker's connection to either: both reconnect on their own and pipeline.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 pub struct Redis {
@@ -103,16 +151,26 @@ pub struct Redis {
     /// Lease ids: a random start (replicas' ids do not meet) and a counter.
     lease_base: u64,
     leases: AtomicU64,
-    client: redis::Client,
+    client: Client,
     prefix: String,
     timeout: Duration,
 }
 
 impl Redis {
-    /// A store on the Redis at `url` (nothing is connected until the first operation);
-    /// `timeout` bounds each connection attempt and each answer.
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    /// A store on the Redis at `url`, or on the Cluster whose nodes `cluster` names
+    /// (nothing is connected until the first operation); `timeout` bounds each
+    /// connection attempt and each answer.
+    pub fn new(
+        url: &str,
+        cluster: &[&str],
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        let client = if cluster.is_empty() {
+            Client::Single(redis::Client::open(url).map_err(|e| e.to_string())?)
+        } else {
+            Client::Cluster(ClusterClient::new(cluster.to_vec()).map_err(|e| e.to_string())?)
+        };
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u128(
@@ -139,19 +197,31 @@ impl Redis {
 
     /// This thread's connection, made (lazily: it connects on first use, on this
     /// thread's runtime) the first time this thread asks.
-    fn connection(&self) -> Result<ConnectionManager, StoreError> {
+    fn connection(&self) -> Result<Conn, StoreError> {
         CONNECTIONS.with(|all| {
             let mut all = all.borrow_mut();
             if let Some((_, c)) = all.iter().find(|(id, _)| *id == self.id) {
                 return Ok(c.clone());
             }
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_secs(2));
-            let c = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                .map_err(error)?;
+            let c = match &self.client {
+                Client::Single(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout))
+                        .set_number_of_retries(1)
+                        .set_max_delay(Duration::from_secs(2));
+                    Conn::Single(
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                            .map_err(error)?,
+                    )
+                }
+                Client::Cluster(client) => {
+                    let config = ClusterConfig::new()
+                        .set_connection_timeout(self.timeout)
+                        .set_response_timeout(self.timeout);
+                    Conn::Cluster(client.get_pending_async_connection_with_config(config))
+                }
+            };
             all.push((self.id, c.clone()));
             Ok(c)
         })

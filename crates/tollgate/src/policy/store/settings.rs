@@ -16,6 +16,8 @@ pub enum StoreSettings {
 pub struct RedisSettings {
     /// `redis://…` or `rediss://…`, `${ENV}` already substituted (it may hold a password).
     pub url: Secret,
+    /// A Redis Cluster's nodes (some of them: the rest are discovered), instead of `url`.
+    pub cluster: Vec<Secret>,
     /// The start of every key, so that deployments sharing one Redis stay apart.
     pub prefix: String,
     /// The longest wait for one operation.
