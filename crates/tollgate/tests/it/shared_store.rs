@@ -328,3 +328,35 @@ async fn a_redis_cluster_shares_limits_as_one_redis_does() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_holds_a_request_no_longer_than_the_store_timeout() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 100ms\npolicies:\n  - name: p\n    rate_limit: {{limit: 10, window: hour}}\n",
+        redis.url()
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(
+        get_via(&gw, up.addr, "/warm", &[]).await.status,
+        StatusCode::OK
+    );
+    // Redis stops answering every client for 5 s.
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "5000", "ALL"]), "OK");
+    let paused_at = std::time::Instant::now();
+    let got = get_via(&gw, up.addr, "/during", &[]).await;
+    let waited = paused_at.elapsed();
+    // Answered from the fallback while Redis was still paused: the store's timeout, not
+    // the pause, is what the request waited for.
+    assert_eq!(got.status, StatusCode::OK);
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    let m = metrics_when(&gw, |t| {
+        t.contains("tollgate_store_errors_total{kind=\"timeout\"} 1")
+    })
+    .await;
+    assert!(
+        m.contains("tollgate_store_errors_total{kind=\"timeout\"} 1"),
+        "{m}"
+    );
+}

@@ -207,7 +207,9 @@ impl Redis {
                 Client::Single(client) => {
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout))
+                        // Later than the store's own bound, which then fires first and
+                        // counts the wait as a timeout.
+                        .set_response_timeout(Some(self.timeout * 2))
                         .set_number_of_retries(1)
                         .set_max_delay(Duration::from_secs(2));
                     Conn::Single(
@@ -218,7 +220,7 @@ impl Redis {
                 Client::Cluster(client) => {
                     let config = ClusterConfig::new()
                         .set_connection_timeout(self.timeout)
-                        .set_response_timeout(self.timeout);
+                        .set_response_timeout(self.timeout * 2);
                     Conn::Cluster(client.get_pending_async_connection_with_config(config))
                 }
             };
