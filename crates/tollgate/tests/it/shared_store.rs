@@ -360,3 +360,44 @@ async fn a_paused_redis_holds_a_request_no_longer_than_the_store_timeout() {
         "{m}"
     );
 }
+
+/// Scripts Redis has run so far (`EVALSHA` calls).
+fn scripts_run(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_known_to_be_full_refuses_without_asking_redis() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    rate_limit: {limit: 5, window: hour}\n",
+    );
+    let gws = vec![
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    for i in 0..5 {
+        let got = get_via(&gws[i % 3], up.addr, "/x", &[]).await;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    let before = scripts_run(&redis);
+    for gw in &gws {
+        for _ in 0..10 {
+            let got = get_via(gw, up.addr, "/x", &[]).await;
+            assert_eq!(got.error_code().as_deref(), Some("rate_limited"));
+        }
+    }
+    // Each gateway asked Redis once (its first refusal) and then knew the window was full.
+    let asked = scripts_run(&redis) - before;
+    assert!(asked <= 3, "{asked} scripts for 30 refusals");
+    assert!(asked >= 1, "Redis was never asked");
+}

@@ -26,6 +26,7 @@ pub struct RedisBacked {
     replicas: u64,
     lease_ttl: Duration,
     circuit: Circuit,
+    exhausted: std::sync::Arc<super::exhausted::Exhausted>,
     metrics: Metrics,
 }
 
@@ -96,6 +97,7 @@ impl RedisBacked {
             replicas: s.expected_replicas.max(1),
             lease_ttl: s.lease_ttl,
             circuit: Circuit::default(),
+            exhausted: Default::default(),
             metrics: metrics.clone(),
         })
     }
@@ -182,9 +184,25 @@ impl RedisBacked {
 
 impl Store for RedisBacked {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        if self.exhausted.refuses(key, n, clock::now_ms()) {
+            return StoreFuture::ready(Ok(Added {
+                taken: false,
+                count: limit,
+            }));
+        }
         let fallback_key = key.clone();
+        let (exhausted, k) = (self.exhausted.clone(), key.clone());
         self.run(
-            |r| r.add(key, n, limit, expires_ms),
+            |r| {
+                let add = r.add(key, n, limit, expires_ms);
+                async move {
+                    let added = add.await?;
+                    if !added.taken {
+                        exhausted.remember(&k, n, expires_ms);
+                    }
+                    Ok(added)
+                }
+            },
             move |me| match me.on_error {
                 OnError::Local => me.local.add(&fallback_key, n, me.share(limit), expires_ms),
                 OnError::Allow => StoreFuture::ready(Ok(Added {
@@ -200,11 +218,13 @@ impl Store for RedisBacked {
     }
 
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
+        self.exhausted.forget(key);
         let k = key.clone();
         self.run(|r| r.sub(key, n), move |me| me.local.sub(&k, n))
     }
 
     fn release(&self, key: &Key, n: u64) {
+        self.exhausted.forget(key);
         // From a drop: sent in the background on this thread's runtime, never awaited.
         // With the circuit open the slot was taken here, in memory.
         if self.circuit.is_open() || !self.in_background(self.redis.sub(key, n)) {
@@ -218,6 +238,7 @@ impl Store for RedisBacked {
     }
 
     fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
+        self.exhausted.forget(key);
         let k = key.clone();
         self.run(|r| r.reset(key), move |me| me.local.reset(&k))
     }

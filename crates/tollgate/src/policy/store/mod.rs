@@ -5,6 +5,7 @@
 //! [`memory::Memory`] is the in-process implementation; [`fallback::RedisBacked`] the one
 //! replicas share (`store.backend: redis`), over [`redis::Redis`].
 
+pub mod exhausted;
 pub mod fallback;
 pub mod memory;
 pub mod redis;
