@@ -401,3 +401,35 @@ async fn a_window_known_to_be_full_refuses_without_asking_redis() {
     assert!(asked <= 3, "{asked} scripts for 30 refusals");
     assert!(asked >= 1, "Redis was never asked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_opened_by_one_replicas_failures_is_open_on_the_others() {
+    let redis = RedisServer::start();
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/fail" {
+            answer(503, &[], "down")
+        } else {
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    breaker: {consecutive_failures: 2, open_for: 1m}\n",
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(
+        get_via(&b, up.addr, "/ok", &[]).await.status,
+        StatusCode::OK
+    );
+    // Two failures in a row, both seen by replica a …
+    for _ in 0..2 {
+        assert_eq!(
+            get_via(&a, up.addr, "/fail", &[]).await.status.as_u16(),
+            503
+        );
+    }
+    // … open the breaker for replica b too.
+    let refused = get_via(&b, up.addr, "/ok", &[]).await;
+    assert_eq!(refused.error_code().as_deref(), Some("circuit_open"));
+}
