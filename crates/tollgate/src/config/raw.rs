@@ -207,7 +207,7 @@ impl Default for RawEgress {
 pub struct RawStore {
     /// `memory`: each process counts on its own. `redis`: every gateway naming the same Redis (and `prefix`) shares each rate limit, quota, concurrency limit, breaker, throttling pause and retry budget. The response cache stays per process.
     pub backend: RawStoreBackend,
-    /// The Redis, required with `backend: redis`: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
+    /// The Redis, required with `backend: redis` unless `cluster` names a Redis Cluster: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
     #[serde(serialize_with = "masked_url")]
     pub url: Option<String>,
     /// A Redis Cluster instead of `url`: some of its nodes' URLs (`redis://HOST:PORT`, the rest are discovered). Each resource's keys share one hash slot, so every operation stays one round trip to one node. `${ENV}` allowed; shown masked.
