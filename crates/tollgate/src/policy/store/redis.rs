@@ -229,6 +229,35 @@ impl Redis {
         })
     }
 
+    /// Runs `script` on `key` with `args` (all of them numbers) on this thread's
+    /// connection: one round trip (`EVALSHA`, the script loaded again on `NOSCRIPT`).
+    fn script<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        script: &'static Script,
+        key: &Key,
+        args: &[u64],
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + use<T> {
+        let conn = self.connection();
+        let mut call = script.key(self.key(key));
+        for a in args {
+            call.arg(*a);
+        }
+        async move { call.invoke_async(&mut conn?).await.map_err(error) }
+    }
+
+    /// One command on `key` (`GET`, `DEL`, `ZREM` …) with `args` after it.
+    fn command<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        name: &str,
+        key: &Key,
+        args: &[u64],
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + use<T> {
+        let conn = self.connection();
+        let mut cmd = redis::cmd(name);
+        cmd.arg(self.key(key)).arg(args);
+        async move { cmd.query_async(&mut conn?).await.map_err(error) }
+    }
+
     pub fn add(
         &self,
         key: &Key,
@@ -236,17 +265,9 @@ impl Redis {
         limit: u64,
         expires_ms: u64,
     ) -> impl Future<Output = Result<Added, StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
+        let run = self.script::<(u8, u64)>(&ADD, key, &[n, limit, expires_ms]);
         async move {
-            let mut conn = conn?;
-            let (taken, count): (u8, u64) = ADD
-                .key(key)
-                .arg(n)
-                .arg(limit)
-                .arg(expires_ms)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(error)?;
+            let (taken, count) = run.await?;
             Ok(Added {
                 taken: taken == 1,
                 count,
@@ -259,43 +280,18 @@ impl Redis {
         key: &Key,
         n: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let _: u64 = SUB
-                .key(key)
-                .arg(n)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok(())
-        }
+        let run = self.script::<u64>(&SUB, key, &[n]);
+        async move { run.await.map(drop) }
     }
 
     pub fn get(&self, key: &Key) -> impl Future<Output = Result<u64, StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let v: Option<u64> = redis::cmd("GET")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok(v.unwrap_or(0))
-        }
+        let run = self.command::<Option<u64>>("GET", key, &[]);
+        async move { Ok(run.await?.unwrap_or(0)) }
     }
 
     pub fn reset(&self, key: &Key) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let _: u64 = redis::cmd("DEL")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok(())
-        }
+        let run = self.command::<u64>("DEL", key, &[]);
+        async move { run.await.map(drop) }
     }
 
     pub fn raise(
@@ -304,21 +300,9 @@ impl Redis {
         until_ms: u64,
         expires_ms: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            RAISE
-                .key(key)
-                .arg(until_ms)
-                .arg(expires_ms)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(error)
-        }
+        self.script(&RAISE, key, &[until_ms, expires_ms])
     }
-}
 
-impl Redis {
     /// A lease on one of `limit` slots: its id (never [`super::LOCAL_LEASE`]), or `None`.
     pub fn lease(
         &self,
@@ -330,19 +314,8 @@ impl Redis {
             .lease_base
             .wrapping_add(self.leases.fetch_add(1, Ordering::Relaxed))
             | 1;
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let taken: u8 = LEASE
-                .key(key)
-                .arg(limit)
-                .arg(ttl_ms)
-                .arg(id)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok((taken == 1).then_some(id))
-        }
+        let run = self.script::<u8>(&LEASE, key, &[limit, ttl_ms, id]);
+        async move { Ok((run.await? == 1).then_some(id)) }
     }
 
     pub fn renew(
@@ -351,18 +324,8 @@ impl Redis {
         id: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let _: u8 = RENEW
-                .key(key)
-                .arg(ttl_ms)
-                .arg(id)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok(())
-        }
+        let run = self.script::<u8>(&RENEW, key, &[ttl_ms, id]);
+        async move { run.await.map(drop) }
     }
 
     pub fn unlease(
@@ -370,28 +333,15 @@ impl Redis {
         key: &Key,
         id: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            let _: u64 = redis::cmd("ZREM")
-                .arg(key)
-                .arg(id)
-                .query_async(&mut conn)
-                .await
-                .map_err(error)?;
-            Ok(())
-        }
+        let run = self.command::<u64>("ZREM", key, &[id]);
+        async move { run.await.map(drop) }
     }
 
     pub fn leased(
         &self,
         key: &Key,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send + use<> {
-        let (conn, key) = (self.connection(), self.key(key));
-        async move {
-            let mut conn = conn?;
-            LEASED.key(key).invoke_async(&mut conn).await.map_err(error)
-        }
+        self.script(&LEASED, key, &[])
     }
 }
 
