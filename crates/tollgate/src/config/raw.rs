@@ -223,6 +223,10 @@ pub struct RawStore {
     pub expected_replicas: Int<1, 10_000>,
     /// A concurrency slot on Redis is a lease its gateway renews every third of this while the request is in flight: a gateway killed with requests in flight gives their slots back this long after it last renewed them.
     pub lease_ttl: Dur<1_000, HOUR_MS>,
+    /// How rate limits and quotas count on Redis. `exact`: each admission is one round trip, and the replicas together admit exactly the limit. `lease`: a replica takes `lease_size` admissions from Redis at once and hands them out from memory (one round trip per `lease_size` requests); never more than the limit in all, but admissions a replica took and did not use are lost to the others, so per window up to `expected_replicas × lease_size` fewer may pass.
+    pub sync: RawSync,
+    /// With `sync: lease`: the admissions a replica takes from Redis at once (the last block of a window is what is left).
+    pub lease_size: Int<1, 100_000>,
 }
 
 impl Default for RawStore {
@@ -236,6 +240,8 @@ impl Default for RawStore {
             on_error: RawOnError::Local,
             expected_replicas: Int::of(1),
             lease_ttl: Dur::secs(10),
+            sync: RawSync::Exact,
+            lease_size: Int::of(10),
         }
     }
 }
@@ -245,6 +251,13 @@ impl Default for RawStore {
 pub enum RawStoreBackend {
     Memory,
     Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RawSync {
+    Exact,
+    Lease,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]

@@ -2,9 +2,9 @@
 //! database), a prefix that keeps the hash tag where it belongs. Nothing is connected:
 //! a Redis that is down at start is `on_error`'s business, not a config error.
 
-use super::raw::{RawOnError, RawStore, RawStoreBackend};
+use super::raw::{RawOnError, RawStore, RawStoreBackend, RawSync};
 use super::validate::Errors;
-use crate::policy::store::settings::{OnError, RedisSettings, StoreSettings};
+use crate::policy::store::settings::{OnError, RedisSettings, StoreSettings, Sync};
 use crate::secret::Secret;
 
 pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
@@ -71,5 +71,9 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
         },
         expected_replicas: raw.expected_replicas.get(),
         lease_ttl: raw.lease_ttl.get(),
+        sync: match raw.sync {
+            RawSync::Exact => Sync::Exact,
+            RawSync::Lease => Sync::Lease(raw.lease_size.get()),
+        },
     })
 }

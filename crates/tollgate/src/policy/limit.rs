@@ -151,7 +151,7 @@ impl Limit {
             Group::None => None,
             Group::Counted(part, limit) => {
                 let key = Key::new(&self.resource, &part, window);
-                match self.store.add(&key, 1, limit, end).await {
+                match self.store.take(&key, 1, limit, end).await {
                     Ok(a) if !a.taken => return Err(refused(limit, false)),
                     Ok(_) => Some(key),
                     // A store that cannot answer lets the request through (fail open).
@@ -163,7 +163,7 @@ impl Limit {
             }
         };
         let total = Key::new(&self.resource, &self.total, window);
-        let added = match self.store.add(&total, 1, self.spec.limit, end).await {
+        let added = match self.store.take(&total, 1, self.spec.limit, end).await {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("{e}; request let through");

@@ -433,3 +433,72 @@ async fn a_breaker_opened_by_one_replicas_failures_is_open_on_the_others() {
     let refused = get_via(&b, up.addr, "/ok", &[]).await;
     assert_eq!(refused.error_code().as_deref(), Some("circuit_open"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_budget_one_replica_spent_is_spent_for_the_others() {
+    let redis = RedisServer::start();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let up = upstream(move |_req| {
+        h.fetch_add(1, Ordering::SeqCst);
+        async { answer(503, &[], "down") }
+    })
+    .await;
+    // Three retries per window in all, whatever the traffic.
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    retry: {statuses: ['503'], attempts: 2, base_delay: 0s, budget: 0%, budget_min: 3, budget_window: 1h}\n",
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    for _ in 0..3 {
+        let got = get_via(&a, up.addr, "/x", &[]).await;
+        assert_eq!(got.header("x-tollgate-retries"), Some("1"));
+    }
+    // Replica b has retried nothing, but the budget is the replicas' together.
+    let got = get_via(&b, up.addr, "/x", &[]).await;
+    assert_eq!(got.status.as_u16(), 503);
+    assert_eq!(got.header("x-tollgate-retries"), None);
+    assert_eq!(hits.load(Ordering::SeqCst), 3 * 2 + 1);
+}
+
+/// `n` GETs of `path` sent one after another through `gw`: how many passed.
+async fn passed(gw: &tollgate::Gateway, up: std::net::SocketAddr, path: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        if get_via(gw, up, path, &[]).await.status == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_mode_takes_blocks_never_admits_over_the_limit_and_loses_at_most_a_block_per_replica()
+{
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = store(
+        &redis,
+        "  sync: lease\n  lease_size: 10\nrate_limits:\n  a: {limit: 50, window: hour}\n  b: {limit: 50, window: hour}\npolicies:\n  - name: a\n    match: {path: '/a/*'}\n    rate_limit: a\n  - name: b\n    match: {path: '/b/*'}\n    rate_limit: b\n",
+    );
+    let gws = vec![
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    // 300 requests at once over three replicas: never more than the limit, at most a
+    // block per replica less, and far fewer round trips than admissions.
+    let before = scripts_run(&redis);
+    let statuses = spread(&gws, up.addr, "/a", 300).await;
+    let asked = scripts_run(&redis) - before;
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert!((50 - 3 * 10..=50).contains(&ok), "{ok} admitted of 50");
+    assert!(asked < 50, "{asked} scripts for {ok} admissions");
+    // The bound, met exactly: a replica that took a block and used one admission of it
+    // keeps the other nine from the replicas that go on.
+    assert_eq!(passed(&gws[0], up.addr, "/b/x", 1).await, 1);
+    assert_eq!(passed(&gws[1], up.addr, "/b/x", 60).await, 50 - 10);
+    // The first replica still has its nine.
+    assert_eq!(passed(&gws[0], up.addr, "/b/x", 20).await, 9);
+}

@@ -6,8 +6,9 @@
 //! opens for a backoff (100 ms doubling to 5 s): while it is open no request waits for
 //! Redis; when it ends one request tries Redis again, and its success closes the circuit.
 
+use super::blocks::Blocks;
 use super::redis::Redis;
-use super::settings::{OnError, RedisSettings};
+use super::settings::{OnError, RedisSettings, Sync};
 use super::{Added, Key, Store, StoreError, StoreFuture, memory::Memory};
 use crate::metrics::Metrics;
 use crate::policy::clock;
@@ -27,6 +28,8 @@ pub struct RedisBacked {
     lease_ttl: Duration,
     circuit: Circuit,
     exhausted: std::sync::Arc<super::exhausted::Exhausted>,
+    /// `sync: lease`: admissions taken from Redis in blocks.
+    blocks: Option<Blocks>,
     metrics: Metrics,
 }
 
@@ -98,6 +101,10 @@ impl RedisBacked {
             lease_ttl: s.lease_ttl,
             circuit: Circuit::default(),
             exhausted: Default::default(),
+            blocks: match s.sync {
+                Sync::Exact => None,
+                Sync::Lease(size) => Some(Blocks::new(size)),
+            },
             metrics: metrics.clone(),
         })
     }
@@ -175,6 +182,37 @@ impl RedisBacked {
             .inc();
     }
 
+    /// An admission while Redis cannot answer, as `on_error` says.
+    fn fallback_add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        match self.on_error {
+            OnError::Local => self.local.add(key, n, self.share(limit), expires_ms),
+            OnError::Allow => StoreFuture::ready(Ok(Added {
+                taken: true,
+                count: 0,
+            })),
+            OnError::Deny => StoreFuture::ready(Ok(Added {
+                taken: false,
+                count: limit,
+            })),
+        }
+    }
+
+    /// With `sync: lease`, an admission given back goes to its counter's block (Redis
+    /// counted the block, not the admission).
+    fn gave_back_to_block(&self, key: &Key, n: u64) -> bool {
+        self.blocks.as_ref().is_some_and(|b| b.give_back(key, n))
+    }
+
+    /// A refusal known without asking (the window is full).
+    fn known_full(&self, key: &Key, n: u64, limit: u64) -> Option<StoreFuture<'_, Added>> {
+        self.exhausted
+            .refuses(key, n, clock::now_ms())
+            .then(|| StoreFuture::ready(Ok(Added {
+                taken: false,
+                count: limit,
+            })))
+    }
+
     /// This replica's share of `limit` while Redis is away: rounded up, so a limit never
     /// becomes 0.
     fn share(&self, limit: u64) -> u64 {
@@ -184,11 +222,8 @@ impl RedisBacked {
 
 impl Store for RedisBacked {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
-        if self.exhausted.refuses(key, n, clock::now_ms()) {
-            return StoreFuture::ready(Ok(Added {
-                taken: false,
-                count: limit,
-            }));
+        if let Some(refused) = self.known_full(key, n, limit) {
+            return refused;
         }
         let fallback_key = key.clone();
         let (exhausted, k) = (self.exhausted.clone(), key.clone());
@@ -203,28 +238,71 @@ impl Store for RedisBacked {
                     Ok(added)
                 }
             },
-            move |me| match me.on_error {
-                OnError::Local => me.local.add(&fallback_key, n, me.share(limit), expires_ms),
-                OnError::Allow => StoreFuture::ready(Ok(Added {
-                    taken: true,
-                    count: 0,
-                })),
-                OnError::Deny => StoreFuture::ready(Ok(Added {
-                    taken: false,
-                    count: limit,
-                })),
-            },
+            move |me| me.fallback_add(&fallback_key, n, limit, expires_ms),
         )
+    }
+
+    fn take(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        let Some(blocks) = &self.blocks else {
+            return self.add(key, n, limit, expires_ms);
+        };
+        let block = blocks.of(key);
+        if let Some(a) = block.take(n) {
+            return StoreFuture::ready(Ok(a));
+        }
+        if let Some(refused) = self.known_full(key, n, limit) {
+            return refused;
+        }
+        let key = key.clone();
+        StoreFuture::Pending(Box::pin(async move {
+            // One request of this replica fetches the next block; the others wait for it
+            // and take from it.
+            let _fetching = block.fetching.lock().await;
+            if let Some(a) = block.take(n) {
+                return Ok(a);
+            }
+            // The fetch before this one may have found the window full.
+            if let Some(refused) = self.known_full(&key, n, limit) {
+                return refused.await;
+            }
+            let (exhausted, k, b) = (self.exhausted.clone(), key.clone(), block.clone());
+            let fallback_key = key.clone();
+            let size = blocks.size;
+            self.run(
+                |r| {
+                    let grant = r.grant(&key, n, size, limit, expires_ms);
+                    async move {
+                        let (granted, count) = grant.await?;
+                        if granted == 0 {
+                            exhausted.remember(&k, n, expires_ms);
+                            return Ok(Added {
+                                taken: false,
+                                count,
+                            });
+                        }
+                        Ok(b.filled(granted, n, count))
+                    }
+                },
+                move |me| me.fallback_add(&fallback_key, n, limit, expires_ms),
+            )
+            .await
+        }))
     }
 
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
         self.exhausted.forget(key);
+        if self.gave_back_to_block(key, n) {
+            return StoreFuture::ready(Ok(()));
+        }
         let k = key.clone();
         self.run(|r| r.sub(key, n), move |me| me.local.sub(&k, n))
     }
 
     fn release(&self, key: &Key, n: u64) {
         self.exhausted.forget(key);
+        if self.gave_back_to_block(key, n) {
+            return;
+        }
         // From a drop: sent in the background on this thread's runtime, never awaited.
         // With the circuit open the slot was taken here, in memory.
         if self.circuit.is_open() || !self.in_background(self.redis.sub(key, n)) {

@@ -5,6 +5,7 @@
 //! [`memory::Memory`] is the in-process implementation; [`fallback::RedisBacked`] the one
 //! replicas share (`store.backend: redis`), over [`redis::Redis`].
 
+pub mod blocks;
 pub mod exhausted;
 pub mod fallback;
 pub mod memory;
@@ -113,6 +114,11 @@ pub trait Store: Send + Sync + 'static {
     /// disappears at `expires_ms` (unix milliseconds; 0: never). Redis: a script doing
     /// GET, compare, INCRBY and PEXPIREAT in one step.
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added>;
+    /// An admission (a rate limit's or a quota's window): `add`, which a shared store may
+    /// batch (`store.sync: lease`). What it took is given back by `sub` or `release`.
+    fn take(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+        self.add(key, n, limit, expires_ms)
+    }
     /// Takes `n` back (a grant whose request did not go ahead, a released slot).
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()>;
     /// Takes `n` back without waiting for the answer (a slot released from a drop; a

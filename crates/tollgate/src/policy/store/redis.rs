@@ -30,6 +30,23 @@ return {1, c}",
     )
 });
 
+/// Takes a block for `ARGV[1]` admissions: `ARGV[2]` of them, or what is left below
+/// `ARGV[3]` when less (at least `ARGV[1]`); expiry at `ARGV[4]` (unix ms, 0: none).
+/// Returns `{granted, count}`, `granted` 0 when `ARGV[1]` does not fit.
+static GRANT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+local n = tonumber(ARGV[1])
+local room = tonumber(ARGV[3]) - c
+if room < n then return {0, c} end
+local g = math.max(n, math.min(tonumber(ARGV[2]), room))
+c = redis.call('INCRBY', KEYS[1], g)
+local e = tonumber(ARGV[4])
+if e > 0 then redis.call('PEXPIREAT', KEYS[1], e) end
+return {g, c}",
+    )
+});
+
 /// Takes `ARGV[1]` back, never below 0; a counter without expiry that reaches 0 is removed.
 static SUB: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -273,6 +290,19 @@ impl Redis {
                 count,
             })
         }
+    }
+
+    /// A block of up to `size` admissions holding `n`: `(granted, count)`, granted 0 when
+    /// `n` does not fit under `limit`.
+    pub fn grant(
+        &self,
+        key: &Key,
+        n: u64,
+        size: u64,
+        limit: u64,
+        expires_ms: u64,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send + use<> {
+        self.script(&GRANT, key, &[n, size, limit, expires_ms])
     }
 
     pub fn sub(

@@ -29,6 +29,17 @@ pub struct RedisSettings {
     /// How long a concurrency slot held by a gateway that stopped renewing it (killed)
     /// stays taken.
     pub lease_ttl: Duration,
+    pub sync: Sync,
+}
+
+/// How admissions (rate limits, quotas) are counted on Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// One round trip each: exactly the limit across replicas.
+    Exact,
+    /// Blocks of this many taken at once and handed out from memory: never over the
+    /// limit, up to replicas × block size under it per window.
+    Lease(u64),
 }
 
 /// What a remedy does while Redis cannot answer.
