@@ -207,12 +207,14 @@ impl Default for RawEgress {
 pub struct RawStore {
     /// `memory`: each process counts on its own. `redis`: every gateway naming the same Redis (and `prefix`) shares each rate limit, quota, concurrency limit, breaker, throttling pause and retry budget. The response cache stays per process.
     pub backend: RawStoreBackend,
-    /// The Redis, required with `backend: redis` unless `cluster` names a Redis Cluster: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
+    /// The Redis, required with `backend: redis` unless `cluster` or `sentinel` names it: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS. `${ENV}` allowed (write the password so); shown masked.
     #[serde(serialize_with = "masked_url")]
     pub url: Option<String>,
     /// A Redis Cluster instead of `url`: some of its nodes' URLs (`redis://HOST:PORT`, the rest are discovered). Each resource's keys share one hash slot, so every operation stays one round trip to one node. `${ENV}` allowed; shown masked.
     #[serde(serialize_with = "masked_urls")]
     pub cluster: Vec<String>,
+    /// The primary of a Sentinel-managed Redis instead of `url`: `{nodes: [redis://HOST:26379, …], master: NAME, password: ${ENV}}` (the Sentinels, the name they monitor the primary by, the primary's password if any). tollgate asks the Sentinels for the primary, and again after any failure, so a failover is followed without a restart. `rediss://` Sentinels mean a TLS primary too; passwords shown masked.
+    pub sentinel: Option<RawSentinel>,
     /// The start of every key tollgate writes (`PREFIX:{RESOURCE}:…`): replicas that share limits use the same one; deployments that must not, different ones.
     pub prefix: String,
     /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store.
@@ -235,6 +237,7 @@ impl Default for RawStore {
             backend: RawStoreBackend::Memory,
             url: None,
             cluster: Vec::new(),
+            sentinel: None,
             prefix: "tollgate".into(),
             timeout: Dur::ms(20),
             on_error: RawOnError::Local,
@@ -251,6 +254,19 @@ impl Default for RawStore {
 pub enum RawStoreBackend {
     Memory,
     Redis,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSentinel {
+    /// The Sentinels: `redis://HOST:26379` each (`rediss://` for TLS, which the primary then speaks too; a Sentinel's own password as `redis://:PASSWORD@HOST:26379`). `${ENV}` allowed; shown masked.
+    #[serde(serialize_with = "masked_urls")]
+    pub nodes: Vec<String>,
+    /// The name the Sentinels monitor the primary by (`sentinel monitor NAME …`).
+    pub master: String,
+    /// The primary's password, when it has one: write `${ENV}`; shown masked.
+    #[serde(default, serialize_with = "masked_secret")]
+    pub password: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -271,6 +287,14 @@ pub enum RawOnError {
 /// URLs as `/config` shows them: their user-info (a password) masked.
 fn masked_urls<S: serde::Serializer>(urls: &[String], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(urls.iter().map(|u| crate::secret::mask_url(u)))
+}
+
+/// A password as `/config` shows it.
+fn masked_secret<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(_) => s.serialize_str("MASKED"),
+        None => s.serialize_none(),
+    }
 }
 
 /// A URL as `/config` shows it: its user-info (a password) masked.

@@ -4,7 +4,9 @@
 
 use super::raw::{RawOnError, RawStore, RawStoreBackend, RawSync};
 use super::validate::Errors;
-use crate::policy::store::settings::{OnError, RedisSettings, StoreSettings, Sync};
+use crate::policy::store::settings::{
+    OnError, RedisSettings, SentinelSettings, StoreSettings, Sync,
+};
 use crate::secret::Secret;
 
 pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
@@ -22,24 +24,68 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
             .map(|_| u.to_owned())
             .map_err(|err| format!("`{u}`: {err}"))
     };
-    let url = match (&raw.url, raw.cluster.is_empty()) {
-        (Some(written), true) => e.env_checked("store.url", written, check_url),
-        (None, false) => Some(String::new()),
-        (Some(_), false) => {
+    let named = [
+        raw.url.is_some(),
+        !raw.cluster.is_empty(),
+        raw.sentinel.is_some(),
+    ];
+    let url = match (&raw.url, named.iter().filter(|n| **n).count()) {
+        (Some(written), 1) => e.env_checked("store.url", written, check_url),
+        (None, 1) => Some(String::new()),
+        (_, 0) => {
             e.check::<()>(
-                "store.cluster",
-                Err("write either `url` (one Redis) or `cluster` (a Redis Cluster's nodes), not both".into()),
+                "store.url",
+                Err("`backend: redis` needs the Redis: write `url: redis://HOST:6379`, or `url: ${REDIS_URL}` with the password in the variable (or `cluster: [redis://HOST:7000, …]` for a Redis Cluster, or `sentinel: {nodes: [redis://HOST:26379], master: NAME}`)".into()),
             );
             None
         }
-        (None, true) => {
+        _ => {
+            let second = if named[1] {
+                "store.cluster"
+            } else {
+                "store.sentinel"
+            };
             e.check::<()>(
-                "store.url",
-                Err("`backend: redis` needs the Redis: write `url: redis://HOST:6379`, or `url: ${REDIS_URL}` with the password in the variable (or `cluster: [redis://HOST:7000, …]` for a Redis Cluster)".into()),
+                second,
+                Err("write one of `url` (one Redis), `cluster` (a Redis Cluster's nodes) or `sentinel` (the Sentinels of a primary), not several".into()),
             );
             None
         }
     };
+    let sentinel = raw.sentinel.as_ref().map(|s| {
+        if s.nodes.is_empty() {
+            e.check::<()>(
+                "store.sentinel.nodes",
+                Err("name the Sentinels: write `nodes: [redis://HOST:26379]`".into()),
+            );
+        }
+        if s.master.is_empty() {
+            e.check::<()>(
+                "store.sentinel.master",
+                Err(
+                    "write the name the Sentinels monitor the primary by, e.g. `master: mymaster`"
+                        .into(),
+                ),
+            );
+        }
+        SentinelSettings {
+            nodes: s
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| {
+                    e.env_checked(&format!("store.sentinel.nodes[{i}]"), u, check_url)
+                })
+                .map(Secret::new)
+                .collect(),
+            master: s.master.clone(),
+            password: s
+                .password
+                .as_ref()
+                .and_then(|p| e.env("store.sentinel.password", p))
+                .map(Secret::new),
+        }
+    });
     let cluster: Vec<Secret> = raw
         .cluster
         .iter()
@@ -59,9 +105,10 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
     let Some(url) = url else {
         return StoreSettings::Memory;
     };
-    StoreSettings::Redis(RedisSettings {
+    StoreSettings::Redis(Box::new(RedisSettings {
         url: Secret::new(url),
         cluster,
+        sentinel,
         prefix: raw.prefix.clone(),
         timeout: raw.timeout.get(),
         on_error: match raw.on_error {
@@ -75,5 +122,5 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
             RawSync::Exact => Sync::Exact,
             RawSync::Lease => Sync::Lease(raw.lease_size.get()),
         },
-    })
+    }))
 }

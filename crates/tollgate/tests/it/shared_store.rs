@@ -180,8 +180,32 @@ fn the_store_section_names_what_is_missing_and_masks_the_password() {
     )
     .unwrap_err();
     assert!(
-        format!("{e:?}").contains("store.cluster") && format!("{e:?}").contains("not both"),
+        format!("{e:?}").contains("store.cluster") && format!("{e:?}").contains("not several"),
         "{e:?}"
+    );
+    let e = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  url: redis://h:6379\n  sentinel: {nodes: ['redis://h:26379'], master: m}\n",
+    )
+    .unwrap_err();
+    assert!(format!("{e:?}").contains("store.sentinel"), "{e:?}");
+    let e = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  sentinel: {nodes: [], master: ''}\n",
+    )
+    .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(
+        text.contains("store.sentinel.nodes") && text.contains("store.sentinel.master"),
+        "{text}"
+    );
+    // The primary's password and a Sentinel's never shown.
+    let c = tollgate::Config::from_yaml(
+        "store:\n  backend: redis\n  sentinel: {nodes: ['redis://:s3cret@h:26379'], master: m, password: hunter3}\n",
+    )
+    .unwrap();
+    let shown = c.effective().to_string();
+    assert!(
+        !shown.contains("hunter3") && !shown.contains("s3cret") && shown.contains("MASKED"),
+        "{shown}"
     );
     // TLS to Redis is built in.
     tollgate::Config::from_yaml(
@@ -492,7 +516,10 @@ async fn lease_mode_takes_blocks_never_admits_over_the_limit_and_loses_at_most_a
     let statuses = spread(&gws, up.addr, "/a", 300).await;
     let asked = scripts_run(&redis) - before;
     let ok = statuses.iter().filter(|s| **s == 200).count();
-    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
     assert!((50 - 3 * 10..=50).contains(&ok), "{ok} admitted of 50");
     assert!(asked < 50, "{asked} scripts for {ok} admissions");
     // The bound, met exactly: a replica that took a block and used one admission of it
@@ -501,4 +528,103 @@ async fn lease_mode_takes_blocks_never_admits_over_the_limit_and_loses_at_most_a
     assert_eq!(passed(&gws[1], up.addr, "/b/x", 60).await, 50 - 10);
     // The first replica still has its nine.
     assert_eq!(passed(&gws[0], up.addr, "/b/x", 20).await, 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_followed_without_a_restart() {
+    let mut redis = RedisSentinel::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // `deny` while Redis cannot answer: every 200 below was counted on Redis.
+    let yaml = format!(
+        "store:\n  backend: redis\n  sentinel: {{nodes: ['{}'], master: {}}}\n  timeout: 200ms\n  on_error: deny\npolicies:\n  - name: p\n    rate_limit: {{limit: 10, window: hour}}\n",
+        redis.url(),
+        RedisSentinel::MASTER
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(passed(&gw, up.addr, "/before", 4).await, 4);
+    // The four are on the replica too before the primary dies.
+    assert_eq!(redis.primary.cli(&["WAIT", "1", "2000"]), "1");
+    redis.fail_over();
+    // Refused (never a 5xx) until the gateway reaches the promoted replica…
+    let mut first = None;
+    for _ in 0..300 {
+        let got = get_via(&gw, up.addr, "/after", &[]).await;
+        match got.status.as_u16() {
+            200 => {
+                first = Some(());
+                break;
+            }
+            429 => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            s => panic!("{s} during the failover"),
+        }
+    }
+    assert!(first.is_some(), "the promoted primary was never used");
+    // … where the count went on from 4: six in all after the failover, then refusals.
+    assert_eq!(1 + passed(&gw, up.addr, "/after", 20).await, 6);
+    let keys = redis.primary.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    let key = keys.lines().next().expect("a key on the new primary");
+    assert_eq!(redis.primary.cli(&["GET", key]), "10");
+    let store = admin_get(&gw, "/policies").await.json()["store"].clone();
+    assert_eq!(store["answering"], true, "{store}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_paused_or_gone_costs_no_request_and_is_shared_again_when_back() {
+    let mut cluster = RedisCluster::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // Alone while the cluster is away: half the limit (two replicas expected).
+    let yaml = format!(
+        "store:\n  backend: redis\n  cluster: ['redis://127.0.0.1:{}']\n  timeout: 200ms\n  expected_replicas: 2\npolicies:\n  - name: p\n    rate_limit: {{limit: 10, window: hour}}\n",
+        cluster.nodes[0]
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(passed(&gw, up.addr, "/x", 3).await, 3);
+    // Every node paused: answered from memory within the store's timeout.
+    for &p in &cluster.nodes {
+        assert_eq!(cluster.cli(p, &["CLIENT", "PAUSE", "5000", "ALL"]), "OK");
+    }
+    let paused_at = std::time::Instant::now();
+    assert_eq!(
+        get_via(&gw, up.addr, "/x", &[]).await.status,
+        StatusCode::OK
+    );
+    assert!(paused_at.elapsed() < std::time::Duration::from_secs(5));
+    // Every node killed: no 5xx; this replica's share of 5 (one taken while paused).
+    cluster.kill_all();
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..10 {
+            v.push(get_via(&gw, up.addr, "/x", &[]).await.status.as_u16());
+        }
+        v
+    };
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        4,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    // Back (empty: the nodes kept no data): counted on the cluster again, no restart.
+    cluster.restart();
+    let mut back = false;
+    for _ in 0..600 {
+        if get_via(&gw, up.addr, "/x", &[]).await.status == StatusCode::OK {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(back, "the cluster was never used again");
+    assert_eq!(1 + passed(&gw, up.addr, "/x", 20).await, 10);
+    let m = metrics_when(&gw, |t| {
+        t.contains("tollgate_store_errors_total{kind=\"timeout\"}")
+    })
+    .await;
+    assert!(
+        m.contains("tollgate_store_errors_total{kind=\"timeout\"}"),
+        "{m}"
+    );
 }

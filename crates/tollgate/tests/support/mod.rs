@@ -604,12 +604,7 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Self::on(port)
+        Self::on(free_port())
     }
 
     /// A server on `port` (a restarted one keeps its predecessor's port, not its data).
@@ -636,12 +631,7 @@ impl RedisServer {
 
     /// `redis-cli` against this server: its trimmed output.
     pub fn cli(&self, args: &[&str]) -> String {
-        std::process::Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_default()
+        redis_cli(self.port, args)
     }
 
     /// Kills the server at once (`kill -9`) and waits for it to be gone.
@@ -673,22 +663,8 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         let mut children = Vec::new();
         for _ in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            children.push(
-                std::process::Command::new("redis-server")
-                    .current_dir(dir.path())
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .stdout(std::process::Stdio::null())
-                    .spawn()
-                    .expect("redis-server on PATH"),
-            );
+            let port = free_port();
+            children.push(Self::node(dir.path(), port));
             nodes.push(port);
         }
         let c = Self {
@@ -717,6 +693,40 @@ impl RedisCluster {
         c
     }
 
+    /// A node on `port`, its cluster configuration in `dir` (so a restarted node is again
+    /// the node it was, holding the same slots; its data is gone).
+    fn node(dir: &std::path::Path, port: u16) -> std::process::Child {
+        std::process::Command::new("redis-server")
+            .current_dir(dir)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH")
+    }
+
+    /// Kills every node at once (`kill -9`).
+    pub fn kill_all(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts every node again on its port and waits for the cluster to be whole.
+    pub fn restart(&mut self) {
+        self.children = self
+            .nodes
+            .iter()
+            .map(|&p| Self::node(self._dir.path(), p))
+            .collect();
+        for &p in &self.nodes {
+            self.wait_for(p, &["CLUSTER", "INFO"], |o| o.contains("cluster_state:ok"));
+        }
+    }
+
     fn wait_for(&self, port: u16, args: &[&str], ok: impl Fn(&str) -> bool) {
         for _ in 0..1000 {
             if ok(&self.cli(port, args)) {
@@ -728,12 +738,7 @@ impl RedisCluster {
     }
 
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
-        std::process::Command::new("redis-cli")
-            .args(["-p", &port.to_string()])
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_default()
+        redis_cli(port, args)
     }
 }
 
@@ -743,5 +748,125 @@ impl Drop for RedisCluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// A primary, its replica and one Sentinel watching them (quorum 1, down after 300 ms), of
+/// the test's own, stopped when dropped.
+pub struct RedisSentinel {
+    pub primary: RedisServer,
+    pub replica: Option<RedisServer>,
+    pub sentinel: u16,
+    _dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+/// `redis-cli -p PORT ARGS…`: its trimmed output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (5 s at most) for `ok`; fails the test when it never holds.
+fn wait_until(what: &str, ok: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{what}: never happened");
+}
+
+impl RedisSentinel {
+    pub const MASTER: &'static str = "tg";
+
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start();
+        assert_eq!(
+            replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]),
+            "OK"
+        );
+        wait_until("the replica in sync", || {
+            replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let sentinel = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {sentinel}\nbind 127.0.0.1\nsentinel monitor {m} 127.0.0.1 {p} 1\nsentinel down-after-milliseconds {m} 300\nsentinel failover-timeout {m} 2000\n",
+                m = Self::MASTER,
+                p = primary.port
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let port = replica.port.to_string();
+        let s = Self {
+            primary,
+            replica: Some(replica),
+            sentinel,
+            _dir: dir,
+            child,
+        };
+        wait_until("the Sentinel to know the replica", || {
+            s.sentinel_cli(&["SENTINEL", "REPLICAS", Self::MASTER])
+                .contains(&port)
+        });
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel)
+    }
+
+    pub fn sentinel_cli(&self, args: &[&str]) -> String {
+        redis_cli(self.sentinel, args)
+    }
+
+    /// The port of the primary the Sentinel names now.
+    pub fn named_primary(&self) -> Option<u16> {
+        self.sentinel_cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER])
+            .lines()
+            .last()
+            .and_then(|p| p.trim().parse().ok())
+    }
+
+    /// Kills the primary (`kill -9`) and waits for the Sentinel to promote the replica.
+    pub fn fail_over(&mut self) {
+        let replica = self.replica.take().expect("a replica to promote");
+        std::mem::replace(&mut self.primary, replica).kill();
+        wait_until("the Sentinel to promote the replica", || {
+            self.named_primary() == Some(self.primary.port)
+        });
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -31,10 +31,12 @@ impl Block {
             if left < n {
                 return None;
             }
-            match self
-                .left
-                .compare_exchange_weak(left, left - n, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.left.compare_exchange_weak(
+                left,
+                left - n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     return Some(Added {
                         taken: true,

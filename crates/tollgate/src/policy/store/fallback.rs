@@ -91,6 +91,11 @@ impl RedisBacked {
             redis: Redis::new(
                 s.url.expose(),
                 &s.cluster.iter().map(|u| u.expose()).collect::<Vec<_>>(),
+                s.sentinel.as_ref().map(|s| super::sentinel::Sentinels {
+                    nodes: s.nodes.iter().map(|n| n.expose().to_owned()).collect(),
+                    master: s.master.clone(),
+                    password: s.password.as_ref().map(|p| p.expose().to_owned()),
+                }),
                 &s.prefix,
                 s.timeout,
             )?,
@@ -183,7 +188,13 @@ impl RedisBacked {
     }
 
     /// An admission while Redis cannot answer, as `on_error` says.
-    fn fallback_add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
+    fn fallback_add(
+        &self,
+        key: &Key,
+        n: u64,
+        limit: u64,
+        expires_ms: u64,
+    ) -> StoreFuture<'_, Added> {
         match self.on_error {
             OnError::Local => self.local.add(key, n, self.share(limit), expires_ms),
             OnError::Allow => StoreFuture::ready(Ok(Added {
@@ -205,12 +216,12 @@ impl RedisBacked {
 
     /// A refusal known without asking (the window is full).
     fn known_full(&self, key: &Key, n: u64, limit: u64) -> Option<StoreFuture<'_, Added>> {
-        self.exhausted
-            .refuses(key, n, clock::now_ms())
-            .then(|| StoreFuture::ready(Ok(Added {
+        self.exhausted.refuses(key, n, clock::now_ms()).then(|| {
+            StoreFuture::ready(Ok(Added {
                 taken: false,
                 count: limit,
-            })))
+            }))
+        })
     }
 
     /// This replica's share of `limit` while Redis is away: rounded up, so a limit never

@@ -10,6 +10,7 @@ pub mod exhausted;
 pub mod fallback;
 pub mod memory;
 pub mod redis;
+pub mod sentinel;
 pub mod settings;
 
 use std::fmt;

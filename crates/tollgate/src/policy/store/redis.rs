@@ -5,6 +5,7 @@
 //! `{hash tag}`, so all of one resource's keys sit in one Redis Cluster slot, and every
 //! script touches one key: the store works against a Cluster as against one Redis.
 
+use super::sentinel::{Primary, Sentinels};
 use super::{Added, Key, StoreError};
 use redis::Script;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -12,8 +13,8 @@ use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// Adds `ARGV[1]` when the result stays within `ARGV[2]`; expiry at `ARGV[3]` (unix ms,
@@ -118,18 +119,20 @@ thread_local! {
     static CONNECTIONS: RefCell<Vec<(u64, Conn)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Where the store's Redis is: one server (or a Sentinel-promoted primary behind one
-/// address), or a Cluster named by some of its nodes.
+/// Where the store's Redis is: one server, a Cluster named by some of its nodes, or the
+/// primary Sentinels name.
 enum Client {
     Single(redis::Client),
     Cluster(ClusterClient),
+    Sentinel(Sentinels),
 }
 
-/// A worker's connection to either: both reconnect on their own and pipeline.
+/// A worker's connection to any of them: each reconnects on its own and pipelines.
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<Primary>),
 }
 
 impl ConnectionLike for Conn {
@@ -140,6 +143,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(p) => p.command(cmd),
         }
     }
 
@@ -152,6 +156,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(p) => p.commands(cmd, offset, count),
         }
     }
 
@@ -159,6 +164,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(_) => 0,
         }
     }
 }
@@ -174,16 +180,21 @@ pub struct Redis {
 }
 
 impl Redis {
-    /// A store on the Redis at `url`, or on the Cluster whose nodes `cluster` names
-    /// (nothing is connected until the first operation); `timeout` bounds each
-    /// connection attempt and each answer.
+    /// A store on the Redis at `url`, on the Cluster whose nodes `cluster` names, or on
+    /// the primary `sentinels` name (nothing is connected until the first operation);
+    /// `timeout` bounds each connection attempt and each answer.
     pub fn new(
         url: &str,
         cluster: &[&str],
+        sentinels: Option<Sentinels>,
         prefix: &str,
         timeout: Duration,
     ) -> Result<Self, String> {
-        let client = if cluster.is_empty() {
+        let client = if let Some(s) = sentinels {
+            // Checked now, so that `check` reports it; each worker builds its own.
+            Primary::new(&s, timeout).map_err(|e| e.to_string())?;
+            Client::Sentinel(s)
+        } else if cluster.is_empty() {
             Client::Single(redis::Client::open(url).map_err(|e| e.to_string())?)
         } else {
             Client::Cluster(ClusterClient::new(cluster.to_vec()).map_err(|e| e.to_string())?)
@@ -239,6 +250,9 @@ impl Redis {
                         .set_connection_timeout(self.timeout)
                         .set_response_timeout(self.timeout * 2);
                     Conn::Cluster(client.get_pending_async_connection_with_config(config))
+                }
+                Client::Sentinel(s) => {
+                    Conn::Sentinel(Primary::new(s, self.timeout).map_err(error)?)
                 }
             };
             all.push((self.id, c.clone()));

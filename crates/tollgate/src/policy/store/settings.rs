@@ -9,7 +9,7 @@ pub enum StoreSettings {
     /// This process's memory (the default): each replica counts on its own.
     #[default]
     Memory,
-    Redis(RedisSettings),
+    Redis(Box<RedisSettings>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,8 @@ pub struct RedisSettings {
     pub url: Secret,
     /// A Redis Cluster's nodes (some of them: the rest are discovered), instead of `url`.
     pub cluster: Vec<Secret>,
+    /// The primary Sentinels name, instead of `url`.
+    pub sentinel: Option<SentinelSettings>,
     /// The start of every key, so that deployments sharing one Redis stay apart.
     pub prefix: String,
     /// The longest wait for one operation.
@@ -30,6 +32,16 @@ pub struct RedisSettings {
     /// stays taken.
     pub lease_ttl: Duration,
     pub sync: Sync,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentinelSettings {
+    /// The Sentinels' URLs (their own passwords inside).
+    pub nodes: Vec<Secret>,
+    /// The name the Sentinels monitor the primary by.
+    pub master: String,
+    /// The primary's password.
+    pub password: Option<Secret>,
 }
 
 /// How admissions (rate limits, quotas) are counted on Redis.
