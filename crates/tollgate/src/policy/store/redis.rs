@@ -124,7 +124,8 @@ thread_local! {
 enum Client {
     Single(redis::Client),
     Cluster(ClusterClient),
-    Sentinel(Sentinels),
+    /// One connection for all workers (see [`super::sentinel`]).
+    Sentinel(Arc<Primary>),
 }
 
 /// A worker's connection to any of them: each reconnects on its own and pipelines.
@@ -191,9 +192,7 @@ impl Redis {
         timeout: Duration,
     ) -> Result<Self, String> {
         let client = if let Some(s) = sentinels {
-            // Checked now, so that `check` reports it; each worker builds its own.
-            Primary::new(&s, timeout).map_err(|e| e.to_string())?;
-            Client::Sentinel(s)
+            Client::Sentinel(Primary::new(&s, timeout).map_err(|e| e.to_string())?)
         } else if cluster.is_empty() {
             Client::Single(redis::Client::open(url).map_err(|e| e.to_string())?)
         } else {
@@ -251,9 +250,7 @@ impl Redis {
                         .set_response_timeout(self.timeout * 2);
                     Conn::Cluster(client.get_pending_async_connection_with_config(config))
                 }
-                Client::Sentinel(s) => {
-                    Conn::Sentinel(Primary::new(s, self.timeout).map_err(error)?)
-                }
+                Client::Sentinel(p) => Conn::Sentinel(p.clone()),
             };
             all.push((self.id, c.clone()));
             Ok(c)
