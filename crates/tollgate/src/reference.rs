@@ -286,11 +286,17 @@ pub fn defaults_yaml() -> String {
     let intercept = yaml_serde::from_str::<crate::config::raw::RawIntercept>(ca)
         .and_then(yaml_serde::to_value)
         .unwrap_or(yaml_serde::Value::Null);
+    // Sentinel has no default either (used with `backend: redis` instead of `url`).
+    let sentinel = "{sentinel: {nodes: ['redis://sentinel-1:26379'], master: mymaster}}";
+    let store = yaml_serde::from_str::<crate::config::raw::RawStore>(sentinel)
+        .and_then(yaml_serde::to_value)
+        .unwrap_or(yaml_serde::Value::Null);
     let mut out = yaml_serde::Mapping::new();
     for section in SECTIONS.iter().chain(&["diagnosis"]) {
         let value = match *section {
             "diagnosis" => diagnosis.clone(),
             "intercept" => intercept.clone(),
+            "store" => store.clone(),
             s => all[s].clone(),
         };
         out.insert((*section).into(), value);
