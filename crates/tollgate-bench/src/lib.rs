@@ -17,6 +17,7 @@ pub mod lura;
 pub mod machine;
 pub mod peers;
 pub mod procs;
+pub mod redis;
 pub mod report;
 pub mod stats;
 
@@ -40,6 +41,10 @@ pub enum BenchCommand {
     /// tunnel (interception) against a plain tunnel, the provider straight and mitmproxy;
     /// the CPU of a new connection and of a leaf certificate.
     Https(https::HttpsArgs),
+    /// A rate limit counted on Redis (`store.backend: redis`, exact and in blocks) against
+    /// the same limit in memory: the footprint beside Redis's own round trip, and
+    /// requests per second on one core.
+    Redis(redis::RedisArgs),
     /// Instructions per request under valgrind's callgrind: tollgate's scenarios beside the
     /// hyper floor, nginx and HAProxy, with the functions they go to (machine-independent).
     Instructions(instructions::InstructionsArgs),
@@ -123,6 +128,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Aggregate(a) => aggregate::run(a),
         BenchCommand::Instructions(a) => instructions::run(a),
         BenchCommand::Https(a) => https::run(a),
+        BenchCommand::Redis(a) => redis::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

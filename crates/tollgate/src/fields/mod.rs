@@ -116,3 +116,8 @@ fn parse_net(s: &str) -> Result<IpNet, String> {
         )),
     }
 }
+
+/// `true`: the default of a switch that is on unless written `false`.
+pub fn yes() -> bool {
+    true
+}

@@ -39,6 +39,8 @@ fn fingerprint<T: std::fmt::Debug>(spec: &T) -> String {
 pub struct Build<'a> {
     previous: Option<&'a Engine>,
     pub store: &'a Arc<dyn Store>,
+    /// This process's memory, for resources that are not `shared` when `store` is.
+    local: Arc<dyn Store>,
     pub metrics: &'a Metrics,
     /// The policy whose chain is being built.
     pub policy: &'a str,
@@ -66,6 +68,16 @@ impl Build<'_> {
     /// prefix of its store keys).
     pub fn id<T: std::fmt::Debug>(&self, kind: &str, name: &str, spec: &T) -> String {
         format!("{kind}:{name}:{}", fingerprint(spec))
+    }
+
+    /// The store of a resource: the configured one, or this process's memory for one
+    /// that is not `shared`.
+    pub fn store_for(&self, shared: bool) -> Arc<dyn Store> {
+        if shared {
+            self.store.clone()
+        } else {
+            self.local.clone()
+        }
     }
 
     /// The policy's counters of a remedy's actions.
@@ -98,6 +110,11 @@ impl Engine {
         let mut b = Build {
             previous,
             store,
+            local: if store.shared() {
+                Arc::new(super::store::memory::Memory::default())
+            } else {
+                store.clone()
+            },
             metrics,
             policy: "",
             resources: FxHashMap::default(),

@@ -628,3 +628,24 @@ async fn a_redis_cluster_paused_or_gone_costs_no_request_and_is_shared_again_whe
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_written_shared_false_is_each_replicas_own() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = store(
+        &redis,
+        "rate_limits:\n  global: {limit: 3, window: hour}\n  each: {limit: 3, window: hour, shared: false}\nconcurrency_limits:\n  c: {max: 1, shared: false}\npolicies:\n  - name: g\n    match: {path: '/g/*'}\n    rate_limit: global\n  - name: e\n    match: {path: '/e/*'}\n    rate_limit: each\n    concurrency: c\n",
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(passed(&a, up.addr, "/g/x", 5).await, 3);
+    assert_eq!(passed(&b, up.addr, "/g/x", 5).await, 0);
+    // Three on each replica, and nothing of it on Redis.
+    assert_eq!(passed(&a, up.addr, "/e/x", 5).await, 3);
+    assert_eq!(passed(&b, up.addr, "/e/x", 5).await, 3);
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    assert!(
+        keys.contains("rate:global") && !keys.contains("each"),
+        "{keys}"
+    );
+}

@@ -33,6 +33,8 @@ pub struct BreakerSpec {
     pub failure_statuses: Statuses,
     pub connect_errors: bool,
     pub timeouts: bool,
+    /// Kept on the shared store (`store.backend: redis`) rather than this process's.
+    pub shared: bool,
 }
 
 /// A declared (or inline) breaker, shared by the policies that refer to it.
@@ -285,7 +287,7 @@ impl RemedyKind for Kind {
                 Arc::from(r.name.as_str()),
                 r.spec.clone(),
                 Arc::from(id.as_str()),
-                b.store.clone(),
+                b.store_for(r.spec.shared),
                 b.metrics
                     .breaker_state
                     .get_or_create(&crate::metrics::NameLabels {
@@ -357,6 +359,7 @@ impl Default for BreakerSpec {
             failure_statuses: Statuses(vec![(500, 599)]),
             connect_errors: true,
             timeouts: true,
+            shared: true,
         }
     }
 }
@@ -384,6 +387,8 @@ pub struct RawBreaker {
     pub connect_errors: bool,
     /// Response timeouts count.
     pub timeouts: bool,
+    /// With `store.backend: redis`: `false` keeps this breaker in each replica's own memory (each replica opens on its own failures); `true` counts it once for all replicas. No effect on the memory store.
+    pub shared: bool,
 }
 
 impl Default for RawBreaker {
@@ -398,6 +403,7 @@ impl Default for RawBreaker {
             failure_statuses: vec!["500-599".into()],
             connect_errors: true,
             timeouts: true,
+            shared: true,
         }
     }
 }
@@ -419,6 +425,7 @@ pub fn breaker(e: &mut Errors, path: &str, b: &RawBreaker) -> BreakerSpec {
             .unwrap_or_default(),
         connect_errors: b.connect_errors,
         timeouts: b.timeouts,
+        shared: b.shared,
     };
     if spec.consecutive_failures == 0 && spec.failure_ratio.is_none() {
         e.fail(

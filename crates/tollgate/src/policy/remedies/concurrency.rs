@@ -181,7 +181,7 @@ impl RemedyKind for Kind {
                 Arc::from(r.name.as_str()),
                 r.spec.limit.clone(),
                 Arc::from(id.as_str()),
-                b.store.clone(),
+                b.store_for(r.spec.shared),
                 b.queue(&r.name, &r.spec.queue),
             )
         });
@@ -265,6 +265,8 @@ impl Remedy for Concurrency {
 pub struct ConcurrencyLimitSpec {
     pub limit: ConcurrencySpec,
     pub queue: Option<QueueSpec>,
+    /// Counted on the shared store (`store.backend: redis`) rather than this process's.
+    pub shared: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -276,6 +278,9 @@ pub struct RawConcurrency {
     pub group_by: Option<String>,
     /// Wait for a slot instead of being refused.
     pub queue: Option<RawQueue>,
+    /// With `store.backend: redis`: `false` keeps this limit in each replica's own memory (a per-replica limit: each replica gets all of it); `true` counts it once for all replicas. No effect on the memory store.
+    #[serde(default = "crate::fields::yes")]
+    pub shared: bool,
 }
 
 pub fn concurrency(e: &mut Errors, path: &str, c: &RawConcurrency) -> ConcurrencyLimitSpec {
@@ -288,5 +293,6 @@ pub fn concurrency(e: &mut Errors, path: &str, c: &RawConcurrency) -> Concurrenc
                 .and_then(|h| e.read_header(&format!("{path}.group_by"), h)),
         },
         queue: queue(e, &format!("{path}.queue"), &c.queue),
+        shared: c.shared,
     }
 }

@@ -92,7 +92,7 @@ fn resource(b: &mut Build<'_>, r: &Resource<QuotaSpec>) -> Arc<QuotaResource> {
                 r.spec.limit.clone(),
                 Arc::from(id.as_str()),
                 parent,
-                b.store.clone(),
+                b.store_for(r.spec.shared),
             )),
             remaining: b
                 .metrics
@@ -158,6 +158,8 @@ impl Remedy for Quota {
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuotaSpec {
     pub limit: LimitSpec,
+    /// Counted on the shared store (`store.backend: redis`) rather than this process's.
+    pub shared: bool,
     /// The declared quota this one takes a share of.
     pub parent: Option<Box<Resource<QuotaSpec>>>,
 }
@@ -183,6 +185,9 @@ pub struct RawQuota {
     /// Response statuses that give the request back, because the provider does not charge them (`[304]`). A child's refund gives back its parent's count too.
     #[serde(default)]
     pub refund_on: Vec<u16>,
+    /// With `store.backend: redis`: `false` keeps this quota in each replica's own memory (a per-replica quota: each replica gets all of it); `true` counts it once for all replicas. No effect on the memory store.
+    #[serde(default = "crate::fields::yes")]
+    pub shared: bool,
 }
 
 fn day() -> String {
@@ -284,6 +289,7 @@ pub fn quota(
                     groups: None,
                     refund_on: refund_on(e, path, &q.refund_on),
                 },
+                shared: q.shared,
                 parent: Some(p),
             }
         }
@@ -305,6 +311,7 @@ pub fn quota(
                     groups: None,
                     refund_on: refund_on(e, path, &q.refund_on),
                 },
+                shared: q.shared,
                 parent: None,
             }
         }

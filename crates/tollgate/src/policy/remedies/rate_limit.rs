@@ -244,7 +244,7 @@ impl RemedyKind for Kind {
                 r.spec.limit.clone(),
                 Arc::from(id.as_str()),
                 None,
-                b.store.clone(),
+                b.store_for(r.spec.shared),
             ),
             queue: b.queue(&r.name, &r.spec.queue),
         });
@@ -333,6 +333,8 @@ pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::Status
 pub struct RateLimitSpec {
     pub limit: LimitSpec,
     pub queue: Option<QueueSpec>,
+    /// Counted on the shared store (`store.backend: redis`) rather than this process's.
+    pub shared: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -358,6 +360,9 @@ pub struct RawRateLimit {
     /// Response statuses that give the request back to the limit, because the provider does not charge them: GitHub does not count a conditional request it answers **304**, so `refund_on: [304]` keeps tollgate's count equal to GitHub's. Counted as the action `refunded`.
     #[serde(default)]
     pub refund_on: Vec<u16>,
+    /// With `store.backend: redis`: `false` keeps this limit in each replica's own memory (a per-replica limit: each replica gets all of it); `true` counts it once for all replicas. No effect on the memory store.
+    #[serde(default = "crate::fields::yes")]
+    pub shared: bool,
 }
 
 fn allow() -> String {
@@ -429,5 +434,6 @@ pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec
             refund_on: refund_on(e, path, &r.refund_on),
         },
         queue: queue(e, &format!("{path}.queue"), &r.queue),
+        shared: r.shared,
     }
 }

@@ -382,6 +382,10 @@ impl Store for RedisBacked {
         self.run(|r| r.leased(key), move |me| me.local.get(&k))
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "backend": "redis",

@@ -170,6 +170,10 @@ pub trait Store: Send + Sync + 'static {
     fn leased(&self, key: &Key) -> StoreFuture<'_, u64> {
         self.get(key)
     }
+    /// Whether replicas share it (`store.backend: redis`).
+    fn shared(&self) -> bool {
+        false
+    }
     /// What `GET /policies` shows of the store: its backend, and for a remote one whether
     /// it answers.
     fn describe(&self) -> serde_json::Value {

@@ -1,0 +1,286 @@
+//! `tollgate bench redis`: a rate limit counted on Redis (`store.backend: redis`) against
+//! the same limit in memory, in one run: the footprint per percentile (open loop,
+//! interleaved request by request), set beside `redis-benchmark`'s own round trip to the
+//! same Redis, and requests per second on one core at 64 connections (closed loop,
+//! rounds A B A B), `sync: exact` and `sync: lease`. The Redis is a `redis-server` the
+//! bench starts on a free port, pinned beside the provider.
+
+use crate::harness::{Harness, Interleave, Layout, Target};
+use crate::loadgen::Mode;
+use crate::stats::{self, Series};
+use crate::{CommonArgs, machine, procs, report};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(Debug, clap::Args)]
+pub struct RedisArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Requests per target for the footprint and for capacity, split over the rounds
+    /// (default 30000; --quick 6000).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Open-loop arrival rate of the footprint, per target (requests/s).
+    #[arg(long, default_value_t = 400.0)]
+    pub rate: f64,
+    /// Keep-alive connections of the capacity measurement.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// The `redis-server` to start (default: the one on PATH).
+    #[arg(long, default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// The `redis-benchmark` that measures Redis's own round trip (default: on PATH;
+    /// absent: the round trip is not measured, said in the report).
+    #[arg(long, default_value = "redis-benchmark")]
+    pub redis_benchmark: PathBuf,
+}
+
+/// The provider's answer at once.
+const PATH: &str = "/delay/0ms";
+
+/// Every request matched by one policy whose rate limit never refuses.
+const LIMIT: &str =
+    "policies:\n  - name: all\n    rate_limit: {limit: 1000000000000, window: second}\n";
+
+pub fn run(args: RedisArgs) -> Result<(), String> {
+    let c = &args.common;
+    let requests = args
+        .requests
+        .unwrap_or(if c.quick { 6_000 } else { 30_000 });
+    let load_before = machine::loadavg();
+    let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared)?)?;
+    let server = procs::on_path(&args.redis_server.to_string_lossy()).ok_or_else(|| {
+        format!(
+            "{} not found: install redis-server (apt-get install redis-server) or pass --redis-server",
+            args.redis_server.display()
+        )
+    })?;
+    let port = procs::free_port();
+    let cores = h.placement.server_cores(1);
+    let (mut cmd, where_) = procs::command(&server, cores.as_deref());
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", server.display()))?;
+    let _redis = procs::Proc::new("redis", child, where_.clone());
+    procs::wait_port(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        std::time::Duration::from_secs(10),
+    )?;
+    h.lines
+        .push(format!("redis: redis-server 127.0.0.1:{port} ({where_})"));
+    let store = |sync: &str| {
+        format!(
+            "store:\n  backend: redis\n  url: redis://127.0.0.1:{port}\n  sync: {sync}\n  lease_size: 100\n"
+        )
+    };
+    let memory_cfg = config(&h.out, "memory.yaml", "")?;
+    let redis_cfg = config(&h.out, "redis.yaml", &store("exact"))?;
+    let lease_cfg = config(&h.out, "redis-lease.yaml", &store("lease"))?;
+    let direct = h.direct();
+    let memory = h.tollgate("memory", &memory_cfg, c.threads)?;
+    let redis = h.tollgate("redis", &redis_cfg, c.threads)?;
+    let lease = h.tollgate("redis-lease", &lease_cfg, c.threads)?;
+    let rtt = round_trip(&args.redis_benchmark, port);
+    match &rtt {
+        Ok(rtt) => h.lines.push(format!(
+            "redis-benchmark PING, one client: p50 {:.0} µs, p99 {:.0} µs",
+            rtt.0, rtt.1
+        )),
+        Err(why) => h.lines.push(format!("redis-benchmark: skipped ({why})")),
+    }
+    for l in &h.lines {
+        eprintln!("{l}");
+    }
+    eprintln!("load average before: {load_before}");
+    let rounds = c.rounds.max(2);
+    let warmup = c.warmup.unwrap_or(if c.quick { 200 } else { 1000 });
+    let per_round = (requests / rounds as u64).max(1);
+
+    // 1. Footprint: open loop, all targets in the same run, request by request.
+    let all: Vec<&Target> = vec![&direct, &memory, &redis, &lease];
+    let connections = 32;
+    let mut series: Vec<Series> = all.iter().map(|t| Series::new(&t.name)).collect();
+    for round in 0..rounds {
+        let w = if round == 0 { warmup } else { 0 };
+        let mode = Mode::Open { rate: args.rate };
+        for m in h.round(
+            &all,
+            Interleave::Requests,
+            PATH,
+            per_round,
+            w,
+            connections,
+            mode,
+        )? {
+            m.add_to(&mut series);
+        }
+    }
+    let (base, others) = series.split_first().ok_or("no direct series")?;
+    let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
+    report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&rows))?;
+    let p50 = |name: &str| {
+        series
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0.0, |s| s.value_us(50.0))
+    };
+    let over_memory = p50("redis") - p50("memory");
+    let lease_over_memory = p50("redis-lease") - p50("memory");
+
+    // 2. Capacity: closed loop, one target at a time, rounds A B A B.
+    let capacity: Vec<&Target> = all[1..].to_vec();
+    let mut rps: Vec<Vec<f64>> = vec![Vec::new(); capacity.len()];
+    let mut failed = vec![0u64; capacity.len()];
+    for _ in 0..rounds {
+        for (i, t) in capacity.iter().enumerate() {
+            let r = h.measure(
+                t,
+                PATH,
+                per_round,
+                warmup / 2,
+                args.concurrency,
+                Mode::Closed,
+            )?;
+            eprintln!(
+                "capacity {:<12} {:>8.0} req/s ({} errors, load-gen CPU {:.0}%)",
+                t.name,
+                r.rps(),
+                r.errors,
+                r.cpu_share() * 100.0
+            );
+            rps[i].push(r.rps());
+            failed[i] += r.errors + r.non_2xx;
+        }
+    }
+    let rps: Vec<f64> = rps.iter_mut().map(|v| stats::median(v)).collect();
+    let ratio = |i: usize| rps[i] / rps[0].max(1e-9);
+    let store_metrics = redis.metrics().unwrap_or_default();
+    let errors = crate::harness::counter(&store_metrics, "tollgate_store_errors_total");
+    let load_after = machine::loadavg();
+    eprintln!("load average after: {load_after}");
+
+    let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
+    let mut md = format!(
+        "# tollgate bench redis\n\n{}, {} cores, one proxy thread each; redis-server {} beside the provider. Every request matched by a policy whose rate limit never refuses: counted in memory, on Redis one round trip each (`sync: exact`), or on Redis in blocks of 100 (`sync: lease`). Footprint: open loop at {} requests/s per target over {connections} connections, targets interleaved request by request, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
+        machine::cpu_model(),
+        machine::cores(),
+        where_,
+        args.rate,
+        args.concurrency
+    );
+    md += &report::summary_table(&rows, &names);
+    md += &match &rtt {
+        Ok((p50, p99)) => format!(
+            "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip, {p50:.0} µs); redis-lease − memory: {lease_over_memory:+.0} µs.\n"
+        ),
+        Err(why) => format!(
+            "\nredis − memory at p50: **{over_memory:+.0} µs**; redis-lease − memory: {lease_over_memory:+.0} µs. Redis's own round trip not measured: {why}.\n"
+        ),
+    };
+    md += "\n| target | requests/s (median) | ÷ memory | failed |\n|---|---:|---:|---:|\n";
+    for (i, t) in capacity.iter().enumerate() {
+        md += &format!(
+            "| {} | {:.0} | {:.2} | {} |\n",
+            t.name,
+            rps[i],
+            ratio(i),
+            failed[i]
+        );
+    }
+    md += &format!(
+        "\nredis ÷ memory at {} connections: **{:.2}×** (target ≥ 0.7×). Store errors on the redis target: {}.\n",
+        args.concurrency,
+        ratio(1),
+        errors.unwrap_or(0)
+    );
+    report::write(&c.out, "summary.md", &md)?;
+    eprintln!("\n{md}");
+    let mut meta = machine::metadata("bench redis", &std::env::args().collect::<Vec<_>>());
+    meta["footprint_p50_redis_over_memory_us"] = json!(over_memory);
+    meta["footprint_p50_lease_over_memory_us"] = json!(lease_over_memory);
+    meta["redis_round_trip_us"] = match &rtt {
+        Ok((p50, p99)) => json!({"p50": p50, "p99": p99}),
+        Err(why) => json!(why),
+    };
+    meta["requests_per_second"] = json!(
+        capacity
+            .iter()
+            .zip(&rps)
+            .map(|(t, r)| (t.name.clone(), json!(r)))
+            .collect::<serde_json::Map<_, _>>()
+    );
+    report::write_metadata(
+        &c.out,
+        meta,
+        &h.lines,
+        (&load_before, &load_after),
+        &[
+            "percentiles.csv".into(),
+            "summary.md".into(),
+            "metadata.json".into(),
+        ],
+    )
+}
+
+/// Writes a tollgate config for this bench: one route to the provider, the limit, quiet
+/// logs, and `extra`.
+fn config(out: &Path, name: &str, extra: &str) -> Result<PathBuf, String> {
+    report::write(
+        out,
+        name,
+        &format!(
+            "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\n{LIMIT}log:\n  level: warn\n{extra}"
+        ),
+    )?;
+    Ok(out.join(name))
+}
+
+/// Redis's own round trip, p50 and p99 in µs: `redis-benchmark` with one client sending
+/// PING one after another (under `timeout`: redis-benchmark retries a lost server
+/// forever).
+fn round_trip(bin: &Path, port: u16) -> Result<(f64, f64), String> {
+    let bin = procs::on_path(&bin.to_string_lossy())
+        .ok_or_else(|| format!("{} not found", bin.display()))?;
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(&bin)
+        .args(["-p", &port.to_string(), "-c", "1", "-n", "20000"])
+        .args(["-t", "ping_mbulk", "--csv"])
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_csv(&text).ok_or_else(|| format!("unexpected output: {}", text.trim()))
+}
+
+/// p50 and p99 (ms in the CSV) of the first row, in µs.
+fn parse_csv(text: &str) -> Option<(f64, f64)> {
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines
+        .next()?
+        .split(',')
+        .map(|h| h.trim_matches('"'))
+        .collect();
+    let row: Vec<&str> = lines
+        .next()?
+        .split(',')
+        .map(|v| v.trim_matches('"'))
+        .collect();
+    let at = |name: &str| -> Option<f64> {
+        let i = head.iter().position(|h| *h == name)?;
+        row.get(i)?.parse::<f64>().ok().map(|ms| ms * 1000.0)
+    };
+    Some((at("p50_latency_ms")?, at("p99_latency_ms")?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_redis_benchmarks_csv() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"PING_MBULK\",\"24390.24\",\"0.033\",\"0.016\",\"0.031\",\"0.047\",\"0.071\",\"0.503\"\n";
+        assert_eq!(super::parse_csv(csv), Some((31.0, 71.0)));
+    }
+}
