@@ -524,7 +524,7 @@ fn storm(
 /// A core that neither the proxy, the provider nor the load generator runs on (`shared`
 /// placement on a machine with one to spare), for the storm's clients: elsewhere they
 /// compete with what is measured, which the report says.
-fn spare_core(h: &Harness, threads: usize) -> Option<usize> {
+pub(crate) fn spare_core(h: &Harness, threads: usize) -> Option<usize> {
     let n = machine::cores();
     (h.placement.layout == Layout::Shared && threads.max(1) + 1 < n).then_some(threads.max(1))
 }

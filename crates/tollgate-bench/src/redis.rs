@@ -3,7 +3,9 @@
 //! interleaved request by request), set beside `redis-benchmark`'s own round trip to the
 //! same Redis, and requests per second on one core at 64 connections (closed loop,
 //! rounds A B A B), `sync: exact` and `sync: lease`. The Redis is a `redis-server` the
-//! bench starts on a free port, pinned beside the provider.
+//! bench starts on a free port, on a core of its own when the machine has one to spare,
+//! else on the load generator's: never on the proxy's, as a Redis on another host would
+//! not be. Its round trip is measured from the proxy's core.
 
 use crate::harness::{Harness, Interleave, Layout, Target};
 use crate::loadgen::Mode;
@@ -11,7 +13,7 @@ use crate::stats::{self, Series};
 use crate::{CommonArgs, machine, procs, report};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 #[derive(Debug, clap::Args)]
 pub struct RedisArgs {
@@ -57,7 +59,18 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         )
     })?;
     let port = procs::free_port();
-    let cores = h.placement.server_cores(1);
+    let cores = match crate::https::spare_core(&h, c.threads) {
+        Some(core) => Some(core.to_string()),
+        None if h.placement.loadgen.is_empty() => None,
+        None => Some(
+            h.placement
+                .loadgen
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    };
     let (mut cmd, where_) = procs::command(&server, cores.as_deref());
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
@@ -84,7 +97,11 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let memory = h.tollgate("memory", &memory_cfg, c.threads)?;
     let redis = h.tollgate("redis", &redis_cfg, c.threads)?;
     let lease = h.tollgate("redis-lease", &lease_cfg, c.threads)?;
-    let rtt = round_trip(&args.redis_benchmark, port);
+    let rtt = round_trip(
+        &args.redis_benchmark,
+        port,
+        h.placement.server_cores(c.threads).as_deref(),
+    );
     match &rtt {
         Ok(rtt) => h.lines.push(format!(
             "redis-benchmark PING, one client: p50 {:.0} µs, p99 {:.0} µs",
@@ -165,7 +182,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 
     let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
     let mut md = format!(
-        "# tollgate bench redis\n\n{}, {} cores, one proxy thread each; redis-server {} beside the provider. Every request matched by a policy whose rate limit never refuses: counted in memory, on Redis one round trip each (`sync: exact`), or on Redis in blocks of 100 (`sync: lease`). Footprint: open loop at {} requests/s per target over {connections} connections, targets interleaved request by request, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
+        "# tollgate bench redis\n\n{}, {} cores, one proxy thread each; redis-server on {} (not the proxy's core). Every request matched by a policy whose rate limit never refuses: counted in memory, on Redis one round trip each (`sync: exact`), or on Redis in blocks of 100 (`sync: lease`). Footprint: open loop at {} requests/s per target over {connections} connections, targets interleaved request by request, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
         machine::cpu_model(),
         machine::cores(),
         where_,
@@ -239,13 +256,14 @@ fn config(out: &Path, name: &str, extra: &str) -> Result<PathBuf, String> {
     Ok(out.join(name))
 }
 
-/// Redis's own round trip, p50 and p99 in µs: `redis-benchmark` with one client sending
-/// PING one after another (under `timeout`: redis-benchmark retries a lost server
-/// forever).
-fn round_trip(bin: &Path, port: u16) -> Result<(f64, f64), String> {
+/// Redis's own round trip, p50 and p99 in µs: `redis-benchmark` on the proxy's `cores`
+/// with one client sending PING one after another (under `timeout`: redis-benchmark
+/// retries a lost server forever).
+fn round_trip(bin: &Path, port: u16, cores: Option<&str>) -> Result<(f64, f64), String> {
     let bin = procs::on_path(&bin.to_string_lossy())
         .ok_or_else(|| format!("{} not found", bin.display()))?;
-    let out = Command::new("timeout")
+    let (mut cmd, _) = procs::command(Path::new("timeout"), cores);
+    let out = cmd
         .arg("60")
         .arg(&bin)
         .args(["-p", &port.to_string(), "-c", "1", "-n", "20000"])
