@@ -109,6 +109,16 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         )),
         Err(why) => h.lines.push(format!("redis-benchmark: skipped ({why})")),
     }
+    // The same round trip at the footprint's pace: a Redis (and a host) that idles
+    // between calls answers slower than in redis-benchmark's tight loop.
+    let paced = paced_round_trip(port, args.rate, 2_000);
+    match &paced {
+        Ok(p) => h.lines.push(format!(
+            "PING at {} requests/s, one connection: p50 {:.0} µs, p99 {:.0} µs",
+            args.rate, p.0, p.1
+        )),
+        Err(why) => h.lines.push(format!("paced PING: failed ({why})")),
+    }
     for l in &h.lines {
         eprintln!("{l}");
     }
@@ -177,6 +187,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let ratio = |i: usize| rps[i] / rps[0].max(1e-9);
     let store_metrics = redis.metrics().unwrap_or_default();
     let errors = crate::harness::counter(&store_metrics, "tollgate_store_errors_total");
+    let trips = crate::harness::counter(&store_metrics, "tollgate_store_duration_seconds_count");
     let load_after = machine::loadavg();
     eprintln!("load average after: {load_after}");
 
@@ -192,7 +203,16 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     md += &report::summary_table(&rows, &names);
     md += &match &rtt {
         Ok((p50, p99)) => format!(
-            "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip, {p50:.0} µs); redis-lease − memory: {lease_over_memory:+.0} µs.\n"
+            "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, a tight loop, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs. The same PING at the footprint's pace ({} requests/s): {}.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip: {p50:.0} µs in a tight loop{}); redis-lease − memory: {lease_over_memory:+.0} µs.\n",
+            args.rate,
+            paced.as_ref().map_or_else(
+                |e| format!("not measured ({e})"),
+                |p| format!("p50 {:.0} µs, p99 {:.0} µs", p.0, p.1)
+            ),
+            paced.as_ref().map_or(String::new(), |p| format!(
+                ", {:.0} µs at the footprint's pace",
+                p.0
+            )),
         ),
         Err(why) => format!(
             "\nredis − memory at p50: **{over_memory:+.0} µs**; redis-lease − memory: {lease_over_memory:+.0} µs. Redis's own round trip not measured: {why}.\n"
@@ -209,9 +229,10 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         );
     }
     md += &format!(
-        "\nredis ÷ memory at {} connections: **{:.2}×** (target ≥ 0.7×). Store errors on the redis target: {}.\n",
+        "\nredis ÷ memory at {} connections: **{:.2}×** (target ≥ 0.7×). Round trips to Redis from the redis target: {}; store errors: {}.\n",
         args.concurrency,
         ratio(1),
+        trips.unwrap_or(0),
         errors.unwrap_or(0)
     );
     report::write(&c.out, "summary.md", &md)?;
@@ -221,6 +242,10 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     meta["footprint_p50_lease_over_memory_us"] = json!(lease_over_memory);
     meta["redis_round_trip_us"] = match &rtt {
         Ok((p50, p99)) => json!({"p50": p50, "p99": p99}),
+        Err(why) => json!(why),
+    };
+    meta["paced_round_trip_us"] = match &paced {
+        Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate}),
         Err(why) => json!(why),
     };
     meta["requests_per_second"] = json!(
@@ -272,6 +297,39 @@ fn round_trip(bin: &Path, port: u16, cores: Option<&str>) -> Result<(f64, f64), 
         .map_err(|e| format!("{}: {e}", bin.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     parse_csv(&text).ok_or_else(|| format!("unexpected output: {}", text.trim()))
+}
+
+/// PING's round trip to the Redis on `port`, p50 and p99 in µs, `n` of them sent one at
+/// a time at `rate` a second from this process (as the proxy's calls come at the
+/// footprint's pace, not in a tight loop).
+fn paced_round_trip(port: u16, rate: f64, n: usize) -> Result<(f64, f64), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let gap = std::time::Duration::from_secs_f64(1.0 / rate.max(1.0));
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 16];
+    for _ in 0..n {
+        let started = std::time::Instant::now();
+        s.write_all(b"*1\r\n$4\r\nPING\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut got = 0;
+        while got < 7 {
+            got += match s.read(&mut buf[got..]) {
+                Ok(0) => return Err("Redis closed the connection".into()),
+                Ok(k) => k,
+                Err(e) => return Err(e.to_string()),
+            };
+        }
+        let _ = h.record(started.elapsed().as_micros() as u64);
+        std::thread::sleep(gap.saturating_sub(started.elapsed()));
+    }
+    Ok((
+        h.value_at_quantile(0.5) as f64,
+        h.value_at_quantile(0.99) as f64,
+    ))
 }
 
 /// p50 and p99 (ms in the CSV) of the first row, in µs.

@@ -612,3 +612,50 @@ fn https_measures_interception_beside_a_tunnel_and_says_why_mitmproxy_is_missing
     let csv = read(dir.path(), "percentiles.csv");
     assert!(csv.lines().any(|l| l.contains(",intercepted,")), "{csv}");
 }
+
+#[test]
+fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "redis",
+            "--requests",
+            "300",
+            "--warmup",
+            "20",
+            "--rounds",
+            "2",
+            "--rate",
+            "200",
+            "--concurrency",
+            "4",
+        ],
+        dir.path(),
+    );
+    summary_says(
+        dir.path(),
+        &[
+            "| memory |",
+            "| redis |",
+            "| redis-lease |",
+            "redis − memory at p50",
+            "Redis's own round trip (`redis-benchmark",
+            "The same PING at the footprint's pace",
+            "redis ÷ memory at 4 connections",
+            "; store errors: 0.",
+        ],
+    );
+    let summary = read(dir.path(), "summary.md");
+    assert!(
+        !summary.contains("Round trips to Redis from the redis target: 0;"),
+        "{summary}"
+    );
+    // Every request answered 2xx through each gateway.
+    for name in ["memory", "redis", "redis-lease"] {
+        let row = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 5)
+            .unwrap_or_else(|| panic!("no capacity row for {name}:\n{summary}"));
+        assert!(row.ends_with("| 0 |"), "{row}");
+    }
+}
