@@ -29,6 +29,11 @@ pub struct RedisArgs {
     /// Keep-alive connections of the capacity measurement.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
+    /// How the footprint's targets share the run: `requests` (all at once, request by
+    /// request, the default) or `rounds` (one after another in each round: Redis, on the
+    /// load generator's core where no core is spare, then waits on one target's load).
+    #[arg(long, value_enum, default_value_t = Interleave::Requests)]
+    pub interleave: Interleave,
     /// The `redis-server` to start (default: the one on PATH).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
@@ -134,15 +139,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     for round in 0..rounds {
         let w = if round == 0 { warmup } else { 0 };
         let mode = Mode::Open { rate: args.rate };
-        for m in h.round(
-            &all,
-            Interleave::Requests,
-            PATH,
-            per_round,
-            w,
-            connections,
-            mode,
-        )? {
+        for m in h.round(&all, args.interleave, PATH, per_round, w, connections, mode)? {
             m.add_to(&mut series);
         }
     }
@@ -193,11 +190,12 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 
     let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
     let mut md = format!(
-        "# tollgate bench redis\n\n{}, {} cores, one proxy thread each; redis-server on {} (not the proxy's core). Every request matched by a policy whose rate limit never refuses: counted in memory, on Redis one round trip each (`sync: exact`), or on Redis in blocks of 100 (`sync: lease`). Footprint: open loop at {} requests/s per target over {connections} connections, targets interleaved request by request, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
+        "# tollgate bench redis\n\n{}, {} cores, one proxy thread each; redis-server on {} (not the proxy's core). Every request matched by a policy whose rate limit never refuses: counted in memory, on Redis one round trip each (`sync: exact`), or on Redis in blocks of 100 (`sync: lease`). Footprint: open loop at {} requests/s per target over {connections} connections, {}, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
         machine::cpu_model(),
         machine::cores(),
         where_,
         args.rate,
+        args.interleave.describe(),
         args.concurrency
     );
     md += &report::summary_table(&rows, &names);
