@@ -654,3 +654,37 @@ async fn a_limit_written_shared_false_is_each_replicas_own() {
         "{keys}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_quota_outlives_its_gateway_and_a_pause_holds_every_replica() {
+    let cluster = RedisCluster::start();
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        if req.uri().path().ends_with("/slow-down") {
+            answer(429, &[("retry-after", "120")], "")
+        } else {
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  cluster: ['redis://127.0.0.1:{}']\n  timeout: 500ms\nquotas:\n  daily: {{limit: 3}}\npolicies:\n  - name: q\n    match: {{path: '/q/*'}}\n    quota: daily\n  - name: p\n    match: {{path: '/p/*'}}\n    provider_throttling: {{}}\n",
+        cluster.nodes[0]
+    );
+    let first = gateway(&yaml).await;
+    assert_eq!(passed(&first, up.addr, "/q/x", 2).await, 2);
+    first.shutdown();
+    first.wait().await;
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    // The quota's third and last, counted before the restart.
+    assert_eq!(passed(&a, up.addr, "/q/x", 5).await, 1);
+    // A 429 with Retry-After seen by a holds b.
+    assert_eq!(
+        get_via(&a, up.addr, "/p/slow-down", &[])
+            .await
+            .status
+            .as_u16(),
+        429
+    );
+    let paused = get_via(&b, up.addr, "/p/x", &[]).await;
+    assert_eq!(paused.error_code().as_deref(), Some("provider_throttled"));
+}
