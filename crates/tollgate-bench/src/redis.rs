@@ -116,7 +116,8 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     }
     // The same round trip at the footprint's pace: a Redis (and a host) that idles
     // between calls answers slower than in redis-benchmark's tight loop.
-    let paced = paced_round_trip(port, args.rate, 2_000);
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let paced = paced_round_trip(port, args.rate, 2_000, None, &never);
     match &paced {
         Ok(p) => h.lines.push(format!(
             "PING at {} requests/s, one connection: p50 {:.0} µs, p99 {:.0} µs",
@@ -136,12 +137,37 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let all: Vec<&Target> = vec![&direct, &memory, &redis, &lease];
     let connections = 32;
     let mut series: Vec<Series> = all.iter().map(|t| Series::new(&t.name)).collect();
-    for round in 0..rounds {
-        let w = if round == 0 { warmup } else { 0 };
-        let mode = Mode::Open { rate: args.rate };
-        for m in h.round(&all, args.interleave, PATH, per_round, w, connections, mode)? {
-            m.add_to(&mut series);
-        }
+    // PINGs from the proxy's core while the footprint runs: Redis's round trip under the
+    // same load as the proxy's calls (the run's other processes on the proxy's core, the
+    // load generator beside Redis).
+    let proxy_core = h
+        .placement
+        .server_cores(c.threads)
+        .and_then(|c| c.split(['-', ',']).next()?.parse::<usize>().ok());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (loaded, measured) = std::thread::scope(|s| {
+        let pinger = s.spawn(|| paced_round_trip(port, args.rate, usize::MAX, proxy_core, &stop));
+        let run = (|| {
+            for round in 0..rounds {
+                let w = if round == 0 { warmup } else { 0 };
+                let mode = Mode::Open { rate: args.rate };
+                for m in h.round(&all, args.interleave, PATH, per_round, w, connections, mode)? {
+                    m.add_to(&mut series);
+                }
+            }
+            Ok::<_, String>(())
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let loaded = pinger
+            .join()
+            .unwrap_or_else(|_| Err("the PING thread panicked".into()));
+        (loaded, run)
+    });
+    measured?;
+    if let Ok((p50, p99)) = &loaded {
+        eprintln!(
+            "PING during the footprint, from the proxy's core: p50 {p50:.0} µs, p99 {p99:.0} µs"
+        );
     }
     let (base, others) = series.split_first().ok_or("no direct series")?;
     let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
@@ -201,14 +227,16 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     md += &report::summary_table(&rows, &names);
     md += &match &rtt {
         Ok((p50, p99)) => format!(
-            "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, a tight loop, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs. The same PING at the footprint's pace ({} requests/s): {}.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip: {p50:.0} µs in a tight loop{}); redis-lease − memory: {lease_over_memory:+.0} µs.\n",
+            "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, a tight loop, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs. The same PING at the footprint's pace ({} requests/s), alone: {}; from the proxy's core while the footprint ran: {}.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip: {p50:.0} µs in a tight loop{}{}); redis-lease − memory: {lease_over_memory:+.0} µs.\n",
             args.rate,
-            paced.as_ref().map_or_else(
-                |e| format!("not measured ({e})"),
-                |p| format!("p50 {:.0} µs, p99 {:.0} µs", p.0, p.1)
-            ),
+            shown(&paced),
+            shown(&loaded),
             paced.as_ref().map_or(String::new(), |p| format!(
                 ", {:.0} µs at the footprint's pace",
+                p.0
+            )),
+            loaded.as_ref().map_or(String::new(), |p| format!(
+                ", {:.0} µs under the run's load",
                 p.0
             )),
         ),
@@ -244,6 +272,10 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     };
     meta["paced_round_trip_us"] = match &paced {
         Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate}),
+        Err(why) => json!(why),
+    };
+    meta["loaded_round_trip_us"] = match &loaded {
+        Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate, "core": proxy_core}),
         Err(why) => json!(why),
     };
     meta["requests_per_second"] = json!(
@@ -297,11 +329,28 @@ fn round_trip(bin: &Path, port: u16, cores: Option<&str>) -> Result<(f64, f64), 
     parse_csv(&text).ok_or_else(|| format!("unexpected output: {}", text.trim()))
 }
 
-/// PING's round trip to the Redis on `port`, p50 and p99 in µs, `n` of them sent one at
-/// a time at `rate` a second from this process (as the proxy's calls come at the
-/// footprint's pace, not in a tight loop).
-fn paced_round_trip(port: u16, rate: f64, n: usize) -> Result<(f64, f64), String> {
+/// A round trip's p50 and p99 for the report.
+fn shown(r: &Result<(f64, f64), String>) -> String {
+    match r {
+        Ok((p50, p99)) => format!("p50 {p50:.0} µs, p99 {p99:.0} µs"),
+        Err(e) => format!("not measured ({e})"),
+    }
+}
+
+/// PING's round trip to the Redis on `port`, p50 and p99 in µs: up to `n` sent one at a
+/// time at `rate` a second from this thread (pinned to `core` if given), until `stop`
+/// (as the proxy's calls come at the footprint's pace, not in a tight loop).
+fn paced_round_trip(
+    port: u16,
+    rate: f64,
+    n: usize,
+    core: Option<usize>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(f64, f64), String> {
     use std::io::{Read, Write};
+    if let Some(id) = core {
+        core_affinity::set_for_current(core_affinity::CoreId { id });
+    }
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
@@ -310,6 +359,9 @@ fn paced_round_trip(port: u16, rate: f64, n: usize) -> Result<(f64, f64), String
     let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
     let mut buf = [0u8; 16];
     for _ in 0..n {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
         let started = std::time::Instant::now();
         s.write_all(b"*1\r\n$4\r\nPING\r\n")
             .map_err(|e| e.to_string())?;

@@ -641,6 +641,7 @@ fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
             "redis − memory at p50",
             "Redis's own round trip (`redis-benchmark",
             "The same PING at the footprint's pace",
+            "from the proxy's core while the footprint ran: p50",
             "redis ÷ memory at 4 connections",
             "; store errors: 0.",
         ],
