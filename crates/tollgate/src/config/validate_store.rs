@@ -5,7 +5,7 @@
 use super::raw::{RawOnError, RawStore, RawStoreBackend, RawSync};
 use super::validate::Errors;
 use crate::policy::store::settings::{
-    OnError, RedisSettings, SentinelSettings, StoreSettings, Sync,
+    OnError, RedisSettings, SentinelSettings, StoreSettings, SyncMode,
 };
 use crate::secret::Secret;
 
@@ -119,8 +119,8 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
         expected_replicas: raw.expected_replicas.get(),
         lease_ttl: raw.lease_ttl.get(),
         sync: match raw.sync {
-            RawSync::Exact => Sync::Exact,
-            RawSync::Lease => Sync::Lease(raw.lease_size.get()),
+            RawSync::Exact => SyncMode::Exact,
+            RawSync::Lease => SyncMode::Lease(raw.lease_size.get()),
         },
     }))
 }

@@ -8,7 +8,7 @@
 
 use super::blocks::Blocks;
 use super::redis::Redis;
-use super::settings::{OnError, RedisSettings, Sync};
+use super::settings::{OnError, RedisSettings, SyncMode};
 use super::{Added, Key, Store, StoreError, StoreFuture, memory::Memory};
 use crate::metrics::Metrics;
 use crate::policy::clock;
@@ -107,8 +107,8 @@ impl RedisBacked {
             circuit: Circuit::default(),
             exhausted: Default::default(),
             blocks: match s.sync {
-                Sync::Exact => None,
-                Sync::Lease(size) => Some(Blocks::new(size)),
+                SyncMode::Exact => None,
+                SyncMode::Lease(size) => Some(Blocks::new(size)),
             },
             metrics: metrics.clone(),
         })

@@ -31,7 +31,7 @@ pub struct RedisSettings {
     /// How long a concurrency slot held by a gateway that stopped renewing it (killed)
     /// stays taken.
     pub lease_ttl: Duration,
-    pub sync: Sync,
+    pub sync: SyncMode,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +46,7 @@ pub struct SentinelSettings {
 
 /// How admissions (rate limits, quotas) are counted on Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sync {
+pub enum SyncMode {
     /// One round trip each: exactly the limit across replicas.
     Exact,
     /// Blocks of this many taken at once and handed out from memory: never over the
