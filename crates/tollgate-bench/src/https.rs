@@ -177,31 +177,18 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
     let over_tunnel = p50("intercepted") - p50("tunnel");
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
-    let mut rps: Vec<Vec<f64>> = vec![Vec::new(); all.len()];
-    let mut failed = vec![0u64; all.len()];
     let capacity_targets: Vec<&Target> = all[1..].to_vec();
-    for _ in 0..rounds {
-        for (i, t) in capacity_targets.iter().enumerate() {
-            let r = h.measure(
-                t,
-                PATH,
-                per_round,
-                warmup / 2,
-                args.concurrency,
-                Mode::Closed,
-            )?;
-            eprintln!(
-                "capacity {:<12} {:>8.0} req/s ({} errors, load-gen CPU {:.0}%)",
-                t.name,
-                r.rps(),
-                r.errors,
-                r.cpu_share() * 100.0
-            );
-            rps[i + 1].push(r.rps());
-            failed[i + 1] += r.errors + r.non_2xx;
-        }
-    }
-    let rps: Vec<f64> = rps.iter_mut().map(|v| stats::median(v)).collect();
+    let (measured, lost) = h.capacity_rounds(
+        &capacity_targets,
+        PATH,
+        per_round,
+        warmup / 2,
+        args.concurrency,
+        rounds,
+    )?;
+    // Indexed as `all`: direct, the baseline, is not measured for capacity.
+    let rps: Vec<f64> = std::iter::once(0.0).chain(measured).collect();
+    let failed: Vec<u64> = std::iter::once(0).chain(lost).collect();
 
     // 3. A new connection each request (the leaf cached): the proxy's CPU per connection.
     let mut per_conn = Vec::new();

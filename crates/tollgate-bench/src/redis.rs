@@ -183,30 +183,14 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity: Vec<&Target> = all[1..].to_vec();
-    let mut rps: Vec<Vec<f64>> = vec![Vec::new(); capacity.len()];
-    let mut failed = vec![0u64; capacity.len()];
-    for _ in 0..rounds {
-        for (i, t) in capacity.iter().enumerate() {
-            let r = h.measure(
-                t,
-                PATH,
-                per_round,
-                warmup / 2,
-                args.concurrency,
-                Mode::Closed,
-            )?;
-            eprintln!(
-                "capacity {:<12} {:>8.0} req/s ({} errors, load-gen CPU {:.0}%)",
-                t.name,
-                r.rps(),
-                r.errors,
-                r.cpu_share() * 100.0
-            );
-            rps[i].push(r.rps());
-            failed[i] += r.errors + r.non_2xx;
-        }
-    }
-    let rps: Vec<f64> = rps.iter_mut().map(|v| stats::median(v)).collect();
+    let (rps, failed) = h.capacity_rounds(
+        &capacity,
+        PATH,
+        per_round,
+        warmup / 2,
+        args.concurrency,
+        rounds,
+    )?;
     let ratio = |i: usize| rps[i] / rps[0].max(1e-9);
     let store_metrics = redis.metrics().unwrap_or_default();
     let errors = crate::harness::counter(&store_metrics, "tollgate_store_errors_total");
