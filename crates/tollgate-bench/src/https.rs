@@ -168,12 +168,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         &report::percentiles_csv(&csv_rows),
     )?;
     let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
-    let p50 = |name: &str| {
-        series
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(0.0, |s| s.value_us(50.0))
-    };
+    let p50 = |name: &str| stats::p50_of(&series, name);
     let over_tunnel = p50("intercepted") - p50("tunnel");
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
@@ -197,10 +192,10 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         closing.tls = t.tls.clone();
         closing.headers.push(("connection".into(), "close".into()));
         let pid = t.pid().ok_or("no process")?;
-        let before = procs::tree_cpu(pid).ok_or("no CPU reading")?;
+        let before = procs::tree_runtime(pid).ok_or("no CPU reading")?;
         let r = h.measure(&closing, PATH, handshakes, 0, 8, Mode::Closed)?;
-        let after = procs::tree_cpu(pid).ok_or("no CPU reading")?;
-        let cpu = (after.0 + after.1).saturating_sub(before.0 + before.1);
+        let after = procs::tree_runtime(pid).ok_or("no CPU reading")?;
+        let cpu = after.saturating_sub(before);
         let us = cpu.as_secs_f64() * 1e6 / (r.ok.max(1)) as f64;
         eprintln!(
             "new connection {:<12} {us:>8.0} µs CPU each, p50 {:.3} ms ({} ok, {} errors)",
@@ -460,11 +455,7 @@ fn storm(
     let pid = target.pid().ok_or("no process")?;
     let tls = Tls::trusting(ca, Some(proxy))?;
     let open = Mode::Open { rate };
-    let cpu_now = || {
-        procs::tree_cpu(pid)
-            .map(|(user, sys)| user + sys)
-            .ok_or("no CPU reading")
-    };
+    let cpu_now = || procs::tree_runtime(pid).ok_or("no CPU reading");
     let quiet = h.measure(target, PATH, requests, 100, 16, open)?;
     // Spread over the established run's time, so the whole run sees new hosts.
     let window = Duration::from_secs_f64(requests as f64 / rate.max(1.0));

@@ -172,12 +172,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let (base, others) = series.split_first().ok_or("no direct series")?;
     let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
     report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&rows))?;
-    let p50 = |name: &str| {
-        series
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(0.0, |s| s.value_us(50.0))
-    };
+    let p50 = |name: &str| stats::p50_of(&series, name);
     let over_memory = p50("redis") - p50("memory");
     let lease_over_memory = p50("redis-lease") - p50("memory");
 

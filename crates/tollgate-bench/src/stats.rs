@@ -135,6 +135,14 @@ pub fn rows(direct: &Series, others: &[&Series]) -> Vec<Row> {
     out
 }
 
+/// The p50 in µs of the series named `name` among `series` (0 when absent).
+pub fn p50_of(series: &[Series], name: &str) -> f64 {
+    series
+        .iter()
+        .find(|s| s.name == name)
+        .map_or(0.0, |s| s.value_us(50.0))
+}
+
 pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
