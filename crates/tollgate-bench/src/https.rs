@@ -192,10 +192,10 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         closing.tls = t.tls.clone();
         closing.headers.push(("connection".into(), "close".into()));
         let pid = t.pid().ok_or("no process")?;
-        let before = procs::tree_runtime(pid).ok_or("no CPU reading")?;
+        let before = procs::tree_sched(pid).ok_or("no CPU reading")?;
         let r = h.measure(&closing, PATH, handshakes, 0, 8, Mode::Closed)?;
-        let after = procs::tree_runtime(pid).ok_or("no CPU reading")?;
-        let cpu = after.saturating_sub(before);
+        let after = procs::tree_sched(pid).ok_or("no CPU reading")?;
+        let cpu = after.since(&before).run;
         let us = cpu.as_secs_f64() * 1e6 / (r.ok.max(1)) as f64;
         eprintln!(
             "new connection {:<12} {us:>8.0} µs CPU each, p50 {:.3} ms ({} ok, {} errors)",
@@ -455,7 +455,11 @@ fn storm(
     let pid = target.pid().ok_or("no process")?;
     let tls = Tls::trusting(ca, Some(proxy))?;
     let open = Mode::Open { rate };
-    let cpu_now = || procs::tree_runtime(pid).ok_or("no CPU reading");
+    let cpu_now = || {
+        procs::tree_sched(pid)
+            .map(|s| s.run)
+            .ok_or("no CPU reading")
+    };
     let quiet = h.measure(target, PATH, requests, 100, 16, open)?;
     // Spread over the established run's time, so the whole run sees new hosts.
     let window = Duration::from_secs_f64(requests as f64 / rate.max(1.0));
@@ -502,7 +506,7 @@ fn storm(
 /// A core that neither the proxy, the provider nor the load generator runs on (`shared`
 /// placement on a machine with one to spare), for the storm's clients: elsewhere they
 /// compete with what is measured, which the report says.
-pub(crate) fn spare_core(h: &Harness, threads: usize) -> Option<usize> {
+fn spare_core(h: &Harness, threads: usize) -> Option<usize> {
     let n = machine::cores();
     (h.placement.layout == Layout::Shared && threads.max(1) + 1 < n).then_some(threads.max(1))
 }

@@ -81,22 +81,50 @@ pub fn tree_cpu(pid: u32) -> Option<(Duration, Duration)> {
     Some((tick(user), tick(sys)))
 }
 
-/// Time on a CPU of a process's threads and its direct children's, to the nanosecond,
-/// from `/proc/PID/task/TID/schedstat` (Linux; `None` elsewhere). Finer than
-/// [`tree_cpu`]'s clock ticks, for short spans (a few handshakes); threads that have
-/// exited are no longer counted.
-pub fn tree_runtime(pid: u32) -> Option<Duration> {
-    let threads = |p: u32| -> u64 {
-        std::fs::read_dir(format!("/proc/{p}/task"))
+/// What the scheduler says of a process's threads and its direct children's, from
+/// `/proc/PID/task/TID/schedstat` (Linux; `None` elsewhere): finer than [`tree_cpu`]'s
+/// clock ticks, for short spans (a few handshakes). Threads that have exited are no
+/// longer counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sched {
+    /// Time on a CPU.
+    pub run: Duration,
+    /// Time runnable but waiting for a CPU: from each wake-up to running, and preempted.
+    pub wait: Duration,
+    /// Times it was given a CPU (about one per wake-up for a thread that sleeps in
+    /// `epoll_wait` between events).
+    pub slices: u64,
+}
+
+impl Sched {
+    /// What happened between `earlier` and this reading.
+    pub fn since(&self, earlier: &Sched) -> Sched {
+        Sched {
+            run: self.run.saturating_sub(earlier.run),
+            wait: self.wait.saturating_sub(earlier.wait),
+            slices: self.slices.saturating_sub(earlier.slices),
+        }
+    }
+}
+
+pub fn tree_sched(pid: u32) -> Option<Sched> {
+    let threads = |p: u32, into: &mut [u64; 3]| {
+        for t in std::fs::read_dir(format!("/proc/{p}/task"))
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .sum()
+        {
+            let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+                continue;
+            };
+            for (sum, v) in into.iter_mut().zip(s.split_whitespace()) {
+                *sum += v.parse::<u64>().unwrap_or(0);
+            }
+        }
     };
     std::fs::metadata(format!("/proc/{pid}/task")).ok()?;
-    let mut ns = threads(pid);
+    let mut sums = [0u64; 3];
+    threads(pid, &mut sums);
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -111,10 +139,14 @@ pub fn tree_runtime(pid: u32) -> Option<Duration> {
                     .ok()
             });
         if ppid == Some(pid) {
-            ns += threads(child);
+            threads(child, &mut sums);
         }
     }
-    Some(Duration::from_nanos(ns))
+    Some(Sched {
+        run: Duration::from_nanos(sums[0]),
+        wait: Duration::from_nanos(sums[1]),
+        slices: sums[2],
+    })
 }
 
 pub fn on_path(bin: &str) -> Option<PathBuf> {

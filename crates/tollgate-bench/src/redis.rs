@@ -43,6 +43,28 @@ pub struct RedisArgs {
     pub redis_benchmark: PathBuf,
 }
 
+/// Where Redis runs: on a core neither the proxy nor the provider nor the load generator
+/// uses when the machine has one, else beside the load generator (`shared`) or the
+/// provider (`sidecar`, where the proxy has the load generator's core): never on the
+/// proxy's, as a Redis on another host would not be. `None`: unpinned.
+fn redis_cores(p: &crate::harness::Placement, threads: usize) -> Option<String> {
+    let n = machine::cores();
+    let threads = threads.max(1);
+    match p.layout {
+        Layout::Shared if threads + 1 < n => Some(threads.to_string()),
+        Layout::Sidecar if threads + 1 < n => Some("1".into()),
+        Layout::Sidecar => p.provider.clone(),
+        _ if p.loadgen.is_empty() => None,
+        _ => Some(
+            p.loadgen
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    }
+}
+
 /// The provider's answer at once.
 const PATH: &str = "/delay/0ms";
 
@@ -64,18 +86,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         )
     })?;
     let port = procs::free_port();
-    let cores = match crate::https::spare_core(&h, c.threads) {
-        Some(core) => Some(core.to_string()),
-        None if h.placement.loadgen.is_empty() => None,
-        None => Some(
-            h.placement
-                .loadgen
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-    };
+    let cores = redis_cores(&h.placement, c.threads);
     let (mut cmd, where_) = procs::command(&server, cores.as_deref());
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
@@ -144,6 +155,11 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         .placement
         .server_cores(c.threads)
         .and_then(|c| c.split(['-', ',']).next()?.parse::<usize>().ok());
+    // What the scheduler did for each gateway meanwhile: a call to Redis is one more
+    // sleep and wake-up of the proxy's worker per request, each costing this machine's
+    // wake-up latency on top of the round trip.
+    let sched = |t: &Target| t.pid().and_then(procs::tree_sched);
+    let sched_before: Vec<_> = all[1..].iter().map(|t| sched(t)).collect();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (loaded, measured) = std::thread::scope(|s| {
         let pinger = s.spawn(|| paced_round_trip(port, args.rate, usize::MAX, proxy_core, &stop));
@@ -164,6 +180,15 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         (loaded, run)
     });
     measured?;
+    let sent = (warmup + per_round * rounds as u64).max(1) as f64;
+    let scheduling: Vec<(String, Option<procs::Sched>)> = all[1..]
+        .iter()
+        .zip(&sched_before)
+        .map(|(t, before)| {
+            let d = sched(t).zip(*before).map(|(a, b)| a.since(&b));
+            (t.name.clone(), d)
+        })
+        .collect();
     if let Ok((p50, p99)) = &loaded {
         eprintln!(
             "PING during the footprint, from the proxy's core: p50 {p50:.0} µs, p99 {p99:.0} µs"
@@ -223,6 +248,18 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
             "\nredis − memory at p50: **{over_memory:+.0} µs**; redis-lease − memory: {lease_over_memory:+.0} µs. Redis's own round trip not measured: {why}.\n"
         ),
     };
+    md += "\nThe gateways' threads during the footprint (`/proc/PID/task/*/schedstat`; one proxy thread sleeps in `epoll_wait` between events, so slices are about its wake-ups):\n\n| target | CPU per request | slices per request | wait for a CPU per slice |\n|---|---:|---:|---:|\n";
+    for (name, s) in &scheduling {
+        md += &match s {
+            Some(s) => format!(
+                "| {name} | {:.1} µs | {:.2} | {:.1} µs |\n",
+                s.run.as_secs_f64() * 1e6 / sent,
+                s.slices as f64 / sent,
+                s.wait.as_secs_f64() * 1e6 / s.slices.max(1) as f64
+            ),
+            None => format!("| {name} | — | — | — |\n"),
+        };
+    }
     md += "\n| target | requests/s (median) | ÷ memory | failed |\n|---|---:|---:|---:|\n";
     for (i, t) in capacity.iter().enumerate() {
         md += &format!(
@@ -257,6 +294,22 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate, "core": proxy_core}),
         Err(why) => json!(why),
     };
+    meta["scheduling_during_footprint"] = json!(
+        scheduling
+            .iter()
+            .map(|(n, s)| {
+                let v = s.map_or(json!(null), |s| {
+                    json!({
+                        "cpu_us": s.run.as_secs_f64() * 1e6,
+                        "wait_us": s.wait.as_secs_f64() * 1e6,
+                        "slices": s.slices,
+                        "requests": sent,
+                    })
+                });
+                (n.clone(), v)
+            })
+            .collect::<serde_json::Map<_, _>>()
+    );
     meta["requests_per_second"] = json!(
         capacity
             .iter()

@@ -644,16 +644,29 @@ fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
             "from the proxy's core while the footprint ran: p50",
             "redis ÷ memory at 4 connections",
             "; store errors: 0.",
+            "| target | CPU per request | slices per request | wait for a CPU per slice |",
         ],
     );
+    // A call to Redis is one more sleep and wake-up of the proxy's worker per request.
+    let meta: serde_json::Value = serde_json::from_str(&read(dir.path(), "metadata.json")).unwrap();
+    let slices = |name: &str| {
+        meta["scheduling_during_footprint"][name]["slices"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no scheduling reading for {name}: {meta}"))
+    };
+    assert!(slices("redis") > slices("memory"), "{meta}");
     let summary = read(dir.path(), "summary.md");
     assert!(
         !summary.contains("Round trips to Redis from the redis target: 0;"),
         "{summary}"
     );
     // Every request answered 2xx through each gateway.
+    let capacity = summary
+        .split("| target | requests/s (median)")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no capacity table:\n{summary}"));
     for name in ["memory", "redis", "redis-lease"] {
-        let row = summary
+        let row = capacity
             .lines()
             .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 5)
             .unwrap_or_else(|| panic!("no capacity row for {name}:\n{summary}"));
