@@ -1,19 +1,17 @@
 //! Gateway processes sharing a real Redis, as replicas do: a concurrency slot held by a
 //! gateway that is killed (`kill -9`, no chance to give it back) returns when its lease
-//! ends, and never before. `.ci/run` installs `redis-server`.
+//! ends, and never before, on one Redis and on a 3-node Redis Cluster. `.ci/run`
+//! installs `redis-server`.
 
+#[path = "../../tollgate/tests/support/redis.rs"]
+#[allow(dead_code)]
+mod redis;
+
+use redis::{RedisCluster, RedisServer, free_port};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Proc(Child);
 
@@ -22,15 +20,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 /// Polls `done` every 20 ms for up to `secs`: whether it came true.
@@ -80,26 +69,43 @@ fn get(proxy: u16, url: &str) -> u16 {
 
 #[test]
 fn a_killed_gateways_concurrency_slot_returns_when_its_lease_ends() {
-    let redis_port = free_port();
-    let _redis = Proc(
-        Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (apt-get install redis-server)"),
-    );
-    assert!(eventually(10, || redis_cli(redis_port, &["PING"]) == "PONG"));
-    // An upstream that answers at once, except /hold, which it never answers.
+    let redis = RedisServer::start();
+    slot_returns_when_its_lease_ends(&format!("  url: {}\n", redis.url()));
+}
+
+#[test]
+fn on_a_cluster_a_killed_gateways_concurrency_slot_returns_when_its_lease_ends() {
+    let cluster = RedisCluster::start();
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|p| format!("'redis://127.0.0.1:{p}'"))
+        .collect();
+    // A Cluster's first answer waits for its slot map: more than the default 20 ms.
+    slot_returns_when_its_lease_ends(&format!(
+        "  cluster: [{}]\n  timeout: 500ms\n",
+        seeds.join(", ")
+    ));
+}
+
+/// Two gateways on the Redis `store` names (its lines under `store:`), a concurrency of
+/// one: the slot a takes holds b off while a renews it, and after a's `kill -9`, until
+/// its lease ends.
+fn slot_returns_when_its_lease_ends(store: &str) {
+    // An upstream that answers at once, except /hold, which it never answers (and says
+    // when it has it: the request then holds the slot).
     let up = TcpListener::bind("127.0.0.1:0").unwrap();
     let up_port = up.local_addr().unwrap().port();
+    let (holding, held_now) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for conn in up.incoming().flatten() {
+            let holding = holding.clone();
             std::thread::spawn(move || {
                 let mut conn = conn;
                 let mut buf = [0u8; 4096];
                 let n = conn.read(&mut buf).unwrap_or(0);
                 if String::from_utf8_lossy(&buf[..n]).starts_with("GET /hold") {
+                    let _ = holding.send(());
                     std::thread::sleep(Duration::from_secs(3600));
                 }
                 let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
@@ -111,7 +117,7 @@ fn a_killed_gateways_concurrency_slot_returns_when_its_lease_ends() {
     std::fs::write(
         &config,
         format!(
-            "store:\n  backend: redis\n  url: redis://127.0.0.1:{redis_port}\n  lease_ttl: 2s\npolicies:\n  - name: p\n    concurrency: {{max: 1}}\n"
+            "store:\n  backend: redis\n{store}  lease_ttl: 2s\npolicies:\n  - name: p\n    concurrency: {{max: 1}}\n"
         ),
     )
     .unwrap();
@@ -120,13 +126,9 @@ fn a_killed_gateways_concurrency_slot_returns_when_its_lease_ends() {
     let b = gateway(&config, b_port);
     let held = format!("http://127.0.0.1:{up_port}/hold");
     std::thread::spawn(move || get(a_port, &held));
-    let slots = || {
-        let keys = redis_cli(redis_port, &["--scan", "--pattern", "tollgate:{*"]);
-        keys.lines()
-            .map(|k| redis_cli(redis_port, &["ZCARD", k]))
-            .any(|n| n == "1")
-    };
-    assert!(eventually(10, slots), "gateway a never took the slot");
+    held_now
+        .recv_timeout(Duration::from_secs(10))
+        .expect("gateway a never forwarded the held request");
     let other = format!("http://127.0.0.1:{up_port}/other");
     assert_eq!(get(b_port, &other), 429, "the slot is a's");
     // Held past twice its lease's ttl: a renews it, so it stays a's.
