@@ -3,11 +3,11 @@
 //! ends, and never before, on one Redis and on a 3-node Redis Cluster. `.ci/run`
 //! installs `redis-server`.
 
-#[path = "../../tollgate/tests/support/redis.rs"]
+#[path = "../../tollgate/tests/support/redis_procs.rs"]
 #[allow(dead_code)]
-mod redis;
+mod redis_procs;
 
-use redis::{RedisCluster, RedisServer, free_port};
+use redis_procs::{RedisCluster, RedisServer, free_port};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};

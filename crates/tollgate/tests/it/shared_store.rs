@@ -1,6 +1,7 @@
 //! `store.backend: redis`: several gateways share each limit through a real
 //! `redis-server`, state outlives a gateway, and a Redis that goes away costs no request.
 
+use crate::support::redis_procs::{RedisCluster, RedisSentinel, RedisServer};
 use crate::support::*;
 use http::StatusCode;
 use std::sync::Arc;

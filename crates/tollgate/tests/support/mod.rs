@@ -2,8 +2,7 @@
 //! injection, TLS with an rcgen CA), and real HTTP clients.
 #![allow(dead_code)]
 
-mod redis;
-pub use redis::{RedisCluster, RedisSentinel, RedisServer};
+pub mod redis_procs;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
