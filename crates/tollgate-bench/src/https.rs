@@ -19,21 +19,13 @@ use std::time::{Duration, Instant};
 pub struct HttpsArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Requests per target for the footprint and for capacity, split over the rounds
-    /// (default 30000; --quick 6000).
-    #[arg(long)]
-    pub requests: Option<u64>,
-    /// Open-loop arrival rate of the footprint, per target (requests/s).
-    #[arg(long, default_value_t = 400.0)]
-    pub rate: f64,
+    #[command(flatten)]
+    pub mix: crate::MixArgs,
     /// Open-loop arrival rate of mitmproxy's footprint, measured in a run of its own beside
     /// the provider straight (requests/s): well under what it sustains, so its latency is
     /// not a queue's, and its CPU does not crowd the other targets' run.
     #[arg(long, default_value_t = 50.0)]
     pub mitmproxy_rate: f64,
-    /// Keep-alive connections of the capacity measurement.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
     /// New connections measured for the handshake's CPU (default 2000; --quick 300).
     #[arg(long)]
     pub handshakes: Option<u64>,
@@ -52,7 +44,7 @@ const PATH: &str = "/static";
 pub fn run(args: HttpsArgs) -> Result<(), String> {
     let c = &args.common;
     let quick = c.quick;
-    let requests = args.requests.unwrap_or(if quick { 6_000 } else { 30_000 });
+    let requests = args.mix.requests(quick);
     let handshakes = args.handshakes.unwrap_or(if quick { 300 } else { 2_000 });
     let storm_hosts = args.storm_hosts.unwrap_or(if quick { 200 } else { 1_000 });
     let load_before = machine::loadavg();
@@ -145,7 +137,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
         Ok::<_, String>((series, rows))
     };
-    let (series, rows) = footprint(&all[..3], per_round, args.rate)?;
+    let (series, rows) = footprint(&all[..3], per_round, args.mix.rate)?;
     let mitm_footprint = match &mitm {
         Some(m) => {
             let n = (per_round / 10).max(100);
@@ -178,7 +170,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         PATH,
         per_round,
         warmup / 2,
-        args.concurrency,
+        args.mix.concurrency,
         rounds,
     )?;
     // Indexed as `all`: direct, the baseline, is not measured for capacity.
@@ -213,7 +205,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         &intercepted,
         &ca,
         storm_hosts,
-        args.rate,
+        args.mix.rate,
         c.threads,
         // Established requests beside the new hosts: a round's worth, at most 4 000.
         per_round.min(4_000),
@@ -226,8 +218,8 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         "# tollgate bench https\n\n{}, {} cores, one proxy thread each. Footprint: open loop at {} requests/s per target over {connections} connections, targets interleaved request by request, median of {rounds} rounds. Capacity: closed loop, {} keep-alive connections, rounds A B A B.\n\n",
         machine::cpu_model(),
         machine::cores(),
-        args.rate,
-        args.concurrency
+        args.mix.rate,
+        args.mix.concurrency
     );
     md += &report::summary_table(&rows, &names);
     if let Some(m) = &mitm_footprint {

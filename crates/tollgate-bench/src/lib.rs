@@ -53,6 +53,28 @@ pub enum BenchCommand {
     HyperFloor(floor::FloorArgs),
 }
 
+/// A footprint beside a capacity run, as `bench https` and `bench redis` measure them.
+#[derive(Debug, clap::Args)]
+pub struct MixArgs {
+    /// Requests per target for the footprint and for capacity, split over the rounds
+    /// (default 30000; --quick 6000).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Open-loop arrival rate of the footprint, per target (requests/s).
+    #[arg(long, default_value_t = 400.0)]
+    pub rate: f64,
+    /// Keep-alive connections of the capacity measurement.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+}
+
+impl MixArgs {
+    /// The requests per target asked for, or the default for a full or a quick run.
+    pub fn requests(&self, quick: bool) -> u64 {
+        self.requests.unwrap_or(if quick { 6_000 } else { 30_000 })
+    }
+}
+
 /// Options every bench command takes.
 #[derive(Debug, clap::Args)]
 pub struct CommonArgs {

@@ -19,16 +19,8 @@ use std::process::Stdio;
 pub struct RedisArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Requests per target for the footprint and for capacity, split over the rounds
-    /// (default 30000; --quick 6000).
-    #[arg(long)]
-    pub requests: Option<u64>,
-    /// Open-loop arrival rate of the footprint, per target (requests/s).
-    #[arg(long, default_value_t = 400.0)]
-    pub rate: f64,
-    /// Keep-alive connections of the capacity measurement.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
+    #[command(flatten)]
+    pub mix: crate::MixArgs,
     /// How the footprint's targets share the run: `requests` (all at once, request by
     /// request, the default) or `rounds` (one after another in each round: Redis, on the
     /// load generator's core where no core is spare, then waits on one target's load).
@@ -74,9 +66,7 @@ const LIMIT: &str =
 
 pub fn run(args: RedisArgs) -> Result<(), String> {
     let c = &args.common;
-    let requests = args
-        .requests
-        .unwrap_or(if c.quick { 6_000 } else { 30_000 });
+    let requests = args.mix.requests(c.quick);
     let load_before = machine::loadavg();
     let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared)?)?;
     let server = procs::on_path(&args.redis_server.to_string_lossy()).ok_or_else(|| {
@@ -128,11 +118,11 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     // The same round trip at the footprint's pace: a Redis (and a host) that idles
     // between calls answers slower than in redis-benchmark's tight loop.
     let never = std::sync::atomic::AtomicBool::new(false);
-    let paced = paced_round_trip(port, args.rate, 2_000, None, &never);
+    let paced = paced_round_trip(port, args.mix.rate, 2_000, None, &never);
     match &paced {
         Ok(p) => h.lines.push(format!(
             "PING at {} requests/s, one connection: p50 {:.0} µs, p99 {:.0} µs",
-            args.rate, p.0, p.1
+            args.mix.rate, p.0, p.1
         )),
         Err(why) => h.lines.push(format!("paced PING: failed ({why})")),
     }
@@ -162,11 +152,14 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let sched_before: Vec<_> = all[1..].iter().map(|t| sched(t)).collect();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (loaded, measured) = std::thread::scope(|s| {
-        let pinger = s.spawn(|| paced_round_trip(port, args.rate, usize::MAX, proxy_core, &stop));
+        let pinger =
+            s.spawn(|| paced_round_trip(port, args.mix.rate, usize::MAX, proxy_core, &stop));
         let run = (|| {
             for round in 0..rounds {
                 let w = if round == 0 { warmup } else { 0 };
-                let mode = Mode::Open { rate: args.rate };
+                let mode = Mode::Open {
+                    rate: args.mix.rate,
+                };
                 for m in h.round(&all, args.interleave, PATH, per_round, w, connections, mode)? {
                     m.add_to(&mut series);
                 }
@@ -208,7 +201,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         PATH,
         per_round,
         warmup / 2,
-        args.concurrency,
+        args.mix.concurrency,
         rounds,
     )?;
     let ratio = |i: usize| rps[i] / rps[0].max(1e-9);
@@ -224,15 +217,15 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         machine::cpu_model(),
         machine::cores(),
         where_,
-        args.rate,
+        args.mix.rate,
         args.interleave.describe(),
-        args.concurrency
+        args.mix.concurrency
     );
     md += &report::summary_table(&rows, &names);
     md += &match &rtt {
         Ok((p50, p99)) => format!(
             "\nRedis's own round trip (`redis-benchmark -c 1 -t ping`, a tight loop, same Redis): p50 {p50:.0} µs, p99 {p99:.0} µs. The same PING at the footprint's pace ({} requests/s), alone: {}; from the proxy's core while the footprint ran: {}.\n\nredis − memory at p50: **{over_memory:+.0} µs** (target ≤ one round trip: {p50:.0} µs in a tight loop{}{}); redis-lease − memory: {lease_over_memory:+.0} µs.\n",
-            args.rate,
+            args.mix.rate,
             shown(&paced),
             shown(&loaded),
             paced.as_ref().map_or(String::new(), |p| format!(
@@ -272,7 +265,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     }
     md += &format!(
         "\nredis ÷ memory at {} connections: **{:.2}×** (target ≥ 0.7×). Round trips to Redis from the redis target: {}; store errors: {}.\n",
-        args.concurrency,
+        args.mix.concurrency,
         ratio(1),
         trips.unwrap_or(0),
         errors.unwrap_or(0)
@@ -287,11 +280,13 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         Err(why) => json!(why),
     };
     meta["paced_round_trip_us"] = match &paced {
-        Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate}),
+        Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.mix.rate}),
         Err(why) => json!(why),
     };
     meta["loaded_round_trip_us"] = match &loaded {
-        Ok((p50, p99)) => json!({"p50": p50, "p99": p99, "rate": args.rate, "core": proxy_core}),
+        Ok((p50, p99)) => {
+            json!({"p50": p50, "p99": p99, "rate": args.mix.rate, "core": proxy_core})
+        }
         Err(why) => json!(why),
     };
     meta["scheduling_during_footprint"] = json!(
