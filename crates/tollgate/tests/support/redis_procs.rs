@@ -7,6 +7,9 @@
 pub struct RedisServer {
     pub port: u16,
     child: std::process::Child,
+    /// Its working folder: a replica writes the snapshot of its full sync there, which
+    /// would otherwise land in the test's working directory (the crate's folder).
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -16,13 +19,19 @@ impl RedisServer {
 
     /// A server on `port` (a restarted one keeps its predecessor's port, not its data).
     pub fn on(port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
         let child = std::process::Command::new("redis-server")
+            .current_dir(dir.path())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server on PATH (apt-get install redis-server)");
-        let s = Self { port, child };
+        let s = Self {
+            port,
+            child,
+            _dir: dir,
+        };
         for _ in 0..500 {
             if s.cli(&["PING"]) == "PONG" {
                 return s;
