@@ -4,8 +4,9 @@
 //! same Redis, and requests per second on one core at 64 connections (closed loop,
 //! rounds A B A B), `sync: exact` and `sync: lease`. The Redis is a `redis-server` the
 //! bench starts on a free port, on a core of its own when the machine has one to spare,
-//! else on the load generator's: never on the proxy's, as a Redis on another host would
-//! not be. Its round trip is measured from the proxy's core.
+//! else on a core the proxy does not use (see [`redis_cores`]), as a Redis on another
+//! host would not be. Its round trip is measured from the proxy's core, and each
+//! gateway's wake-ups and CPU during the footprint from the scheduler's counters.
 
 use crate::harness::{Harness, Interleave, Layout, Target};
 use crate::loadgen::Mode;
