@@ -4,7 +4,7 @@
 //! same Redis, and requests per second on one core at 64 connections (closed loop,
 //! rounds A B A B), `sync: exact` and `sync: lease`. The Redis is a `redis-server` the
 //! bench starts on a free port, on a core of its own when the machine has one to spare,
-//! else on a core the proxy does not use (see [`redis_cores`]), as a Redis on another
+//! else on a core the proxy does not use (`redis_cores`), as a Redis on another
 //! host would not be. Its round trip is measured from the proxy's core, and each
 //! gateway's wake-ups and CPU during the footprint from the scheduler's counters.
 
