@@ -10,11 +10,11 @@
 //!   delays (`/social-slow`): each gateway's percentiles against the slowest backend
 //!   called directly, all measured at once, request by request.
 
-use crate::capacity::{Sample, in_rounds};
 use crate::harness::{Harness, Layout, Target};
 use crate::loadgen::Mode;
 use crate::lura::{self, Backend, Endpoint};
-use crate::stats::{self, Series, median};
+use crate::rounds::{in_rounds, summary};
+use crate::stats::{self, Series};
 use crate::{CommonArgs, charts, machine, report};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -175,19 +175,15 @@ pub fn run(args: AggregateArgs) -> Result<(), String> {
         let warmup = c.warmup.unwrap_or(2000);
         let samples = in_rounds(&h, &targets, "", requests, warmup, conc, rounds)?;
         for (t, s) in targets.iter().zip(samples) {
-            let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
-            let mut cpu: Vec<f64> = s
-                .iter()
-                .filter_map(|x| x.cpu_us.map(|(u, k)| u + k))
-                .collect();
+            let m = summary(&s);
             let p = Point {
                 concurrency: conc,
                 target: t.name.clone(),
-                rps: col(|x| x.rps),
-                p50_ms: col(|x| x.p50_ms),
-                p99_ms: col(|x| x.p99_ms),
-                cpu_us: (!cpu.is_empty()).then(|| median(&mut cpu)),
-                errors: s.iter().map(|x| x.errors).sum(),
+                rps: m.rps,
+                p50_ms: m.p50_ms,
+                p99_ms: m.p99_ms,
+                cpu_us: m.cpu_us.map(|(u, k)| u + k),
+                errors: m.errors,
             };
             eprintln!(
                 "c {conc:>3} {:<16} {:>8.0} req/s p50 {:.3} ms p99 {:.3} ms",

@@ -6,9 +6,8 @@
 //! same core count and shows how each scales.
 
 use crate::harness::{Harness, Layout, Placement, Target};
-use crate::loadgen::Mode;
-use crate::stats::{self, median};
-use crate::{CommonArgs, charts, machine, procs, report};
+use crate::rounds::{in_rounds, summary};
+use crate::{CommonArgs, charts, machine, report};
 use std::fmt::Write as _;
 
 #[derive(Debug, clap::Args)]
@@ -48,72 +47,6 @@ struct Point {
     /// The target process's CPU per request, user and kernel, in µs (targets the bench
     /// started; not direct).
     cpu_us: Option<(f64, f64)>,
-}
-
-/// One closed-loop measurement of one target.
-#[derive(Clone)]
-pub struct Sample {
-    pub rps: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub errors: u64,
-    /// The load generator's share of its cores.
-    pub cpu: f64,
-    /// The target process's CPU per request, user and kernel, in µs (processes the bench
-    /// started).
-    pub cpu_us: Option<(f64, f64)>,
-}
-
-/// Every target measured once per round, one after another (A B A B …), warm-up requests
-/// in the first round only: each target's samples, in target order.
-pub fn in_rounds(
-    h: &Harness,
-    targets: &[Target],
-    path: &str,
-    requests: u64,
-    warmup: u64,
-    concurrency: usize,
-    rounds: usize,
-) -> Result<Vec<Vec<Sample>>, String> {
-    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
-    for round in 0..rounds {
-        for (i, t) in targets.iter().enumerate() {
-            let w = if round == 0 { warmup } else { 0 };
-            samples[i].push(sample(h, t, path, requests, w, concurrency)?);
-        }
-    }
-    Ok(samples)
-}
-
-/// Measures `t` at `path` in closed loop, with the CPU its process used per request.
-pub fn sample(
-    h: &Harness,
-    t: &Target,
-    path: &str,
-    requests: u64,
-    warmup: u64,
-    concurrency: usize,
-) -> Result<Sample, String> {
-    let pid = t.pid();
-    let before = pid.and_then(procs::tree_cpu);
-    let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
-    // Warm-up requests ran inside the window too: count them.
-    let served = (r.ok + r.non_2xx + warmup).max(1) as f64;
-    let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
-        (Some((u0, s0)), Some((u1, s1))) => Some((
-            (u1 - u0).as_secs_f64() * 1e6 / served,
-            (s1 - s0).as_secs_f64() * 1e6 / served,
-        )),
-        _ => None,
-    };
-    Ok(Sample {
-        rps: r.rps(),
-        p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
-        p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
-        errors: r.errors + r.non_2xx,
-        cpu: r.cpu_share(),
-        cpu_us,
-    })
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -167,26 +100,18 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             let warmup = c.warmup.unwrap_or(2000);
             let samples = in_rounds(&h, &targets, "/static", requests, warmup, conc, rounds)?;
             for (t, s) in targets.iter().zip(samples) {
-                let mut rps: Vec<f64> = s.iter().map(|x| x.rps).collect();
-                let mut p50: Vec<f64> = s.iter().map(|x| x.p50_ms).collect();
-                let mut p99: Vec<f64> = s.iter().map(|x| x.p99_ms).collect();
+                let m = summary(&s);
                 let p = Point {
                     target: t.name.clone(),
                     cores,
                     concurrency: conc,
                     requests,
-                    rps: median(&mut rps),
-                    p50_ms: median(&mut p50),
-                    p99_ms: median(&mut p99),
-                    errors: s.iter().map(|x| x.errors).sum(),
-                    loadgen_cpu: median(&mut s.iter().map(|x| x.cpu).collect::<Vec<_>>()),
-                    cpu_us: {
-                        let mut u: Vec<f64> =
-                            s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
-                        let mut k: Vec<f64> =
-                            s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
-                        (!u.is_empty()).then(|| (median(&mut u), median(&mut k)))
-                    },
+                    rps: m.rps,
+                    p50_ms: m.p50_ms,
+                    p99_ms: m.p99_ms,
+                    errors: m.errors,
+                    loadgen_cpu: m.loadgen_cpu,
+                    cpu_us: m.cpu_us,
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",

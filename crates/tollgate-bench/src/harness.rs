@@ -599,40 +599,6 @@ log:
         }
     }
 
-    /// Requests per second of each target in closed loop, one target at a time over
-    /// `rounds` rounds (A B A B): each target's median, and its failed requests (errors
-    /// and non-2xx answers) over all rounds. Each measurement is printed as it ends.
-    pub fn capacity_rounds(
-        &self,
-        targets: &[&Target],
-        path: &str,
-        requests: u64,
-        warmup: u64,
-        concurrency: usize,
-        rounds: usize,
-    ) -> Result<(Vec<f64>, Vec<u64>), String> {
-        let mut rps: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
-        let mut failed = vec![0u64; targets.len()];
-        for _ in 0..rounds {
-            for (i, t) in targets.iter().enumerate() {
-                let r = self.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
-                eprintln!(
-                    "capacity {:<12} {:>8.0} req/s ({} errors, load-gen CPU {:.0}%)",
-                    t.name,
-                    r.rps(),
-                    r.errors,
-                    r.cpu_share() * 100.0
-                );
-                rps[i].push(r.rps());
-                failed[i] += r.errors + r.non_2xx;
-            }
-        }
-        Ok((
-            rps.iter_mut().map(|v| crate::stats::median(v)).collect(),
-            failed,
-        ))
-    }
-
     pub fn measure(
         &self,
         t: &Target,

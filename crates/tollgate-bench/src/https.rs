@@ -165,7 +165,8 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity_targets: Vec<&Target> = all[1..].to_vec();
-    let (measured, lost) = h.capacity_rounds(
+    let samples = crate::rounds::in_rounds(
+        &h,
         &capacity_targets,
         PATH,
         per_round,
@@ -173,9 +174,11 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         args.mix.concurrency,
         rounds,
     )?;
+    let measured = crate::rounds::summaries(&capacity_targets, samples);
     // Indexed as `all`: direct, the baseline, is not measured for capacity.
-    let rps: Vec<f64> = std::iter::once(0.0).chain(measured).collect();
-    let failed: Vec<u64> = std::iter::once(0).chain(lost).collect();
+    let rps: Vec<f64> = std::iter::once(0.0)
+        .chain(measured.iter().map(|m| m.rps))
+        .collect();
 
     // 3. A new connection each request (the leaf cached): the proxy's CPU per connection.
     let mut per_conn = Vec::new();
@@ -231,10 +234,16 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         md += &report::summary_table(m, &["direct-tls".into(), "mitmproxy".into()]);
     }
     md += &format!(
-        "\nintercepted − tunnel at p50: **{over_tunnel:+.0} µs** (target ≤ +150 µs)\n\n| target | requests/s (median) | failed |\n|---|---:|---:|\n"
+        "\nintercepted − tunnel at p50: **{over_tunnel:+.0} µs** (target ≤ +150 µs)\n\n| target | requests/s (median) | CPU per request (user + kernel) | failed |\n|---|---:|---:|---:|\n"
     );
-    for (i, (t, r)) in all.iter().zip(&rps).enumerate().skip(1) {
-        md += &format!("| {} | {r:.0} | {} |\n", t.name, failed[i]);
+    for (t, m) in capacity_targets.iter().zip(&measured) {
+        md += &format!(
+            "| {} | {:.0} | {} | {} |\n",
+            t.name,
+            m.rps,
+            crate::rounds::cpu_text(m.cpu_us),
+            m.errors
+        );
     }
     let ratio = |a: &str, b: &str| {
         let at = |n: &str| all.iter().position(|t| t.name == n).map(|i| rps[i]);
@@ -262,6 +271,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
             .map(|(t, r)| (t.name.clone(), json!(r)))
             .collect::<serde_json::Map<_, _>>()
     );
+    meta["capacity"] = crate::rounds::capacity_json(&capacity_targets, &measured);
     meta["new_connection_cpu_us"] = json!(
         per_conn
             .iter()

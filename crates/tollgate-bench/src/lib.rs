@@ -19,6 +19,7 @@ pub mod peers;
 pub mod procs;
 pub mod redis;
 pub mod report;
+pub mod rounds;
 pub mod stats;
 
 use harness::{Layout, Placement};

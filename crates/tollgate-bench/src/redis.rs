@@ -197,7 +197,8 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity: Vec<&Target> = all[1..].to_vec();
-    let (rps, failed) = h.capacity_rounds(
+    let samples = crate::rounds::in_rounds(
+        &h,
         &capacity,
         PATH,
         per_round,
@@ -205,7 +206,8 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         args.mix.concurrency,
         rounds,
     )?;
-    let ratio = |i: usize| rps[i] / rps[0].max(1e-9);
+    let measured = crate::rounds::summaries(&capacity, samples);
+    let ratio = |i: usize| measured[i].rps / measured[0].rps.max(1e-9);
     let store_metrics = redis.metrics().unwrap_or_default();
     let errors = crate::harness::counter(&store_metrics, "tollgate_store_errors_total");
     let trips = crate::harness::counter(&store_metrics, "tollgate_store_duration_seconds_count");
@@ -254,14 +256,15 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
             None => format!("| {name} | — | — | — |\n"),
         };
     }
-    md += "\n| target | requests/s (median) | ÷ memory | failed |\n|---|---:|---:|---:|\n";
-    for (i, t) in capacity.iter().enumerate() {
+    md += "\n| target | requests/s (median) | ÷ memory | CPU per request (user + kernel) | failed |\n|---|---:|---:|---:|---:|\n";
+    for (i, (t, m)) in capacity.iter().zip(&measured).enumerate() {
         md += &format!(
-            "| {} | {:.0} | {:.2} | {} |\n",
+            "| {} | {:.0} | {:.2} | {} | {} |\n",
             t.name,
-            rps[i],
+            m.rps,
             ratio(i),
-            failed[i]
+            crate::rounds::cpu_text(m.cpu_us),
+            m.errors
         );
     }
     md += &format!(
@@ -309,10 +312,11 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     meta["requests_per_second"] = json!(
         capacity
             .iter()
-            .zip(&rps)
-            .map(|(t, r)| (t.name.clone(), json!(r)))
+            .zip(&measured)
+            .map(|(t, m)| (t.name.clone(), json!(m.rps)))
             .collect::<serde_json::Map<_, _>>()
     );
+    meta["capacity"] = crate::rounds::capacity_json(&capacity, &measured);
     report::write_metadata(
         &c.out,
         meta,

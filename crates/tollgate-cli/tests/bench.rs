@@ -591,14 +591,15 @@ fn https_measures_interception_beside_a_tunnel_and_says_why_mitmproxy_is_missing
             "(20 completed)",
         ],
     );
-    // Every keep-alive request answered 2xx through both proxies.
+    // Every keep-alive request answered 2xx through both proxies, with the proxy's CPU.
     let summary = read(dir.path(), "summary.md");
     for name in ["tunnel", "intercepted"] {
         let row = summary
             .lines()
-            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 4)
+            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 5)
             .unwrap_or_else(|| panic!("no capacity row for {name}:\n{summary}"));
         assert!(row.ends_with("| 0 |"), "{row}");
+        assert!(row.contains(" µs ("), "no CPU per request: {row}");
     }
     let meta: serde_json::Value = serde_json::from_str(&read(dir.path(), "metadata.json")).unwrap();
     // One leaf per new host and one for the provider's name: the rest came from the cache.
@@ -660,7 +661,7 @@ fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
         !summary.contains("Round trips to Redis from the redis target: 0;"),
         "{summary}"
     );
-    // Every request answered 2xx through each gateway.
+    // Every request answered 2xx through each gateway, and each gateway's CPU measured.
     let capacity = summary
         .split("| target | requests/s (median)")
         .nth(1)
@@ -668,8 +669,13 @@ fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
     for name in ["memory", "redis", "redis-lease"] {
         let row = capacity
             .lines()
-            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 5)
+            .find(|l| l.starts_with(&format!("| {name} |")) && l.matches('|').count() == 6)
             .unwrap_or_else(|| panic!("no capacity row for {name}:\n{summary}"));
         assert!(row.ends_with("| 0 |"), "{row}");
+        assert!(row.contains(" µs ("), "no CPU per request: {row}");
+        assert!(
+            meta["capacity"][name]["cpu_us_per_request"]["kernel"].is_number(),
+            "{meta}"
+        );
     }
 }

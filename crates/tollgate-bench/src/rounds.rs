@@ -1,0 +1,150 @@
+//! Closed-loop measurements in rounds (A B A B …): each target's requests/s, latency and
+//! its process's CPU per request, and each target's medians over the rounds.
+
+use crate::harness::{Harness, Target};
+use crate::loadgen::Mode;
+use crate::procs;
+use crate::stats::{self, median};
+use std::borrow::Borrow;
+
+/// One closed-loop measurement of one target.
+#[derive(Clone)]
+pub struct Sample {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    /// The load generator's share of its cores.
+    pub cpu: f64,
+    /// The target process's CPU per request, user and kernel, in µs (processes the bench
+    /// started).
+    pub cpu_us: Option<(f64, f64)>,
+}
+
+/// Every target measured once per round, one after another (A B A B …), warm-up requests
+/// in the first round only: each target's samples, in target order.
+pub fn in_rounds<T: Borrow<Target>>(
+    h: &Harness,
+    targets: &[T],
+    path: &str,
+    requests: u64,
+    warmup: u64,
+    concurrency: usize,
+    rounds: usize,
+) -> Result<Vec<Vec<Sample>>, String> {
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for (i, t) in targets.iter().enumerate() {
+            let w = if round == 0 { warmup } else { 0 };
+            samples[i].push(sample(h, t.borrow(), path, requests, w, concurrency)?);
+        }
+    }
+    Ok(samples)
+}
+
+/// Measures `t` at `path` in closed loop, with the CPU its process used per request.
+pub fn sample(
+    h: &Harness,
+    t: &Target,
+    path: &str,
+    requests: u64,
+    warmup: u64,
+    concurrency: usize,
+) -> Result<Sample, String> {
+    let pid = t.pid();
+    let before = pid.and_then(procs::tree_cpu);
+    let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
+    // Warm-up requests ran inside the window too: count them.
+    let served = (r.ok + r.non_2xx + warmup).max(1) as f64;
+    let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
+        (Some((u0, s0)), Some((u1, s1))) => Some((
+            (u1 - u0).as_secs_f64() * 1e6 / served,
+            (s1 - s0).as_secs_f64() * 1e6 / served,
+        )),
+        _ => None,
+    };
+    Ok(Sample {
+        rps: r.rps(),
+        p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
+        p99_ms: stats::value_us(&r.hist, 99.0) / 1000.0,
+        errors: r.errors + r.non_2xx,
+        cpu: r.cpu_share(),
+        cpu_us,
+    })
+}
+
+/// One target's samples over the rounds: the median of each figure, errors summed.
+pub struct Summary {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub loadgen_cpu: f64,
+    /// User and kernel µs per request, each the median over the rounds that had them.
+    pub cpu_us: Option<(f64, f64)>,
+    pub errors: u64,
+}
+
+pub fn summary(s: &[Sample]) -> Summary {
+    let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
+    let mut user: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
+    let mut kernel: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
+    Summary {
+        rps: col(|x| x.rps),
+        p50_ms: col(|x| x.p50_ms),
+        p99_ms: col(|x| x.p99_ms),
+        loadgen_cpu: col(|x| x.cpu),
+        cpu_us: (!user.is_empty()).then(|| (median(&mut user), median(&mut kernel))),
+        errors: s.iter().map(|x| x.errors).sum(),
+    }
+}
+
+/// Each target's summary of its samples ([`in_rounds`]), each printed: what `bench redis`
+/// and `bench https` report as capacity.
+pub fn summaries<T: Borrow<Target>>(targets: &[T], samples: Vec<Vec<Sample>>) -> Vec<Summary> {
+    targets
+        .iter()
+        .zip(samples)
+        .map(|(t, s)| {
+            let m = summary(&s);
+            eprintln!(
+                "capacity {:<12} {:>8.0} req/s ({} failed, CPU {} per request)",
+                t.borrow().name,
+                m.rps,
+                m.errors,
+                cpu_text(m.cpu_us)
+            );
+            m
+        })
+        .collect()
+}
+
+/// `9.8 µs (4.1 + 5.7)`: user + kernel, or `–` when not measured.
+pub fn cpu_text(cpu_us: Option<(f64, f64)>) -> String {
+    cpu_us.map_or("–".into(), |(u, k)| {
+        format!("{:.1} µs ({u:.1} + {k:.1})", u + k)
+    })
+}
+
+/// Each target's summary for `metadata.json`: `{name: {requests_per_second,
+/// cpu_us_per_request: {user, kernel} | null, failed}}`.
+pub fn capacity_json<T: Borrow<Target>>(targets: &[T], summaries: &[Summary]) -> serde_json::Value {
+    targets
+        .iter()
+        .zip(summaries)
+        .map(|(t, m)| {
+            let cpu = m.cpu_us.map_or(
+                serde_json::Value::Null,
+                |(u, k)| serde_json::json!({"user": u, "kernel": k}),
+            );
+            (
+                t.borrow().name.clone(),
+                serde_json::json!({
+                    "requests_per_second": m.rps,
+                    "cpu_us_per_request": cpu,
+                    "failed": m.errors,
+                }),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
