@@ -234,7 +234,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         md += &report::summary_table(m, &["direct-tls".into(), "mitmproxy".into()]);
     }
     md += &format!(
-        "\nintercepted − tunnel at p50: **{over_tunnel:+.0} µs** (target ≤ +150 µs)\n\n| target | requests/s (median) | CPU per request (user + kernel) | failed |\n|---|---:|---:|---:|\n"
+        "\nintercepted − tunnel at p50: **{over_tunnel:+.0} µs** (target ≤ +150 µs)\n\n| target | requests/s (median) | CPU per request | failed |\n|---|---:|---:|---:|\n"
     );
     for (t, m) in capacity_targets.iter().zip(&measured) {
         md += &format!(

@@ -256,7 +256,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
             None => format!("| {name} | — | — | — |\n"),
         };
     }
-    md += "\n| target | requests/s (median) | ÷ memory | CPU per request (user + kernel) | failed |\n|---|---:|---:|---:|---:|\n";
+    md += "\n| target | requests/s (median) | ÷ memory | CPU per request | failed |\n|---|---:|---:|---:|---:|\n";
     for (i, (t, m)) in capacity.iter().zip(&measured).enumerate() {
         md += &format!(
             "| {} | {:.0} | {:.2} | {} | {} |\n",
