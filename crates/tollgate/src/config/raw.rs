@@ -217,7 +217,7 @@ pub struct RawStore {
     pub sentinel: Option<RawSentinel>,
     /// The start of every key tollgate writes (`PREFIX:{RESOURCE}:…`): replicas that share limits use the same one; deployments that must not, different ones.
     pub prefix: String,
-    /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store.
+    /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store. The default, 20 ms, is far above a healthy round trip in one zone (well under 1 ms), so a timeout means Redis is in trouble, and long enough for a new connection to a Redis in another zone, TLS included: lower it towards a few ms where Redis is close and a slow answer should fall back sooner.
     pub timeout: Dur<1, 10_000>,
     /// When Redis cannot answer: `local` counts in this process's memory with each limit divided by `expected_replicas`; `allow` lets the request through; `deny` refuses it as if the limit were reached. Releases, deadlines and pauses always fall back to memory.
     pub on_error: RawOnError,
