@@ -301,7 +301,7 @@ impl Store for RedisBacked {
     }
 
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
-        self.exhausted.forget(key);
+        self.exhausted.forget(key, clock::now_ms());
         if self.gave_back_to_block(key, n) {
             return StoreFuture::ready(Ok(()));
         }
@@ -310,7 +310,7 @@ impl Store for RedisBacked {
     }
 
     fn release(&self, key: &Key, n: u64) {
-        self.exhausted.forget(key);
+        self.exhausted.forget(key, clock::now_ms());
         if self.gave_back_to_block(key, n) {
             return;
         }
@@ -327,7 +327,7 @@ impl Store for RedisBacked {
     }
 
     fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
-        self.exhausted.forget(key);
+        self.exhausted.forget(key, clock::now_ms());
         let k = key.clone();
         self.run(|r| r.reset(key), move |me| me.local.reset(&k))
     }
