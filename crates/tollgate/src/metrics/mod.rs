@@ -1,6 +1,9 @@
 //! Prometheus metrics (prometheus-client). Gauges are atomics updated in place; per-request
-//! counters and histograms are updated by the observer thread from request events, so the
-//! request path never takes a metrics lock.
+//! counters and histograms are updated by the observer thread from request events, and the
+//! shared store's round trips, timed on the path, go into a histogram sharded per thread
+//! ([`sharded`]), so the request path never takes a metrics lock.
+
+pub mod sharded;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -140,7 +143,8 @@ pub struct Metrics {
     pub intercept_leaves: Counter,
     /// Operations on the shared store (Redis) that failed, by why, and how long the others took.
     pub store_errors: Family<KindLabels, Counter>,
-    pub store_duration: Histogram,
+    /// Recorded on the path by every worker: sharded, not one lock ([`sharded`]).
+    pub store_duration: sharded::ShardedHistogram<16>,
     /// Connections cut and HTTP/2 streams released because the client stopped reading.
     pub stalls: Family<KindLabels, Counter>,
     pub reloads: Family<ResultLabels, Counter>,
@@ -188,9 +192,7 @@ impl Default for Metrics {
             intercept_failures: Family::default(),
             intercept_leaves: Counter::default(),
             store_errors: Family::default(),
-            store_duration: Histogram::new(
-                prometheus_client::metrics::histogram::exponential_buckets(0.00005, 2.0, 16),
-            ),
+            store_duration: sharded::ShardedHistogram::exponential(0.00005, 2.0),
             stalls: Family::default(),
             reloads: Family::default(),
             events_dropped: Counter::default(),

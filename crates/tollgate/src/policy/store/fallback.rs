@@ -138,9 +138,7 @@ impl RedisBacked {
             let started = Instant::now();
             let kind = match tokio::time::timeout(self.timeout, pending).await {
                 Ok(Ok(v)) => {
-                    self.metrics
-                        .store_duration
-                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics.store_duration.observe(started.elapsed());
                     self.circuit.success();
                     return Ok(v);
                 }
