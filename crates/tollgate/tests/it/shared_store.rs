@@ -44,6 +44,8 @@ async fn spread(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_gateways_on_one_redis_share_one_limit_exactly() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let hits = Arc::new(AtomicUsize::new(0));
     let h = hits.clone();
@@ -109,6 +111,8 @@ async fn a_quota_outlives_the_gateway_that_counted_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_redis_costs_no_request_and_shared_counting_resumes_when_it_returns() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     // Two replicas expected: while Redis is away each takes half of the limit.
@@ -314,6 +318,8 @@ async fn a_concurrency_limit_counts_requests_in_flight_on_every_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_cluster_shares_limits_as_one_redis_does() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let cluster = RedisCluster::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     // One seed node is enough: the others are discovered.
@@ -356,6 +362,8 @@ async fn a_redis_cluster_shares_limits_as_one_redis_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_holds_a_request_no_longer_than_the_store_timeout() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     let yaml = format!(
@@ -404,6 +412,8 @@ fn calls(redis: &RedisServer, command: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_known_to_be_full_refuses_without_asking_redis() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     let yaml = store(
@@ -505,6 +515,8 @@ async fn passed(gw: &tollgate::Gateway, up: std::net::SocketAddr, path: &str, n:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lease_mode_takes_blocks_never_admits_over_the_limit_and_loses_at_most_a_block_per_replica()
 {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     let yaml = store(
@@ -538,6 +550,8 @@ async fn lease_mode_takes_blocks_never_admits_over_the_limit_and_loses_at_most_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed_without_a_restart() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let mut redis = RedisSentinel::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     // `deny` while Redis cannot answer: every 200 below was counted on Redis.
@@ -576,6 +590,8 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_cluster_paused_or_gone_costs_no_request_and_is_shared_again_when_back() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let mut cluster = RedisCluster::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     // Alone while the cluster is away: half the limit (two replicas expected).
@@ -637,6 +653,8 @@ async fn a_redis_cluster_paused_or_gone_costs_no_request_and_is_shared_again_whe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_written_shared_false_is_each_replicas_own() {
+    // Exact counts in an hour window: not across the hour's end.
+    clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();
     let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
     let yaml = store(

@@ -596,3 +596,21 @@ pub async fn stdout_of(mut cmd: std::process::Command) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Seconds until the wall clock's next hour: when `window: hour` counters end.
+pub fn secs_to_the_hour() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    3600 - now % 3600
+}
+
+/// Waits out the hour's last `margin` seconds, so that a test counting in an hour window
+/// does not see the window end halfway (windows are the clock's hours, not the test's).
+pub async fn clear_of_the_hour_end(margin: u64) {
+    let left = secs_to_the_hour();
+    if left <= margin {
+        tokio::time::sleep(std::time::Duration::from_secs(left + 1)).await;
+    }
+}
