@@ -30,8 +30,9 @@ struct Inner<const B: usize> {
 /// One thread's counters, alone on its cache lines.
 #[repr(align(128))]
 struct Shard<const B: usize> {
-    /// Per bucket, not cumulative; the last is `+Inf`.
+    /// Per bounded bucket, not cumulative.
     counts: [AtomicU64; B],
+    /// Above the last bound: the `+Inf` bucket.
     over: AtomicU64,
     sum_ns: AtomicU64,
 }
