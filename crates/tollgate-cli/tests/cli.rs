@@ -636,3 +636,124 @@ fn ca_init_show_and_export_a_local_ca() {
     assert!(forced.status.success(), "{forced:?}");
     assert_ne!(fingerprint(&text(&forced)), first);
 }
+
+#[cfg(unix)]
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[cfg(unix)]
+#[test]
+fn ca_init_under_umask_000_makes_private_folders_and_never_follows_a_planted_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("deep/ca");
+    let init = |force: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask 000 && exec \"$0\" ca init {force} --data-dir \"$1\""
+            ))
+            .arg(env!("CARGO_BIN_EXE_tollgate"))
+            .arg(&data)
+            .output()
+            .unwrap()
+    };
+    let made = init("");
+    assert!(made.status.success(), "{made:?}");
+    assert_eq!(mode(&data), 0o700, "the CA's folder");
+    assert_eq!(mode(&dir.path().join("deep")), 0o700, "a folder it made");
+    assert_eq!(
+        mode(&data.join("tollgate-ca.pem")),
+        0o644,
+        "the certificate"
+    );
+    assert_eq!(mode(&data.join("tollgate-ca-key.pem")), 0o600, "the key");
+    // A link planted where the certificate goes: --force replaces the link, and the file
+    // it pointed to is untouched.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::remove_file(data.join("tollgate-ca.pem")).unwrap();
+    std::os::unix::fs::symlink(&victim, data.join("tollgate-ca.pem")).unwrap();
+    let forced = init("--force");
+    assert!(forced.status.success(), "{forced:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(
+        std::fs::symlink_metadata(data.join("tollgate-ca.pem"))
+            .unwrap()
+            .file_type()
+            .is_file()
+    );
+}
+
+/// A config intercepting one host with the CA in `cert`/`key`.
+fn intercepting(
+    dir: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> std::path::PathBuf {
+    let config = dir.join("intercept.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "intercept:\n  hosts: [api.openai.com]\n  ca: {{cert_file: {}, key_file: {}}}\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[cfg(unix)]
+#[test]
+fn check_refuses_a_ca_that_is_not_one_and_a_key_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A server certificate (basicConstraints CA:FALSE) and its key, as `openssl req
+    // -x509 -addext basicConstraints=CA:FALSE` makes.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_file, key_file) = (
+        dir.path().join("server.pem"),
+        dir.path().join("server-key.pem"),
+    );
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = tollgate()
+        .arg("check")
+        .arg(intercepting(dir.path(), &cert_file, &key_file))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("intercept.ca") && stderr.contains("CA:TRUE"),
+        "{stderr}"
+    );
+    // A CA made by `ca init` whose key others can read.
+    let data = dir.path().join("ca");
+    let made = tollgate()
+        .args(["ca", "init", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let key_file = data.join("tollgate-ca-key.pem");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = intercepting(dir.path(), &data.join("tollgate-ca.pem"), &key_file);
+    let out = tollgate().arg("check").arg(&config).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = tollgate().arg("check").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

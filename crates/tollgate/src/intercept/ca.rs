@@ -99,7 +99,13 @@ impl Ca {
             let path = path.to_owned();
             move |source| CaError::Io { path, source }
         };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Folders it makes are its owner's alone (0700 whatever the umask): another local
+        // user who could write there could swap in a CA of their own.
+        let mut folders = std::fs::DirBuilder::new();
+        folders.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut folders, 0o700);
+        folders.create(dir).map_err(io(dir))?;
         let key = KeyPair::generate().map_err(|e| CaError::Unusable {
             path: key_path.clone(),
             why: e.to_string(),
@@ -109,8 +115,8 @@ impl Ca {
             path: cert_path.clone(),
             why: e.to_string(),
         })?;
-        write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
-        std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))?;
+        write_new(&key_path, key.serialize_pem().as_bytes(), 0o600).map_err(io(&key_path))?;
+        write_new(&cert_path, cert.pem().as_bytes(), 0o644).map_err(io(&cert_path))?;
         Ok(Ca {
             pem: cert.pem(),
             der: cert.der().clone(),
@@ -143,6 +149,7 @@ impl Ca {
         };
         let pem = read(cert_file)?;
         let key_text = read(key_file)?;
+        refuse_readable_by_others(key_file)?;
         let key = KeyPair::from_pem(&key_text)
             .or_else(|_| KeyPair::from_pem_and_sign_algo(&key_text, &rcgen::PKCS_RSA_SHA256))
             .map_err(|e| {
@@ -163,6 +170,7 @@ impl Ca {
                 format!("not a certificate tollgate can read ({e})"),
             )
         })?;
+        is_a_ca(&der).map_err(|why| unusable(cert_file, why))?;
         let ca = Ca { pem, der, issuer };
         ca.check().map_err(|why| unusable(cert_file, why))?;
         Ok(ca)
@@ -288,19 +296,83 @@ fn pem_certificate(pem: &str) -> Option<CertificateDer<'static>> {
     CertificateDer::pem_slice_iter(pem.as_bytes()).next()?.ok()
 }
 
-/// Writes `bytes` to a new file readable and writable by its owner only (0600 on Unix),
-/// replacing one that was there.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Whether the certificate may sign others, as OpenSSL-based clients require of an
+/// issuer (RFC 5280 §4.2.1.9, §4.2.1.3): basicConstraints `CA:TRUE`, and `keyCertSign`
+/// when it has a key usage. rustls accepts any trust anchor, so its check alone would let
+/// a server certificate through, and every OpenSSL client would then refuse every leaf.
+fn is_a_ca(der: &CertificateDer<'_>) -> Result<(), String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der.as_ref())
+        .map_err(|e| format!("not a certificate tollgate can read ({e})"))?;
+    let is_ca = cert
+        .basic_constraints()
+        .ok()
+        .flatten()
+        .is_some_and(|b| b.value.ca);
+    if !is_ca {
+        return Err("not a CA certificate (its basicConstraints is not CA:TRUE), so clients refuse the certificates it signs: give a CA certificate, or run `tollgate ca init` to make one".into());
+    }
+    if let Ok(Some(usage)) = cert.key_usage()
+        && !usage.value.key_cert_sign()
+    {
+        return Err("its key usage lacks keyCertSign, so clients refuse the certificates it signs: give a CA certificate whose key usage includes keyCertSign, or run `tollgate ca init`".into());
+    }
+    Ok(())
+}
+
+/// Refuses a key file that users other than its owner and group can read or write, as
+/// ssh refuses such a private key: anyone who reads it can impersonate every intercepted
+/// host to the applications that trust the CA.
+fn refuse_readable_by_others(key_file: &Path) -> Result<(), CaError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(key_file).map_err(|source| CaError::Io {
+            path: key_file.into(),
+            source,
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o007 != 0 {
+            return Err(CaError::Unusable {
+                path: key_file.into(),
+                why: format!(
+                    "the CA key is readable by other users (mode {mode:04o}): run `chmod 600 {}` (in Kubernetes, mount its Secret with `defaultMode: 0400`, or 0440 with an fsGroup)",
+                    key_file.display()
+                ),
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = key_file;
+    Ok(())
+}
+
+/// Writes `bytes` to a new file of mode `mode` (exactly, whatever the umask), replacing
+/// the one at `path`: a symlink planted there is removed, not followed, and the file is
+/// created exclusively (`O_EXCL`), so nothing written lands elsewhere.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
-    let _ = std::fs::remove_file(path);
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+        options.mode(mode);
     }
     let mut f = options.open(path)?;
+    #[cfg(unix)]
+    {
+        // A umask can only take bits away: set them as meant (0644 under umask 077 stays
+        // readable by the clients that must trust it).
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
     f.write_all(bytes)?;
     f.sync_all()
 }

@@ -1,4 +1,4 @@
-//! One client connection: TCP_NODELAY, HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
+//! One client connection: TCP_NODELAY (and TCP_QUICKACK for HTTP/1.1), HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
 //! apart by the first bytes) with upgrades for CONNECT, served until it ends, is closed by
 //! the read-deadline sweep, or drains on shutdown. A decrypted CONNECT tunnel
 //! (crate::intercept) is served by the same [`serve`], over its TLS session.
@@ -58,8 +58,15 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
         h2 = speaks_h2(&stream) => h2,
         _ = std::future::poll_fn(|cx| conn.poll_end(cx)) => None,
     };
-    if let Some(h2) = h2 {
-        serve(stream, h2, conn, &worker, None).await;
+    match h2 {
+        Some(true) => serve(stream, true, conn, &worker, None).await,
+        // HTTP/1.1 (and the CONNECT tunnels it opens, decrypted or not): the clients that
+        // write a request in two writes with Nagle on (see quick_ack).
+        Some(false) => {
+            let stream = super::quick_ack::QuickAck(stream);
+            serve(stream, false, conn, &worker, None).await
+        }
+        None => {}
     }
     shared.metrics.client_connections.dec();
 }

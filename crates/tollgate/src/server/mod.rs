@@ -7,6 +7,7 @@
 mod connection;
 mod decrypted;
 pub mod listeners;
+mod quick_ack;
 mod watched_io;
 mod worker;
 

@@ -33,18 +33,25 @@ pub fn client_configs(
     let mut roots = RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
+    let mut pinned = Vec::new();
     if let Some(path) = extra_ca {
         for cert in read_ca_file(path)? {
             roots
-                .add(cert)
+                .add(cert.clone())
                 .map_err(|e| format!("CA file `{}`: {e}", path.display()))?;
+            pinned.push(cert);
         }
     }
+    let webpki =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| e.to_string())?;
     let builder =
         || ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions();
     let mut verified = builder()
         .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AlsoPinned { webpki, pinned }))
         .with_no_client_auth();
     let mut insecure = builder()
         .map_err(|e| e.to_string())?
@@ -55,6 +62,78 @@ pub fn client_configs(
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     }
     Ok((Arc::new(verified), Arc::new(insecure)))
+}
+
+/// Verifies as webpki does against the roots, and besides accepts a server certificate
+/// that the extra CA file itself holds, for the names it is valid for and while it is
+/// valid, as curl and Python do (OpenSSL trusts a certificate found in its store as it
+/// is). That is what a self-signed certificate made with `openssl req -x509` (the usual
+/// local stand-in for a provider) needs: it says CA:TRUE, which webpki refuses in an end
+/// entity (`CaUsedAsEndEntity`), however the file is trusted.
+#[derive(Debug)]
+struct AlsoPinned {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    /// The extra CA file's certificates, as they were in it.
+    pinned: Vec<CertificateDer<'static>>,
+}
+
+impl AlsoPinned {
+    /// Whether `cert` is one of the file's own, names `name` and is valid `now`.
+    fn pins(&self, cert: &CertificateDer<'_>, name: &ServerName<'_>, now: UnixTime) -> bool {
+        if !self.pinned.iter().any(|p| p.as_ref() == cert.as_ref()) {
+            return false;
+        }
+        let named = rustls::server::ParsedCertificate::try_from(cert)
+            .is_ok_and(|parsed| rustls::client::verify_server_name(&parsed, name).is_ok());
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let now = now.as_secs() as i64;
+        let current = X509Certificate::from_der(cert.as_ref()).is_ok_and(|(_, c)| {
+            let v = c.validity();
+            v.not_before.timestamp() <= now && now <= v.not_after.timestamp()
+        });
+        named && current
+    }
+}
+
+impl ServerCertVerifier for AlsoPinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
+        {
+            Err(_) if self.pins(end_entity, name, now) => Ok(ServerCertVerified::assertion()),
+            verdict => verdict,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// Accepts any certificate (still checks handshake signatures). Used only for hosts the

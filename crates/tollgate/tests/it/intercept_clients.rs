@@ -107,6 +107,18 @@ async fn python_requests_and_httpx_through_https_proxy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_posts_through_interception_are_not_held_by_a_delayed_ack() {
+    let st = Stand::new().await;
+    let mut c = st.command("python3");
+    c.env("REQUESTS_CA_BUNDLE", st.ca()).args([
+        "-c",
+        crate::clients::PY_POSTS,
+        &format!("{}/v1/chat", st.url),
+    ]);
+    crate::clients::assert_no_delayed_ack("interception", &stdout_of(c).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_through_https_proxy_over_http1_and_h2() {
     let st = Stand::new().await;
     let mut out = String::new();

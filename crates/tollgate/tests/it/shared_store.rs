@@ -164,6 +164,150 @@ async fn a_dead_redis_costs_no_request_and_shared_counting_resumes_when_it_retur
     assert_eq!(store["answering"], true, "{store}");
 }
 
+/// `kind`'s count of `tollgate_store_errors_total` (0 when absent).
+async fn store_errors(gw: &tollgate::Gateway, kind: &str) -> u64 {
+    let text = String::from_utf8_lossy(&admin_get(gw, "/metrics").await.body).into_owned();
+    let line = format!("tollgate_store_errors_total{{kind=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_redis_is_shared_again_at_the_first_try_after_the_backoff() {
+    clear_of_the_hour_end(30).await;
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    rate_limit: {limit: 1000, window: hour}\n",
+    );
+    let gw = gateway(&yaml).await;
+    // Both workers' connections made and used.
+    for _ in 0..10 {
+        assert_eq!(
+            get_via(&gw, up.addr, "/a", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    let port = redis.kill();
+    // Failures until the circuit has opened a few times (the backoff grows).
+    let mut failed = 0;
+    for _ in 0..500 {
+        assert_eq!(
+            get_via(&gw, up.addr, "/b", &[]).await.status,
+            StatusCode::OK
+        );
+        failed = store_errors(&gw, "error").await + store_errors(&gw, "timeout").await;
+        if failed >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(failed >= 3, "the dead Redis was never counted");
+    let redis = RedisServer::on(port);
+    // Redis answers PING: every try from now on succeeds, on every worker (none fails
+    // on a connection broken before, or in its own reconnect backoff).
+    let before = store_errors(&gw, "error").await + store_errors(&gw, "timeout").await;
+    let mut back = false;
+    for _ in 0..1000 {
+        let _ = get_via(&gw, up.addr, "/c", &[]).await;
+        if admin_get(&gw, "/policies").await.json()["store"]["answering"] == true
+            && !redis
+                .cli(&["--scan", "--pattern", "tollgate:{*"])
+                .is_empty()
+        {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(back, "never shared again");
+    for _ in 0..20 {
+        assert_eq!(
+            get_via(&gw, up.addr, "/d", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    let after = store_errors(&gw, "error").await + store_errors(&gw, "timeout").await;
+    assert_eq!(after, before, "tries against a Redis that answers failed");
+    // Counted in Redis: the 20 of /d and what /c sent once it was back.
+    let key = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    let counted: u64 = redis
+        .cli(&["GET", key.lines().next().unwrap()])
+        .parse()
+        .unwrap();
+    assert!(counted >= 20, "{counted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_redis_password_is_an_auth_error_with_its_fix_in_policies() {
+    let redis = RedisServer::start();
+    redis.cli(&["CONFIG", "SET", "requirepass", "right"]);
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // The default timeout (20 ms): the refusal is still seen as what it is.
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: redis://:wrong@127.0.0.1:{}\npolicies:\n  - name: p\n    rate_limit: {{limit: 10, window: hour}}\n",
+        redis.port
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(
+        get_via(&gw, up.addr, "/a", &[]).await.status,
+        StatusCode::OK
+    );
+    let m = metrics_when(&gw, |t| {
+        t.contains("tollgate_store_errors_total{kind=\"error\"}")
+    })
+    .await;
+    assert!(
+        m.contains("tollgate_store_errors_total{kind=\"error\"}"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("tollgate_store_errors_total{kind=\"timeout\"}"),
+        "{m}"
+    );
+    let store = admin_get(&gw, "/policies").await.json()["store"].clone();
+    assert_eq!(store["answering"], false, "{store}");
+    let last = &store["last_error"];
+    assert_eq!(last["cause"], "auth", "{store}");
+    assert!(
+        last["fix"].as_str().unwrap().contains("password"),
+        "{store}"
+    );
+    assert!(
+        !store.to_string().contains("wrong"),
+        "the password shown: {store}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_mode_counts_the_blocks_a_replica_holds_when_it_falls_back() {
+    clear_of_the_hour_end(30).await;
+    let redis = RedisServer::start();
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // Limit 50 in blocks of 10, two replicas expected: a share of 25 while Redis is away.
+    let yaml = store(
+        &redis,
+        "  expected_replicas: 2\n  sync: lease\n  lease_size: 10\npolicies:\n  - name: p\n    rate_limit: {limit: 50, window: hour}\n",
+    );
+    let gw = gateway(&yaml).await;
+    for _ in 0..20 {
+        assert_eq!(
+            get_via(&gw, up.addr, "/a", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    redis.kill();
+    // It took 20 from Redis: 5 more of its share of 25, not 25 more.
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        statuses.push(get_via(&gw, up.addr, "/b", &[]).await.status.as_u16());
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(ok, 5, "{statuses:?}");
+}
+
 #[test]
 fn the_store_section_names_what_is_missing_and_masks_the_password() {
     let e = tollgate::Config::from_yaml("store:\n  backend: redis\n").unwrap_err();
@@ -314,6 +458,95 @@ async fn a_concurrency_limit_counts_requests_in_flight_on_every_replica() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(ok, "the slot released on a never became free for b");
+}
+
+/// An upstream that holds each request until a permit is added: how many it holds now,
+/// and the most it ever held at once.
+async fn holding_upstream() -> (
+    Server,
+    Arc<tokio::sync::Semaphore>,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (held, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (g, h, p) = (gate.clone(), held.clone(), peak.clone());
+    let up = upstream(move |_req| {
+        let (g, h, p) = (g.clone(), h.clone(), p.clone());
+        async move {
+            let now = h.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            g.acquire().await.unwrap().forget();
+            h.fetch_sub(1, Ordering::SeqCst);
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    (up, gate, held, peak)
+}
+
+/// The members of the one sorted set (the concurrency leases) under tollgate's prefix.
+fn leases_in(redis: &RedisServer) -> usize {
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    keys.lines()
+        .map(|k| redis.cli(&["ZCARD", k]).parse::<usize>().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shared_concurrency_limit_never_lets_more_than_max_run_at_once() {
+    let redis = RedisServer::start();
+    let (up, gate, held, peak) = holding_upstream().await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    concurrency: {max: 4}\n",
+    );
+    let gws = [gateway(&yaml).await, gateway(&yaml).await];
+    // 24 at once over two replicas: 4 run, 20 are refused at once.
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let proxy = gws[i % 2].proxy_addr;
+        let refused = refused.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = http::Request::get(format!("http://{proxy}/slow/{i}"))
+                .header("x-tollgate-host", up.addr.to_string())
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap();
+            let status = send(&client(), req).await.status.as_u16();
+            if status == 429 {
+                refused.fetch_add(1, Ordering::SeqCst);
+            }
+            status
+        }));
+    }
+    wait_until("every request held or refused", || {
+        held.load(Ordering::SeqCst) + refused.load(Ordering::SeqCst) == 24
+    })
+    .await;
+    assert_eq!(held.load(Ordering::SeqCst), 4);
+    // One lease per request in flight, each its own member.
+    assert_eq!(leases_in(&redis), 4);
+    // The end of one request frees its own slot, not another's.
+    gate.add_permits(1);
+    wait_until("one held request answered", || {
+        held.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    wait_until("its lease given back", || leases_in(&redis) <= 3).await;
+    assert_eq!(leases_in(&redis), 3);
+    gate.add_permits(3);
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        4,
+        "{statuses:?}"
+    );
+    assert_eq!(peak.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -472,6 +705,46 @@ async fn a_breaker_opened_by_one_replicas_failures_is_open_on_the_others() {
     // … open the breaker for replica b too.
     let refused = get_via(&b, up.addr, "/ok", &[]).await;
     assert_eq!(refused.error_code().as_deref(), Some("circuit_open"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_breaker_leaves_no_key_without_an_expiry() {
+    let redis = RedisServer::start();
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/fail" {
+            answer(503, &[], "down")
+        } else {
+            answer(200, &[], "ok")
+        }
+    })
+    .await;
+    let yaml = store(
+        &redis,
+        "policies:\n  - name: p\n    breaker: {consecutive_failures: 1, open_for: 20ms}\n",
+    );
+    let gw = gateway(&yaml).await;
+    // Six cycles: a failure opens it, a probe after `open_for` closes it.
+    for _ in 0..6 {
+        assert_eq!(
+            get_via(&gw, up.addr, "/fail", &[]).await.status.as_u16(),
+            503
+        );
+        let mut closed = false;
+        for _ in 0..500 {
+            if get_via(&gw, up.addr, "/ok", &[]).await.status == StatusCode::OK {
+                closed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(closed, "the breaker never closed again");
+    }
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{*"]);
+    assert!(keys.lines().any(|k| k.contains(":probes")), "{keys}");
+    for k in keys.lines() {
+        let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
+        assert!(ttl > 0, "{k} has no expiry (PTTL {ttl})");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,3 +109,53 @@ fn insecure_skip_verify_needs_exact_hosts_and_ca_file_must_exist() {
     assert_eq!(err[0].path, "upstream.tls.extra_ca_file");
     assert!(err[0].message.contains("/nonexistent/ca.pem"));
 }
+
+/// What `openssl req -x509 -addext subjectAltName=DNS:localhost` makes: one self-signed
+/// certificate (basicConstraints CA:TRUE) that the server presents as its own.
+fn self_signed_for_localhost() -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    TestPki {
+        ca_pem: cert.pem(),
+        leaf_der: cert.der().clone(),
+        key_der: rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    }
+}
+
+#[tokio::test]
+async fn a_self_signed_server_certificate_in_the_extra_ca_file_is_trusted_for_its_own_names() {
+    let pki = self_signed_for_localhost();
+    let up = tls_upstream(&pki, &[b"h2", b"http/1.1"], echo_json).await;
+    let ca = ca_file(&pki);
+    let gw = gateway(&format!(
+        "upstream:\n  tls:\n    extra_ca_file: {}\n",
+        ca.path().display()
+    ))
+    .await;
+    let got = send(
+        &client(),
+        req_to(&gw, &format!("localhost:{}", up.addr.port()), "/pinned"),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+    assert_eq!(got.json()["path"], "/pinned");
+    // Not for a name it does not hold: 127.0.0.1 is not in it.
+    let got = send(
+        &client(),
+        req_to(&gw, &format!("127.0.0.1:{}", up.addr.port()), "/"),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(got.error_code().as_deref(), Some("tls_error"));
+    // Without the file, it is refused as any unknown certificate is.
+    let plain = gateway("").await;
+    let got = send(
+        &client(),
+        req_to(&plain, &format!("localhost:{}", up.addr.port()), "/"),
+    )
+    .await;
+    assert_eq!(got.error_code().as_deref(), Some("tls_error"));
+}

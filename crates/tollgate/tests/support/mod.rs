@@ -291,6 +291,18 @@ pub async fn metrics_when(gw: &Gateway, done: impl Fn(&str) -> bool) -> String {
     text
 }
 
+/// Polls `ok` every 10 ms until it holds; fails the test, naming `what`, when it has not
+/// held within 10 s (a deadline for a condition, not a speed assertion).
+pub async fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what}: never happened within 10 s");
+}
+
 /// Writes raw bytes to the proxy and reads the whole answer until the server closes.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -60,6 +60,11 @@ const PROBES_OK: usize = 4;
 const FAILED: usize = 5;
 const TOTAL: usize = 6;
 
+/// How long a breaker's state outlives its last change (an opening, a failure): on Redis
+/// every key it writes expires, so a renamed or redefined breaker (a new fingerprint)
+/// leaves nothing behind for good. A breaker left half-open and unused for a day closes.
+const KEEP_MS: u64 = 24 * 3_600_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     Closed,
@@ -141,7 +146,7 @@ impl BreakerResource {
                 self.gauge.set(2);
                 let k = self.key(PROBES, opened_until);
                 let probes = u64::from(self.spec.half_open_probes);
-                match self.store.add(&k, 1, probes, 0).await {
+                match self.store.add(&k, 1, probes, self.probes_expire()).await {
                     Ok(a) if a.taken => {
                         x.locals.insert(Probe(opened_until));
                         Ok(())
@@ -167,12 +172,24 @@ impl BreakerResource {
         }
     }
 
+    /// When one opening's probe counts expire: an `open_for` (at least a minute) after
+    /// the last probe of its half-open phase. Each opening has keys of its own, so a
+    /// flapping breaker holds at most the few of its recent openings, never one per
+    /// opening for good.
+    fn probes_expire(&self) -> u64 {
+        let keep = (self.spec.open_for.as_millis() as u64).max(60_000);
+        clock::now_ms() + keep
+    }
+
     /// Opens the breaker (the caller counts `tripped`).
     async fn open(&self) {
         self.gauge.set(1);
         let until = clock::now_ms() + self.spec.open_for.as_millis() as u64;
         // Kept past `until`: that it was open is what makes it half-open afterwards.
-        let _ = self.store.raise(&self.key(OPEN, 0), until, 0).await;
+        let _ = self
+            .store
+            .raise(&self.key(OPEN, 0), until, until + KEEP_MS)
+            .await;
         let _ = self.store.reset(&self.key(CONSECUTIVE, 0)).await;
     }
 
@@ -186,14 +203,19 @@ impl BreakerResource {
             }
             let ok = self.key(PROBES_OK, opened_until);
             let n = u64::from(s.half_open_probes);
-            if let Ok(a) = self.store.add(&ok, 1, n, 0).await
+            if let Ok(a) = self.store.add(&ok, 1, n, self.probes_expire()).await
                 && a.count >= n
             {
                 actions.record(x, Action::Closed);
                 self.gauge.set(0);
                 let _ = self
                     .store
-                    .raise(&self.key(CLOSED_AT, 0), opened_until, 0)
+                    // Expires with the opening it closes (`open`'s expiry).
+                    .raise(
+                        &self.key(CLOSED_AT, 0),
+                        opened_until,
+                        opened_until + KEEP_MS,
+                    )
                     .await;
             }
             return;
@@ -227,7 +249,7 @@ impl BreakerResource {
         }
         let consecutive = if failed && s.consecutive_failures > 0 {
             self.store
-                .add(&self.key(CONSECUTIVE, 0), 1, u64::MAX, 0)
+                .add(&self.key(CONSECUTIVE, 0), 1, u64::MAX, now + KEEP_MS)
                 .await
                 .map_or(0, |a| a.count)
         } else {

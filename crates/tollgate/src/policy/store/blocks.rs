@@ -19,6 +19,9 @@ pub struct Block {
     left: AtomicU64,
     /// Redis's count when the last block was taken (all replicas' blocks).
     counted: AtomicU64,
+    /// Admissions this replica took from Redis for this counter, used or not: what it
+    /// already holds when Redis stops answering (see [`Block::granted`]).
+    granted: AtomicU64,
     /// Held by the one request that fetches the next block.
     pub fetching: tokio::sync::Mutex<()>,
 }
@@ -52,11 +55,19 @@ impl Block {
     /// `n`, Redis's count `counted` after it. The admission of the fetching request.
     pub fn filled(&self, granted: u64, n: u64, counted: u64) -> Added {
         self.counted.store(counted, Ordering::Release);
+        self.granted.fetch_add(granted, Ordering::AcqRel);
         let left = self.left.fetch_add(granted - n, Ordering::AcqRel) + granted - n;
         Added {
             taken: true,
             count: self.count(left),
         }
+    }
+
+    /// What this replica took from Redis for this counter: a fallback to memory counts
+    /// it as already admitted, so that a replica does not admit its share again on top
+    /// of the blocks it had.
+    pub fn granted(&self) -> u64 {
+        self.granted.load(Ordering::Acquire)
     }
 
     /// `n` given back (a refund, a request a later limit refused).
@@ -125,6 +136,7 @@ mod tests {
             assert_eq!(b.take(1).map(|a| a.count), Some(count));
         }
         assert!(b.take(1).is_none());
+        assert_eq!(b.granted(), 5);
         b.give_back(1);
         assert!(b.take(1).is_some());
         assert!(b.take(1).is_none());

@@ -4,20 +4,18 @@
 //! (`allow`) or refuses it (`deny`); the other operations (releases, deadlines, resets)
 //! always go to memory, so a provider's pause still holds here. After a failure a circuit
 //! opens for a backoff (100 ms doubling to 5 s): while it is open no request waits for
-//! Redis; when it ends one request tries Redis again, and its success closes the circuit.
+//! Redis; when it ends one request tries Redis again, on a new connection, and its
+//! success closes the circuit ([`super::health`]).
 
 use super::blocks::Blocks;
+use super::health::Health;
 use super::redis::Redis;
 use super::settings::{OnError, RedisSettings, SyncMode};
-use super::{Added, Key, Store, StoreError, StoreFuture, memory::Memory};
+use super::{Added, Cause, Key, Store, StoreError, StoreFuture, memory::Memory};
 use crate::metrics::Metrics;
 use crate::policy::clock;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-const FIRST_BACKOFF_MS: u64 = 100;
-const MAX_BACKOFF_MS: u64 = 5_000;
 
 pub struct RedisBacked {
     redis: Redis,
@@ -26,63 +24,11 @@ pub struct RedisBacked {
     timeout: Duration,
     replicas: u64,
     lease_ttl: Duration,
-    circuit: Circuit,
+    health: std::sync::Arc<Health>,
     exhausted: std::sync::Arc<super::exhausted::Exhausted>,
     /// `sync: lease`: admissions taken from Redis in blocks.
     blocks: Option<Blocks>,
     metrics: Metrics,
-}
-
-/// Whether Redis is worth asking: closed (`open_until` 0), open until a time, and the
-/// failures in a row that set the backoff.
-#[derive(Default)]
-struct Circuit {
-    open_until: AtomicU64,
-    failures: AtomicU32,
-}
-
-impl Circuit {
-    /// Whether this request may ask Redis: the circuit is closed, or its backoff is over
-    /// and this request is the one that claims the next try (the others keep falling back
-    /// until it answers).
-    fn admits(&self, now: u64) -> bool {
-        let until = self.open_until.load(Ordering::Relaxed);
-        if until == 0 {
-            return true;
-        }
-        until <= now
-            && self
-                .open_until
-                .compare_exchange(
-                    until,
-                    now + self.backoff(),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-    }
-
-    fn backoff(&self) -> u64 {
-        let n = self.failures.load(Ordering::Relaxed).min(16);
-        (FIRST_BACKOFF_MS << n.saturating_sub(1)).min(MAX_BACKOFF_MS)
-    }
-
-    fn success(&self) {
-        if self.open_until.load(Ordering::Relaxed) != 0 {
-            self.failures.store(0, Ordering::Relaxed);
-            self.open_until.store(0, Ordering::Relaxed);
-        }
-    }
-
-    fn failure(&self, now: u64) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        self.open_until
-            .store(now + self.backoff(), Ordering::Relaxed);
-    }
-
-    fn is_open(&self) -> bool {
-        self.open_until.load(Ordering::Relaxed) != 0
-    }
 }
 
 impl RedisBacked {
@@ -104,7 +50,7 @@ impl RedisBacked {
             timeout: s.timeout,
             replicas: s.expected_replicas.max(1),
             lease_ttl: s.lease_ttl,
-            circuit: Circuit::default(),
+            health: Default::default(),
             exhausted: Default::default(),
             blocks: match s.sync {
                 SyncMode::Exact => None,
@@ -116,7 +62,7 @@ impl RedisBacked {
 
     /// Whether Redis answered the last time it was asked (`/policies`, `/readyz`).
     pub fn healthy(&self) -> bool {
-        !self.circuit.is_open()
+        !self.health.is_open()
     }
 
     /// Runs `op` on Redis within the timeout; on a failure, counts it, opens the circuit
@@ -129,33 +75,33 @@ impl RedisBacked {
     where
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        if !self.circuit.admits(clock::now_ms()) {
+        if !self.health.admits(clock::now_ms()) {
             self.count("circuit_open");
             return fallback(self);
         }
         let pending = op(&self.redis);
         StoreFuture::Pending(Box::pin(async move {
             let started = Instant::now();
-            let kind = match tokio::time::timeout(self.timeout, pending).await {
+            let e = match tokio::time::timeout(self.timeout, pending).await {
                 Ok(Ok(v)) => {
                     self.metrics.store_duration.observe(started.elapsed());
-                    self.circuit.success();
+                    self.health.succeeded();
                     return Ok(v);
                 }
-                Ok(Err(e)) => {
-                    tracing::debug!("{e}");
-                    "error"
-                }
-                Err(_) => "timeout",
+                Ok(Err(e)) => e,
+                Err(_) => timed_out(self.timeout),
             };
-            self.count(kind);
-            self.circuit.failure(clock::now_ms());
+            self.count(e.cause.metric_kind());
+            self.health.failed(&e, clock::now_ms());
+            // The next try, on any worker, starts from a new connection: one that failed
+            // may still be in its own reconnect backoff, or broken without knowing it.
+            self.redis.reconnect();
             fallback(self).await
         }))
     }
 
     /// Sends `op` to Redis without waiting for it (a release from a drop), bounded by the
-    /// timeout, a failure counted; false when there is no runtime to run it on.
+    /// timeout, a failure counted and noted; false when there is no runtime to run it on.
     fn in_background(
         &self,
         op: impl Future<Output = Result<(), StoreError>> + Send + 'static,
@@ -163,38 +109,39 @@ impl RedisBacked {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let (timeout, metrics) = (self.timeout, self.metrics.clone());
+        let (timeout, metrics, health) = (self.timeout, self.metrics.clone(), self.health.clone());
         rt.spawn(async move {
-            let kind = match tokio::time::timeout(timeout, op).await {
+            let e = match tokio::time::timeout(timeout, op).await {
                 Ok(Ok(())) => return,
-                Ok(Err(_)) => "error",
-                Err(_) => "timeout",
+                Ok(Err(e)) => e,
+                Err(_) => timed_out(timeout),
             };
-            metrics
-                .store_errors
-                .get_or_create(&crate::metrics::KindLabels { kind })
-                .inc();
+            count(&metrics, e.cause.metric_kind());
+            health.note(&e, clock::now_ms());
         });
         true
     }
 
     fn count(&self, kind: &'static str) {
-        self.metrics
-            .store_errors
-            .get_or_create(&crate::metrics::KindLabels { kind })
-            .inc();
+        count(&self.metrics, kind);
     }
 
-    /// An admission while Redis cannot answer, as `on_error` says.
+    /// An admission while Redis cannot answer, as `on_error` says; `held`: admissions of
+    /// this counter this replica already took from Redis (`sync: lease`'s blocks), which
+    /// count against its share.
     fn fallback_add(
         &self,
         key: &Key,
         n: u64,
         limit: u64,
         expires_ms: u64,
+        held: u64,
     ) -> StoreFuture<'_, Added> {
         match self.on_error {
-            OnError::Local => self.local.add(key, n, self.share(limit), expires_ms),
+            OnError::Local => {
+                let share = self.share(limit).saturating_sub(held);
+                self.local.add(key, n, share, expires_ms)
+            }
             OnError::Allow => StoreFuture::ready(Ok(Added {
                 taken: true,
                 count: 0,
@@ -247,7 +194,7 @@ impl Store for RedisBacked {
                     Ok(added)
                 }
             },
-            move |me| me.fallback_add(&fallback_key, n, limit, expires_ms),
+            move |me| me.fallback_add(&fallback_key, n, limit, expires_ms, 0),
         )
     }
 
@@ -277,6 +224,8 @@ impl Store for RedisBacked {
             let (exhausted, k, b) = (self.exhausted.clone(), key.clone(), block.clone());
             let fallback_key = key.clone();
             let size = blocks.size;
+            // Only a fetch (under the lock held here) adds to it.
+            let held = block.granted();
             self.run(
                 |r| {
                     let grant = r.grant(&key, n, size, limit, expires_ms);
@@ -292,7 +241,7 @@ impl Store for RedisBacked {
                         Ok(b.filled(granted, n, count))
                     }
                 },
-                move |me| me.fallback_add(&fallback_key, n, limit, expires_ms),
+                move |me| me.fallback_add(&fallback_key, n, limit, expires_ms, held),
             )
             .await
         }))
@@ -314,7 +263,7 @@ impl Store for RedisBacked {
         }
         // From a drop: sent in the background on this thread's runtime, never awaited.
         // With the circuit open the slot was taken here, in memory.
-        if self.circuit.is_open() || !self.in_background(self.redis.sub(key, n)) {
+        if self.health.is_open() || !self.in_background(self.redis.sub(key, n)) {
             self.local.release(key, n);
         }
     }
@@ -392,6 +341,23 @@ impl Store for RedisBacked {
             "answering": self.healthy(),
             "on_error": self.on_error.name(),
             "expected_replicas": self.replicas,
+            // Why it last failed (cause, message, fix, seconds ago); null if it never did.
+            "last_error": self.health.last_error(clock::now_ms()),
         })
     }
+}
+
+/// Counts a failed (or skipped) store operation by its `kind`.
+fn count(metrics: &Metrics, kind: &'static str) {
+    metrics
+        .store_errors
+        .get_or_create(&crate::metrics::KindLabels { kind })
+        .inc();
+}
+
+fn timed_out(timeout: Duration) -> StoreError {
+    StoreError::new(
+        Cause::Timeout,
+        format!("no answer within store.timeout ({timeout:?})"),
+    )
 }

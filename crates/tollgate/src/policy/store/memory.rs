@@ -3,7 +3,7 @@
 //! one limit) rarely meet on a lock. Expired entries are swept from a shard when it has
 //! doubled since its last sweep, which keeps memory bounded by the live keys.
 
-use super::{Added, Key, Store, StoreError, StoreFuture};
+use super::{Added, Cause, Key, Store, StoreError, StoreFuture};
 use crate::policy::clock;
 use rustc_hash::FxHashMap;
 use std::hash::BuildHasher;
@@ -42,7 +42,7 @@ impl Memory {
         let i = self.hasher.hash_one(key) as usize % SHARDS;
         let mut shard = self.shards[i]
             .lock()
-            .map_err(|_| StoreError("memory store lock poisoned".into()))?;
+            .map_err(|_| StoreError::new(Cause::Internal, "memory store lock poisoned"))?;
         let now = clock::now_ms();
         if shard.map.len() >= shard.sweep_at.max(64) {
             shard

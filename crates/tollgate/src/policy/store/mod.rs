@@ -8,6 +8,7 @@
 pub mod blocks;
 pub mod exhausted;
 pub mod fallback;
+pub mod health;
 pub mod memory;
 pub mod redis;
 pub mod sentinel;
@@ -40,20 +41,97 @@ impl<T> Future for StoreFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            Self::Ready(v) => Poll::Ready(
-                v.take()
-                    .unwrap_or_else(|| Err(StoreError("a store result read twice".into()))),
-            ),
+            Self::Ready(v) => Poll::Ready(v.take().unwrap_or_else(|| {
+                Err(StoreError::new(
+                    Cause::Internal,
+                    "a store result read twice",
+                ))
+            })),
             Self::Pending(f) => f.as_mut().poll(cx),
         }
     }
 }
 
-/// A store could not answer (a remote store unreachable). Remedies fail open on it: the
-/// request goes on as if the remedy had allowed it, and the error is logged.
+/// A store could not answer (a remote store unreachable, refusing, too slow). The shared
+/// store decides each such operation by `store.on_error`, counts it, shows the last one
+/// in `/policies` and warns once per cause with what to do.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("state store: {0}")]
-pub struct StoreError(pub String);
+#[error("state store: {message}")]
+pub struct StoreError {
+    pub cause: Cause,
+    /// What failed, never holding a password (redis-rs's texts do not name the URL).
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn new(cause: Cause, message: impl Into<String>) -> Self {
+        Self {
+            cause,
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a store operation failed: a bounded set, each with the fix an operator applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// No answer within `store.timeout`.
+    Timeout,
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`, an ACL's `NOPERM`).
+    Auth,
+    /// Nothing reachable at the address (refused, reset, unreachable, a TLS failure).
+    Connect,
+    /// Redis answered with an error (read-only replica, cluster down, …).
+    Server,
+    /// What answered is not Redis, or sent a reply over the size tollgate accepts.
+    Reply,
+    /// Inside tollgate (a poisoned lock).
+    Internal,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Auth => "auth",
+            Self::Connect => "connect",
+            Self::Server => "server",
+            Self::Reply => "reply",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The `kind` label of `tollgate_store_errors_total`: no answer in time, or an answer
+    /// that was an error (whatever its cause; `/policies` names the cause).
+    pub fn metric_kind(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            _ => "error",
+        }
+    }
+
+    /// What to do about it, as the warning and `/policies` say.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Self::Timeout => {
+                "Redis did not answer within `store.timeout`: check that the address in `store.url` is reachable from here and that Redis is not overloaded, or raise `store.timeout`"
+            }
+            Self::Auth => {
+                "Redis refused the credentials: check the user and password in `store.url` (`redis://USER:PASSWORD@HOST:PORT`, `${VAR}` to read them from the environment) or `store.sentinel.password`"
+            }
+            Self::Connect => {
+                "no Redis answered at the store's address: check the host and port in `store.url` (or `store.cluster`, `store.sentinel.nodes`), that Redis runs, and `rediss://` against the server's TLS setting"
+            }
+            Self::Server => {
+                "Redis answered with an error (see the message): a read-only replica, a Cluster that is down, or a command its ACL does not permit"
+            }
+            Self::Reply => {
+                "what answers at the store's address does not speak Redis, or sent a reply larger than tollgate accepts: check `store.url`"
+            }
+            Self::Internal => "an error inside tollgate: please report it",
+        }
+    }
+}
 
 /// The name of one piece of state: the resource (its kind, name and a fingerprint of its
 /// definition, so a changed definition starts afresh), a part (a consumer group, `total`,

@@ -7,7 +7,7 @@
 //! script touches one key: the store works against a Cluster as against one Redis.
 
 use super::sentinel::{Primary, Sentinels};
-use super::{Added, Key, StoreError};
+use super::{Added, Cause, Key, StoreError};
 use redis::Script;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
@@ -102,8 +102,9 @@ static LEASED: LazyLock<Script> = LazyLock::new(|| {
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    /// This thread's connection to each store: a worker's tasks share one, pipelined.
-    static CONNECTIONS: RefCell<Vec<(u64, Conn)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's connection to each store (by the store's id, with the generation it
+    /// was made in): a worker's tasks share one, pipelined.
+    static CONNECTIONS: RefCell<Vec<(u64, u64, Conn)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where the store's Redis is: one server, a Cluster named by some of its nodes, or the
@@ -162,6 +163,9 @@ pub struct Redis {
     /// Lease ids: a random start (replicas' ids do not meet) and a counter.
     lease_base: u64,
     leases: AtomicU64,
+    /// Raised by [`Redis::reconnect`]: a worker's connection of an older generation is
+    /// replaced before its next use.
+    generation: AtomicU64,
     client: Client,
     prefix: String,
     timeout: Duration,
@@ -196,6 +200,7 @@ impl Redis {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             lease_base: h.finish(),
             leases: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             client,
             prefix: prefix.to_owned(),
             timeout,
@@ -225,10 +230,14 @@ impl Redis {
     /// This thread's connection, made (lazily: it connects on first use, on this
     /// thread's runtime) the first time this thread asks.
     fn connection(&self) -> Result<Conn, StoreError> {
+        let generation = self.generation.load(Ordering::Relaxed);
         CONNECTIONS.with(|all| {
             let mut all = all.borrow_mut();
-            if let Some((_, c)) = all.iter().find(|(id, _)| *id == self.id) {
-                return Ok(c.clone());
+            if let Some(i) = all.iter().position(|(id, _, _)| *id == self.id) {
+                if all[i].1 == generation {
+                    return Ok(all[i].2.clone());
+                }
+                all.swap_remove(i);
             }
             let c = match &self.client {
                 Client::Single(client) => {
@@ -237,8 +246,10 @@ impl Redis {
                         // Later than the store's own bound, which then fires first and
                         // counts the wait as a timeout.
                         .set_response_timeout(Some(self.timeout * 2))
-                        .set_number_of_retries(1)
-                        .set_max_delay(Duration::from_secs(2));
+                        // One attempt, whose own error is then seen (a wrong password is
+                        // `auth`, not a timeout spent in a retry's backoff): the store's
+                        // circuit is the backoff, and its next try takes a new connection.
+                        .set_number_of_retries(0);
                     Conn::Single(
                         ConnectionManager::new_lazy_with_config(client.clone(), config)
                             .map_err(error)?,
@@ -252,9 +263,17 @@ impl Redis {
                 }
                 Client::Sentinel(p) => Conn::Sentinel(p.clone()),
             };
-            all.push((self.id, c.clone()));
+            all.push((self.id, generation, c.clone()));
             Ok(c)
         })
+    }
+
+    /// After a failure: every worker's next operation takes a new connection (a Sentinel
+    /// connection follows its own rule, see [`super::sentinel`]). A connection that failed
+    /// may be broken without knowing it, or in its own reconnect backoff, which would fail
+    /// the first tries after Redis is back.
+    pub fn reconnect(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs `script` on `key` with `args` (all of them numbers) on this thread's
@@ -372,12 +391,23 @@ impl Redis {
         limit: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send + use<> {
-        let id = self
-            .lease_base
-            .wrapping_add(self.leases.fetch_add(1, Ordering::Relaxed))
-            | 1;
+        let id = self.next_lease_id();
         let run = self.script::<u8>(&LEASE, key, &[limit, ttl_ms, id]);
         async move { Ok((run.await? == 1).then_some(id)) }
+    }
+
+    /// A lease id no other lease of this process holds: the random start plus a counter
+    /// (a bijection, so ids repeat only after 2^64 leases), skipping
+    /// [`super::LOCAL_LEASE`], which names a slot counted in memory.
+    fn next_lease_id(&self) -> u64 {
+        loop {
+            let id = self
+                .lease_base
+                .wrapping_add(self.leases.fetch_add(1, Ordering::Relaxed));
+            if id != super::LOCAL_LEASE {
+                return id;
+            }
+        }
     }
 
     pub fn renew(
@@ -407,10 +437,30 @@ impl Redis {
     }
 }
 
-/// A redis-rs error as the store's: its text names the failure (connection refused,
-/// timed out, a server error), never the URL and so never its password.
+/// A redis-rs error as the store's, with its cause: its text names the failure
+/// (connection refused, timed out, a server error), never the URL and so never its
+/// password.
 fn error(e: redis::RedisError) -> StoreError {
-    StoreError(format!("redis: {e}"))
+    use redis::{ErrorKind, ServerErrorKind};
+    let cause = if e.is_timeout() {
+        Cause::Timeout
+    } else if e.kind() == ErrorKind::AuthenticationFailed
+        || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+    {
+        Cause::Auth
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+    {
+        Cause::Connect
+    } else if matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType) {
+        Cause::Reply
+    } else {
+        Cause::Server
+    };
+    StoreError::new(cause, format!("redis: {e}"))
 }
 
 #[cfg(test)]
@@ -432,5 +482,23 @@ mod tests {
         assert_eq!(r.key(&key("github")), "tg:{github}:all:42");
         // Braces in a name would move Redis Cluster's hash tag.
         assert_eq!(r.key(&key("a{b}c")), "tg:{a_b_c}:all:42");
+    }
+
+    #[test]
+    fn lease_ids_are_distinct_and_never_the_local_lease() {
+        let mut r = Redis::new(
+            "redis://127.0.0.1:1",
+            &[],
+            None,
+            "tg",
+            Duration::from_millis(5),
+        )
+        .unwrap();
+        // A start just below the wrap, so the counter passes through 0.
+        r.lease_base = u64::MAX - 2;
+        let ids: Vec<u64> = (0..6).map(|_| r.next_lease_id()).collect();
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "{ids:?}");
+        assert!(!ids.contains(&super::super::LOCAL_LEASE), "{ids:?}");
     }
 }
