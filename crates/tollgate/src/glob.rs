@@ -15,6 +15,23 @@ impl HostGlob {
         if p.is_empty() {
             return Err("empty host pattern".into());
         }
+        // A URL pasted where a host goes (`https://api.openai.com/v1`): say to write its
+        // host, before the `:` reads as a port.
+        if let Some((scheme, rest)) = p.split_once("://") {
+            let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+            let host = match host.rsplit_once(':') {
+                Some((h, port))
+                    if !h.ends_with(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    h
+                }
+                _ => host,
+            };
+            return Err(format!(
+                "`{pattern}` is a URL ({scheme}://…), not a host: write the host alone, `{host}` (a policy matches a host on every scheme, port and path)"
+            ));
+        }
         // `host:port` (one colon, not an IPv6 literal) would never match: targets are
         // matched by host alone.
         if let Some((host, port)) = p.split_once(':')
@@ -27,12 +44,15 @@ impl HostGlob {
         }
         // An IP literal matches its canonical form, which is how targets spell it
         // (`127.1`, `[::ffff:127.0.0.1]` and `2130706433` all become `127.0.0.1`).
-        if let Some(ip) = crate::egress::canonical_ip(&p) {
+        // Only an IP literal may hold `:`, `[` or `]` (`[::1]`, `::ffff:10.0.0.1`).
+        let ip = crate::egress::canonical_ip(&p);
+        let extra = if ip.is_some() { ":[]" } else { "" };
+        if let Some(ip) = ip {
             p = ip.to_string();
         }
         if let Some(c) = p
             .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || "-._*:[]".contains(*c)))
+            .find(|c| !(c.is_ascii_alphanumeric() || "-._*".contains(*c) || extra.contains(*c)))
         {
             return Err(format!(
                 "host pattern `{pattern}` contains `{c}`; use letters, digits, `-`, `.` and `*`"
@@ -106,5 +126,25 @@ mod tests {
         assert!(m("[::1]", "::1"));
         assert!(HostGlob::new("bad/host").is_err());
         assert!(HostGlob::new("").is_err());
+    }
+
+    #[test]
+    fn a_url_gets_its_host_as_the_fix_and_brackets_only_hold_an_ip() {
+        for (url, host) in [
+            ("https://api.openai.com/", "api.openai.com"),
+            ("http://user:pw@api.x.com:8443/v1?q=1", "api.x.com"),
+            ("HTTPS://API.OpenAI.com", "api.openai.com"),
+        ] {
+            let e = HostGlob::new(url).unwrap_err();
+            assert!(
+                e.contains("is a URL") && e.contains(&format!("`{host}`")),
+                "{e}"
+            );
+            assert!(!e.contains("write `https`"), "{e}");
+        }
+        for bad in ["api.[github.com", "api]x.com", "a:b:c", "[not-an-ip]"] {
+            assert!(HostGlob::new(bad).is_err(), "{bad} accepted");
+        }
+        assert!(HostGlob::new("[2001:db8::1]").is_ok());
     }
 }

@@ -160,7 +160,7 @@ impl Default for RawPool {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTls {
-    /// PEM file of CA certificates trusted in addition to the webpki (Mozilla) roots. Checked at load by building the TLS configuration `run` uses: it must exist and hold at least one certificate rustls accepts.
+    /// PEM file of CA certificates trusted in addition to the webpki (Mozilla) roots. Checked at load by building the TLS configuration `run` uses: it must exist and hold at least one certificate rustls accepts. A server's own self-signed certificate in it (what `openssl req -x509` makes, the usual local stand-in for a provider) is trusted for the names it holds while it is valid, as curl and Python trust it.
     pub extra_ca_file: Option<String>,
     /// Exact host names whose certificates are **not** verified (test servers only). No wildcards; every other host stays verified.
     pub insecure_skip_verify: Vec<String>,

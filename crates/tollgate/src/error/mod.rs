@@ -306,3 +306,12 @@ pub fn body(code: &str, message: &str) -> String {
     })
     .to_string()
 }
+
+/// `n` and `noun`, the noun plural unless `n` is 1 ("1 request", "5 requests"), for the
+/// messages of generated errors.
+pub fn count_of(n: impl Into<u64>, noun: &str) -> String {
+    match n.into() {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}

@@ -63,6 +63,16 @@ pub fn same_host<B>(req: &http::Request<B>, target: &Target) -> Result<(), Proxy
     if host.eq_ignore_ascii_case(&target.host) {
         return Ok(());
     }
+    // The same address spelt another way (`127.1`, `2130706433`, `0x7f000001`,
+    // `[::ffff:127.0.0.1]` for 127.0.0.1): compared as the addresses they mean, as the
+    // egress rules compare them.
+    if let (Some(a), Some(b)) = (
+        crate::egress::canonical_ip(host),
+        crate::egress::canonical_ip(&target.host),
+    ) && a == b
+    {
+        return Ok(());
+    }
     Err(ProxyError::Misdirected(format!(
         "this connection is a decrypted tunnel to `{}`; a request for `{host}` needs a tunnel of its own",
         target.host

@@ -32,7 +32,9 @@ impl Tunnelled {
                 policy,
                 host,
                 "CONNECT to `{host}` is an opaque TLS tunnel: policy `{policy}` cannot apply to it \
-                 (no credentials, cache, limits or diagnosis). Have the application call tollgate \
+                 (no credentials, cache, limits or diagnosis). Add `{host}` to `intercept.hosts` \
+                 to decrypt its tunnels with tollgate's CA, which the application then trusts \
+                 (no code change: docs/interception.md), or have the application call tollgate \
                  over plain HTTP: a route and the SDK's base_url, or the header \
                  `x-tollgate-host: {host}` (docs/policies.md: how the application reaches tollgate)"
             );
@@ -53,7 +55,7 @@ impl Tunnelled {
         Some(json!({
             "connects": n,
             "hosts": hosts,
-            "note": "CONNECT tunnels (HTTPS_PROXY) are opaque: this policy did not apply to them; call tollgate over plain HTTP (a route, or x-tollgate-host)",
+            "note": "CONNECT tunnels (HTTPS_PROXY) are opaque: this policy did not apply to them; add their hosts to intercept.hosts to decrypt them (the application trusts tollgate's CA: docs/interception.md), or call tollgate over plain HTTP (a route, or x-tollgate-host)",
         }))
     }
 }

@@ -243,5 +243,10 @@ async fn a_connect_tunnel_past_a_policy_is_named_in_policies() {
     assert_eq!(t["connects"], 2, "{p}");
     assert_eq!(t["hosts"], serde_json::json!(["127.0.0.1"]));
     assert!(t["note"].as_str().unwrap().contains("x-tollgate-host"));
+    // The fix that needs no code change comes first.
+    assert!(
+        t["note"].as_str().unwrap().contains("intercept.hosts"),
+        "{t}"
+    );
     assert!(p["policies"][1]["state"].get("tunnelled").is_none(), "{p}");
 }

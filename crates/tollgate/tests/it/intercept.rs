@@ -170,6 +170,48 @@ async fn a_decrypted_tunnel_runs_policies_and_diagnosis_over_h1_and_h2() {
 }
 
 #[tokio::test]
+async fn an_ip_spelt_another_way_in_host_is_the_tunnels_own_address() {
+    let s = Setup::new();
+    let up = tls_upstream(&s.pki, &[b"http/1.1"], echo_json).await;
+    let gw = gateway(&s.config("['127.0.0.1']", "")).await;
+    let port = up.addr.port();
+    for spelt in [
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "0177.0.0.1",
+        "[::ffff:127.0.0.1]",
+    ] {
+        // curl sends the CONNECT's host again in Host.
+        let target = format!("{spelt}:{port}");
+        let tls = tls_via(
+            gw.proxy_addr,
+            &target,
+            "127.0.0.1",
+            s.ca.pem(),
+            &[b"http/1.1"],
+        )
+        .await
+        .expect("the client trusts the leaf");
+        let got = exchange(tls, get("/v1/x", &target)).await;
+        assert_eq!(got.status, StatusCode::OK, "{spelt}: {:?}", got.body);
+    }
+    // Another address is still another host.
+    let target = format!("127.0.0.1:{port}");
+    let tls = tls_via(
+        gw.proxy_addr,
+        &target,
+        "127.0.0.1",
+        s.ca.pem(),
+        &[b"http/1.1"],
+    )
+    .await
+    .unwrap();
+    let got = exchange(tls, get("/v1/x", &format!("127.0.0.2:{port}"))).await;
+    assert_eq!(got.status, StatusCode::MISDIRECTED_REQUEST);
+}
+
+#[tokio::test]
 async fn a_provider_with_a_bad_certificate_gets_the_client_a_502_inside_its_tls() {
     let s = Setup::new();
     // An upstream whose CA tollgate does not trust (another test PKI).

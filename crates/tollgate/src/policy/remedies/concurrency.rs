@@ -222,7 +222,11 @@ impl Remedy for Concurrency {
                 self.actions.record(x, Action::Rejected);
                 return Err(ProxyError::Rejected(Rejection {
                     kind: Reject::ConcurrencyLimited,
-                    message: format!("{}: {} requests already in flight", r.what, r.spec.max),
+                    message: format!(
+                        "{}: {} already in flight",
+                        r.what,
+                        crate::error::count_of(r.spec.max, "request")
+                    ),
                     retry_after: Some(1),
                     rate: None,
                 }));

@@ -55,8 +55,8 @@ pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
         format!("{what}: this consumer group is not allowed (default_group: block)")
     } else {
         format!(
-            "{what}: {} requests per window used; the next window starts in {retry_after}s",
-            r.limit
+            "{what}: {} per window used; the next window starts in {retry_after}s",
+            crate::error::count_of(r.limit, "request")
         )
     };
     ProxyError::Rejected(Rejection {
