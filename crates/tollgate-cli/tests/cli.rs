@@ -757,3 +757,47 @@ fn check_refuses_a_ca_that_is_not_one_and_a_key_others_can_read() {
     let out = tollgate().arg("check").arg(&config).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+#[test]
+fn check_env_optional_checks_a_file_whose_urls_and_ca_exist_only_in_production() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prod.yaml");
+    std::fs::write(
+        &config,
+        "store:\n  backend: redis\n  url: ${PROD_REDIS_URL}\nroutes:\n  - prefix: /gh\n    upstream: ${PROD_GITHUB_BASE}\ndiagnosis:\n  har:\n    enabled: true\n    collector: {url: '${PROD_HAR_URL}'}\nintercept:\n  hosts: [api.openai.com]\n",
+    )
+    .unwrap();
+    let empty = dir.path().join("no-ca-here");
+    let check = |optional: bool| {
+        let mut c = tollgate();
+        c.arg("check");
+        if optional {
+            c.arg("--env-optional");
+        }
+        c.arg(&config)
+            .env("TOLLGATE_DATA_DIR", &empty)
+            .env_remove("PROD_REDIS_URL")
+            .env_remove("PROD_GITHUB_BASE")
+            .env_remove("PROD_HAR_URL")
+            .output()
+            .unwrap()
+    };
+    let lenient = check(true);
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert_eq!(lenient.status.code(), Some(0), "{stderr}");
+    for said in [
+        "PROD_REDIS_URL",
+        "PROD_GITHUB_BASE",
+        "PROD_HAR_URL",
+        "warning: intercept.ca",
+    ] {
+        assert!(stderr.contains(said), "{said}: {stderr}");
+    }
+    assert!(!stderr.contains("needs a sink"), "{stderr}");
+    // Strict: the same file fails, and the missing CA says what chose its folder.
+    let strict = check(false);
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("$TOLLGATE_DATA_DIR"), "{stderr}");
+    assert!(!stderr.contains("(the default data directory)"), "{stderr}");
+}

@@ -5,7 +5,7 @@ use super::raw::RawPort;
 use super::{Admin, Config, ConfigError, Listen, Log, MetricsSettings, Shutdown, Upstream};
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
-pub(super) use crate::fields::{Errors, as_written};
+pub(super) use crate::fields::Errors;
 use crate::glob::HostGlob;
 use crate::routes::{Route, RouteTable};
 use crate::secret::Secret;
@@ -150,20 +150,18 @@ pub(super) fn validate_env(
 
     let mut routes = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
-        let upstream_url = e.env(&format!("routes[{i}].upstream"), &r.upstream);
-        if let Some(url) = upstream_url {
-            let path = format!("routes[{i}]");
-            let route = Route::new(&r.prefix, &url, &r.upstream)
-                .map_err(|m| as_written(m, &url, &r.upstream));
-            if let Some(route) = e.check(&path, route) {
-                if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
-                    e.check::<()>(
-                        &format!("routes[{i}].prefix"),
-                        Err(format!("prefix `{}` is declared twice", r.prefix)),
-                    );
-                }
-                routes.push(route);
+        // Its errors are the route's (a prefix or an upstream), at `routes[i]`.
+        let route = e.env_checked(&format!("routes[{i}]"), &r.upstream, |url| {
+            Route::new(&r.prefix, url, &r.upstream)
+        });
+        if let Some(route) = route {
+            if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
+                e.check::<()>(
+                    &format!("routes[{i}].prefix"),
+                    Err(format!("prefix `{}` is declared twice", r.prefix)),
+                );
             }
+            routes.push(route);
         }
     }
 

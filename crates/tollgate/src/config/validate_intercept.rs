@@ -26,18 +26,16 @@ pub(super) fn intercept(e: &mut Errors, raw: &RawIntercept) -> Intercept {
             let key = e.env("intercept.ca.key_file", &files.key_file);
             cert.zip(key).and_then(|(cert, key)| {
                 let loaded = Ca::load(Path::new(&cert), Path::new(&key));
-                e.check("intercept.ca", loaded.map_err(|err| err.to_string()))
+                loaded_or_reported(e, loaded, String::new())
             })
         }
         None => {
-            let loaded = Ca::load_dir(&Ca::default_dir()).map_err(|err| match err {
-                CaError::Missing { dir } => format!(
-                    "no CA in {}: run `tollgate ca init` there (the default data directory), or write `intercept.ca: {{cert_file: …, key_file: …}}` to use your own",
-                    dir.display()
-                ),
-                other => other.to_string(),
-            });
-            e.check("intercept.ca", loaded)
+            let (dir, chosen_by) = Ca::default_dir_and_why();
+            let loaded = Ca::load_dir(&dir);
+            let fix = format!(
+                " (the data directory {chosen_by}): run `tollgate ca init` there, or write `intercept.ca: {{cert_file: …, key_file: …}}` to use your own"
+            );
+            loaded_or_reported(e, loaded, fix)
         }
     };
     Intercept {
@@ -45,5 +43,33 @@ pub(super) fn intercept(e: &mut Errors, raw: &RawIntercept) -> Intercept {
         ca: ca.map(Arc::new),
         tunnel_refused_for: raw.tunnel_refused_for.get(),
         max_hosts: raw.max_hosts.get(),
+    }
+}
+
+/// The CA, or its error at `intercept.ca` (`fix` after a missing CA's message). A CA
+/// whose files are absent is a warning under `check --env-optional`: CI checks a file
+/// whose CA exists only where the gateway runs.
+fn loaded_or_reported(e: &mut Errors, loaded: Result<Ca, CaError>, fix: String) -> Option<Ca> {
+    let absent = match &loaded {
+        Err(CaError::Missing { .. }) => true,
+        Err(CaError::Io { source, .. }) => source.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
+    };
+    match loaded {
+        Ok(ca) => Some(ca),
+        Err(err) => {
+            let message = match &err {
+                CaError::Missing { dir } if !fix.is_empty() => {
+                    format!("no CA in {}{fix}", dir.display())
+                }
+                _ => err.to_string(),
+            };
+            if absent {
+                e.error_or_warning("intercept.ca", message);
+            } else {
+                e.check::<()>("intercept.ca", Err(message));
+            }
+            None
+        }
     }
 }

@@ -55,15 +55,39 @@ impl Errors {
 
     /// `${ENV}` substitution and a check of the result, whose messages show the text as
     /// written: a secret substituted into it never reaches a message.
+    ///
+    /// Under `check --env-optional` a value holding an unset variable that does not pass
+    /// (`${REDIS_URL}` reads `unset-REDIS_URL`, not a URL) is checked as one of
+    /// [`STAND_INS`] instead, the first that passes; if none does it is left out with the
+    /// variable's warning alone, never an error the real value would not have.
     pub fn env_checked<T>(
         &mut self,
         path: &str,
         written: &str,
-        check: impl FnOnce(&str) -> Result<T, String>,
+        check: impl Fn(&str) -> Result<T, String>,
     ) -> Option<T> {
-        let value = self.env(path, written)?;
-        let r = check(&value).map_err(|m| as_written(m, &value, written));
-        self.check(path, r)
+        let (value, unset) = self.env_noting(path, written)?;
+        match check(&value) {
+            Ok(v) => Some(v),
+            Err(_) if unset => STAND_INS.iter().find_map(|s| check(s).ok()),
+            Err(m) => self.check(path, Err(as_written(m, &value, written))),
+        }
+    }
+
+    /// Whether unset `${VARS}` are warnings here (`check --env-optional`), not errors.
+    pub fn env_optional(&self) -> bool {
+        self.1.is_some()
+    }
+
+    /// A problem that `check --env-optional` reports as a warning (what exists only where
+    /// the gateway runs: a CA's files), and otherwise an error.
+    pub fn error_or_warning(&mut self, path: &str, message: String) {
+        match &mut self.1 {
+            Some(warnings) => warnings.push(format!("{path}: {message}")),
+            None => {
+                self.check::<()>(path, Err(message));
+            }
+        }
     }
 
     pub fn addr(&mut self, path: &str, s: &str) -> SocketAddr {
@@ -76,13 +100,20 @@ impl Errors {
     }
 
     pub fn env(&mut self, path: &str, s: &str) -> Option<String> {
+        self.env_noting(path, s).map(|(v, _)| v)
+    }
+
+    /// [`Errors::env`], and whether a variable in it was unset (`--env-optional`).
+    fn env_noting(&mut self, path: &str, s: &str) -> Option<(String, bool)> {
+        let mut unset = false;
         let r = match &mut self.1 {
-            Some(unset) => env::expand_lenient(s, |name| {
-                unset.push(format!("{path}: environment variable `{name}` is not set"))
+            Some(warnings) => env::expand_lenient(s, |name| {
+                unset = true;
+                warnings.push(format!("{path}: environment variable `{name}` is not set"))
             }),
             None => env::expand(s),
         };
-        self.check(path, r)
+        self.check(path, r).map(|v| (v, unset))
     }
 
     pub fn nets(&mut self, path: &str, list: &[String]) -> Vec<IpNet> {
@@ -92,6 +123,14 @@ impl Errors {
             .collect()
     }
 }
+
+/// What an unset variable's value is checked as under `check --env-optional` when its
+/// placeholder does not pass: a Redis URL, an HTTP(S) URL, a word.
+pub const STAND_INS: [&str; 3] = [
+    "redis://unset.invalid:6379",
+    "https://unset.invalid",
+    "unset",
+];
 
 /// A message about a `${ENV}`-substituted value, showing the text as written: a secret
 /// substituted into it never reaches a message.

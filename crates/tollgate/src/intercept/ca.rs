@@ -74,16 +74,31 @@ impl Ca {
     /// `$TOLLGATE_DATA_DIR`, else `$XDG_DATA_HOME/tollgate`, else
     /// `$HOME/.local/share/tollgate`, else `.tollgate` in the working directory.
     pub fn default_dir() -> PathBuf {
+        Self::default_dir_and_why().0
+    }
+
+    /// [`Ca::default_dir`], and what chose it, for messages ("set by
+    /// `$TOLLGATE_DATA_DIR`").
+    pub fn default_dir_and_why() -> (PathBuf, &'static str) {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         if let Some(d) = var("TOLLGATE_DATA_DIR") {
-            return d.into();
+            return (d.into(), "set by `$TOLLGATE_DATA_DIR`");
         }
         if let Some(d) = var("XDG_DATA_HOME") {
-            return PathBuf::from(d).join("tollgate");
+            return (
+                PathBuf::from(d).join("tollgate"),
+                "under `$XDG_DATA_HOME`, the default",
+            );
         }
         match var("HOME") {
-            Some(h) => PathBuf::from(h).join(".local/share/tollgate"),
-            None => PathBuf::from(".tollgate"),
+            Some(h) => (
+                PathBuf::from(h).join(".local/share/tollgate"),
+                "under `$HOME`, the default",
+            ),
+            None => (
+                PathBuf::from(".tollgate"),
+                "in the working directory, as `$HOME` is not set",
+            ),
         }
     }
 
