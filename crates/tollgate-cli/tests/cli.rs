@@ -801,3 +801,32 @@ fn check_env_optional_checks_a_file_whose_urls_and_ca_exist_only_in_production()
     assert!(stderr.contains("$TOLLGATE_DATA_DIR"), "{stderr}");
     assert!(!stderr.contains("(the default data directory)"), "{stderr}");
 }
+
+#[test]
+fn a_mistyped_redis_url_never_shows_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "REDIS://:pw-upper-1@redis.internal:6379",
+        "redis://:pw#hash-2@redis.internal:6379",
+        "redis://:pw/slash-3@redis.internal:6379",
+        "redis+unix:///run/redis.sock?pass=pw-query-4",
+    ] {
+        let config = dir.path().join("store.yaml");
+        std::fs::write(
+            &config,
+            format!("store:\n  backend: redis\n  url: '{url}'\n"),
+        )
+        .unwrap();
+        let out = tollgate().arg("check").arg(&config).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains("store.url"), "{stderr}");
+        let password = url
+            .rsplit(['=', ':'])
+            .find(|p| p.contains("pw"))
+            .unwrap_or(url);
+        let password = password.split('@').next().unwrap();
+        assert!(!stderr.contains(password), "{password} shown: {stderr}");
+        assert!(stderr.contains("MASKED"), "{stderr}");
+    }
+}

@@ -30,27 +30,37 @@ impl fmt::Display for Secret {
 
 impl serde::Serialize for Secret {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("MASKED")
+        s.serialize_str(&crate::fields::masked(&self.0))
     }
 }
 
 /// Masks the secret parts of a URL for display: user-info and the query string.
 pub fn mask_url(url: &str) -> String {
+    use crate::fields::masked;
     let (base, query) = match url.split_once('?') {
-        Some((b, _)) => (b, "?MASKED"),
-        None => (url, ""),
+        Some((b, q)) => (b, format!("?{}", masked(q))),
+        None => (url, String::new()),
     };
-    let masked = match base.split_once("://") {
+    let shown = match base.split_once("://") {
         Some((scheme, rest)) => {
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            match authority.rsplit_once('@') {
-                Some((_, host)) => format!("{scheme}://MASKED@{host}{path}"),
+            // The user-info ends at the last `@` before the path; a password may hold
+            // `/` or `#` (a mistyped URL), so an `@` after a `/` still ends it when what
+            // precedes it has a `:` (user:password).
+            let end = rest.find('/').unwrap_or(rest.len());
+            let at = rest[..end]
+                .rfind('@')
+                .or_else(|| rest.rfind('@').filter(|&at| rest[..at].contains(':')));
+            match at {
+                Some(at) => {
+                    let (info, host) = (&rest[..at], &rest[at + 1..]);
+                    format!("{scheme}://{}@{host}", masked(info))
+                }
                 None => base.to_owned(),
             }
         }
         None => base.to_owned(),
     };
-    masked + query
+    shown + &query
 }
 
 #[cfg(test)]

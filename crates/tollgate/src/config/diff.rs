@@ -25,34 +25,41 @@ impl ConfigDiff {
     }
 }
 
+/// The sections a diff names, in the file's order.
+const SECTIONS: [&str; 19] = [
+    "listen",
+    "admin",
+    "upstream",
+    "domains",
+    "egress",
+    "intercept",
+    "store",
+    "routes",
+    "endpoints",
+    "endpoint_defaults",
+    "policies",
+    "rate_limits",
+    "quotas",
+    "concurrency_limits",
+    "breakers",
+    "log",
+    "metrics",
+    "diagnosis",
+    "shutdown",
+];
+
 pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
     let (o, n) = (old.effective(), new.effective());
-    for section in [
-        "listen",
-        "admin",
-        "upstream",
-        "domains",
-        "egress",
-        "intercept",
-        "store",
-        "routes",
-        "endpoints",
-        "policies",
-        "rate_limits",
-        "quotas",
-        "concurrency_limits",
-        "breakers",
-        "log",
-        "metrics",
-        "diagnosis",
-        "shutdown",
-    ] {
+    for section in SECTIONS {
         if o[section] != n[section] {
             d.changed.push(section);
             leaves(section.to_owned(), &o[section], &n[section], &mut d.paths);
         }
     }
+    // A rotated secret (`admin.token`, a credential) shows `MASKED` on both sides of the
+    // views above: its path is found by its fingerprints, its value never shown.
+    rotated(String::new(), &old.fingerprints, &new.fingerprints, &mut d);
     if old.listen.address != new.listen.address {
         d.needs_restart.push("listen.address");
     }
@@ -131,5 +138,42 @@ mod tests {
             ]
         );
         assert!(diff(&new, &new).is_empty());
+    }
+}
+
+/// The paths of secrets whose fingerprints differ between `o` and `n` (a secret added or
+/// removed shows in the views already), with their sections.
+fn rotated(path: String, o: &Value, n: &Value, d: &mut ConfigDiff) {
+    let secret = |v: &Value| v.as_str().is_some_and(|s| s.starts_with("MASKED#"));
+    match (o, n) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, av) in a {
+                if let Some(bv) = b.get(k) {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    rotated(p, av, bv, d);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (av, bv)) in a.iter().zip(b).enumerate() {
+                rotated(format!("{path}[{i}]"), av, bv, d);
+            }
+        }
+        (a, b) if secret(a) && secret(b) && a != b => {
+            let section = path.split(['.', '[']).next().unwrap_or_default();
+            if let Some(&s) = SECTIONS.iter().find(|s| **s == section)
+                && !d.changed.contains(&s)
+            {
+                d.changed.push(s);
+            }
+            if d.paths.len() < MAX_PATHS && !d.paths.contains(&path) {
+                d.paths.push(path);
+            }
+        }
+        _ => {}
     }
 }

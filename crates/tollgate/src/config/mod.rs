@@ -52,6 +52,9 @@ pub struct Config {
     /// The policies and shared limits as written (defaults filled in, secrets masked),
     /// for `GET /config` and the reload diff.
     pub written: serde_json::Value,
+    /// The whole file as written with each secret as a keyed fingerprint (never shown):
+    /// the reload diff names a rotated secret's path from it.
+    pub fingerprints: serde_json::Value,
 }
 
 #[derive(Debug, Clone, PartialEq)]

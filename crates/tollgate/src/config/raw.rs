@@ -292,7 +292,7 @@ fn masked_urls<S: serde::Serializer>(urls: &[String], s: S) -> Result<S::Ok, S::
 /// A password as `/config` shows it.
 fn masked_secret<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
     match p {
-        Some(_) => s.serialize_str("MASKED"),
+        Some(p) => s.serialize_str(&crate::fields::masked(p)),
         None => s.serialize_none(),
     }
 }

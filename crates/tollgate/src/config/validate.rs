@@ -218,6 +218,7 @@ pub(super) fn validate_env(
         diagnosis,
         shutdown,
         written: super::written::written(raw),
+        fingerprints: crate::fields::fingerprinting(|| super::written::everything(raw)),
     };
     Ok((config, unset))
 }
@@ -241,6 +242,9 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "concurrency_limits": c.written["concurrency_limits"],
         "breakers": c.written["breakers"],
     });
+    // The addresses listened on, `--listen`/`--admin` applied, not the file's.
+    shown["listen"] = json!({"address": c.listen.address.to_string()});
+    shown["admin"] = json!({"address": c.admin.address.to_string()});
     super::written::fill_missing(&mut shown, &c.written["all"]);
     shown
 }

@@ -17,12 +17,15 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
         let scheme_ok = u.starts_with("redis://") || u.starts_with("rediss://");
         if !scheme_ok {
             return Err(format!(
-                "`{u}` is not a Redis URL; write `redis://HOST:PORT` or `rediss://HOST:PORT` (TLS)"
+                "`{}` is not a Redis URL; write `redis://HOST:PORT` or `rediss://HOST:PORT` (TLS)",
+                crate::secret::mask_url(u)
             ));
         }
-        redis::Client::open(u)
-            .map(|_| u.to_owned())
-            .map_err(|err| format!("`{u}`: {err}"))
+        // Shown masked: a mistyped URL still holds its password.
+        redis::Client::open(u).map(|_| u.to_owned()).map_err(|err| {
+            let shown = crate::secret::mask_url(u);
+            format!("`{shown}`: {}", err.to_string().replace(u, &shown))
+        })
     };
     let named = [
         raw.url.is_some(),

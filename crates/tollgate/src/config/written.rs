@@ -37,7 +37,7 @@ pub(super) fn written(raw: &RawConfig) -> Value {
 /// The whole file as written, defaults filled in, secrets masked (each secret field is a
 /// [`crate::fields::SecretText`]): what `/config` shows for a key its validated sections
 /// do not spell out.
-fn everything(raw: &RawConfig) -> Value {
+pub(super) fn everything(raw: &RawConfig) -> Value {
     to_value(raw)
 }
 

@@ -9,7 +9,7 @@ pub mod units;
 mod values;
 
 use ipnet::IpNet;
-pub use secret_text::{SecretText, is_env_reference};
+pub use secret_text::{SecretText, fingerprinting, is_env_reference, masked};
 use std::fmt;
 use std::net::SocketAddr;
 pub use values::MAX_COUNT;

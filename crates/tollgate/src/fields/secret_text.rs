@@ -6,6 +6,36 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
 
+thread_local! {
+    /// Set while [`fingerprinting`]: secrets are shown with a fingerprint.
+    static FINGERPRINTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The key of the fingerprints: this process's own, so a fingerprint says nothing of the
+/// value outside the comparison it was made for.
+static KEY: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Runs `f` (a serialisation of configs) with every secret shown as `MASKED#` and a keyed
+/// fingerprint of its value instead of `MASKED`: the reload diff compares two configs so,
+/// and names the path of a rotated secret (`admin.token`) without its value.
+pub fn fingerprinting<T>(f: impl FnOnce() -> T) -> T {
+    let before = FINGERPRINTING.replace(true);
+    let out = f();
+    FINGERPRINTING.set(before);
+    out
+}
+
+/// How a secret's value is shown: `MASKED`, or while [`fingerprinting`], `MASKED#` and a
+/// keyed hash of it.
+pub fn masked(value: &str) -> std::borrow::Cow<'static, str> {
+    if !FINGERPRINTING.get() {
+        return "MASKED".into();
+    }
+    use std::hash::BuildHasher;
+    format!("MASKED#{:016x}", KEY.hash_one(value)).into()
+}
+
 #[derive(Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(transparent)]
 pub struct SecretText(pub String);
@@ -38,7 +68,10 @@ impl std::ops::Deref for SecretText {
 
 impl Serialize for SecretText {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.shown())
+        match self.shown() {
+            "MASKED" => s.serialize_str(&masked(&self.0)),
+            shown => s.serialize_str(shown),
+        }
     }
 }
 

@@ -281,3 +281,67 @@ async fn the_watcher_applies_only_files_that_have_settled() {
         "a half-written file was applied"
     );
 }
+
+#[tokio::test]
+async fn a_rotated_secret_is_a_changed_path_and_its_value_never_shown() {
+    let a = echo_upstream().await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let with = |token: &str, key: &str| {
+        route_yaml("/api", a.addr)
+            + &format!(
+                "admin: {{token: {token}}}\npolicies:\n  - name: p\n    credentials: {{bearer: {key}}}\n"
+            )
+    };
+    std::fs::write(file.path(), with("old-admin-token", "sk-old-key")).unwrap();
+    let gw = gateway_from_file(file.path(), false).await;
+    std::fs::write(file.path(), with("new-admin-token", "sk-new-key")).unwrap();
+    let req = http::Request::post(format!("http://{}/reload", gw.admin_addr))
+        .header("authorization", "Bearer old-admin-token")
+        .body(empty())
+        .unwrap();
+    let got = send(&client(), req).await;
+    let text = String::from_utf8_lossy(&got.body).into_owned();
+    assert_eq!(got.status, StatusCode::OK, "{text}");
+    let diff = &got.json()["diff"];
+    let paths: Vec<&str> = diff["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"admin.token"), "{diff}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.starts_with("policies[0].credentials")),
+        "{diff}"
+    );
+    for secret in [
+        "old-admin-token",
+        "new-admin-token",
+        "sk-old-key",
+        "sk-new-key",
+    ] {
+        assert!(!text.contains(secret), "{secret} shown: {text}");
+    }
+    // /config still shows them as MASKED, without a fingerprint.
+    let req = http::Request::get(format!("http://{}/config", gw.admin_addr))
+        .header("authorization", "Bearer new-admin-token")
+        .body(empty())
+        .unwrap();
+    let config = String::from_utf8_lossy(&send(&client(), req).await.body).into_owned();
+    assert!(
+        config.contains("\"MASKED\"") && !config.contains("MASKED#"),
+        "{config}"
+    );
+}
+
+#[tokio::test]
+async fn config_shows_the_addresses_listened_on() {
+    // The tests' gateways run with --listen/--admin 127.0.0.1:0 over the file's.
+    let gw = gateway("listen: {address: '127.0.0.1:18000'}\nadmin: {address: '127.0.0.1:18081'}\n")
+        .await;
+    let config = admin_get(&gw, "/config").await.json();
+    assert_eq!(config["listen"]["address"], "127.0.0.1:0", "{config}");
+    assert_eq!(config["admin"]["address"], "127.0.0.1:0", "{config}");
+}
