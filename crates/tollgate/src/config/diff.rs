@@ -113,34 +113,6 @@ fn leaves(path: String, a: &Value, b: &Value, out: &mut Vec<String>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_change_deep_in_a_policy_is_named_by_its_path() {
-        let old = Config::from_yaml(
-            "breakers:\n  gh: {consecutive_failures: 5}\npolicies:\n  - name: p\n    retry: {base_delay: 100ms}\n    breaker: gh\n",
-        )
-        .unwrap();
-        let new = Config::from_yaml(
-            "breakers:\n  gh: {consecutive_failures: 5, open_for: 10s}\npolicies:\n  - name: p\n    retry: {base_delay: 250ms}\n    breaker: gh\n",
-        )
-        .unwrap();
-        let d = diff(&old, &new);
-        assert_eq!(d.changed, ["policies", "breakers"]);
-        assert_eq!(
-            d.paths,
-            [
-                "policies[0].breaker.open_for",
-                "policies[0].retry.base_delay",
-                "breakers.gh.open_for"
-            ]
-        );
-        assert!(diff(&new, &new).is_empty());
-    }
-}
-
 /// The paths of secrets whose fingerprints differ between `o` and `n` (a secret added or
 /// removed shows in the views already), with their sections.
 fn rotated(path: String, o: &Value, n: &Value, d: &mut ConfigDiff) {
@@ -175,5 +147,33 @@ fn rotated(path: String, o: &Value, n: &Value, d: &mut ConfigDiff) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_deep_in_a_policy_is_named_by_its_path() {
+        let old = Config::from_yaml(
+            "breakers:\n  gh: {consecutive_failures: 5}\npolicies:\n  - name: p\n    retry: {base_delay: 100ms}\n    breaker: gh\n",
+        )
+        .unwrap();
+        let new = Config::from_yaml(
+            "breakers:\n  gh: {consecutive_failures: 5, open_for: 10s}\npolicies:\n  - name: p\n    retry: {base_delay: 250ms}\n    breaker: gh\n",
+        )
+        .unwrap();
+        let d = diff(&old, &new);
+        assert_eq!(d.changed, ["policies", "breakers"]);
+        assert_eq!(
+            d.paths,
+            [
+                "policies[0].breaker.open_for",
+                "policies[0].retry.base_delay",
+                "breakers.gh.open_for"
+            ]
+        );
+        assert!(diff(&new, &new).is_empty());
     }
 }
