@@ -830,3 +830,37 @@ fn a_mistyped_redis_url_never_shows_its_password() {
         assert!(stderr.contains("MASKED"), "{stderr}");
     }
 }
+
+#[test]
+fn check_leaves_no_har_directory_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let har = dir.path().join("not/yet/har");
+    let config = dir.path().join("har.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "diagnosis:\n  har:\n    enabled: true\n    file: {{dir: {}}}\n",
+            har.display()
+        ),
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        !dir.path().join("not").exists(),
+        "check made the HAR directory"
+    );
+    // A folder that cannot be made is still refused.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "diagnosis:\n  har:\n    enabled: true\n    file: {{dir: {}}}\n",
+            file.join("har").display()
+        ),
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}

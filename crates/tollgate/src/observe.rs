@@ -395,7 +395,7 @@ pub fn check_access_log(path: &std::path::Path) -> Result<(), String> {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(std::path::Path::new("."));
-        crate::diagnosis::har::file::check_dir(dir)
+        crate::diagnosis::har::file::ensure_dir(dir)
     };
     r.map_err(|e| {
         format!(

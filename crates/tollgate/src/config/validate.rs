@@ -70,6 +70,20 @@ pub(super) fn validate_env(
         }),
     };
 
+    // Both on one port would pass here and fail at `run` (the second bind).
+    let (l, a) = (listen.address, admin.address);
+    if l.port() != 0
+        && l.port() == a.port()
+        && (l.ip() == a.ip() || l.ip().is_unspecified() || a.ip().is_unspecified())
+    {
+        e.check::<()>(
+            "admin.address",
+            Err(format!(
+                "`{a}` is the proxy's own address (`listen.address: {l}`): give the admin API a port of its own, e.g. `127.0.0.1:8081`"
+            )),
+        );
+    }
+
     let u = &raw.upstream;
     let upstream = Upstream {
         connect_timeout: u.connect_timeout.get(),
@@ -151,9 +165,12 @@ pub(super) fn validate_env(
     let mut routes = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
         // Its errors are the route's (a prefix or an upstream), at `routes[i]`.
-        let route = e.env_checked(&format!("routes[{i}]"), &r.upstream, |url| {
-            Route::new(&r.prefix, url, &r.upstream)
-        });
+        let route = e.env_checked_at(
+            &format!("routes[{i}].upstream"),
+            &format!("routes[{i}]"),
+            &r.upstream,
+            |url| Route::new(&r.prefix, url, &r.upstream),
+        );
         if let Some(route) = route {
             if routes.iter().any(|o: &Route| o.prefix == route.prefix) {
                 e.check::<()>(
@@ -179,8 +196,8 @@ pub(super) fn validate_env(
             )
             .unwrap_or(false),
     };
-    if let Err(err) = tracing_subscriber::EnvFilter::try_new(&raw.log.level) {
-        e.check::<()>("log.level", Err(format!("`{}`: {err}", raw.log.level)));
+    if let Err(err) = log_level(&raw.log.level) {
+        e.check::<()>("log.level", Err(err));
     }
     let log = Log {
         level: raw.log.level.clone(),
@@ -247,4 +264,22 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
     shown["admin"] = json!({"address": c.admin.address.to_string()});
     super::written::fill_missing(&mut shown, &c.written["all"]);
     shown
+}
+
+/// A `log.level` `tracing` reads as meant: each directive a level (`info`) or
+/// `target=level` (`tollgate=debug`). `tracing` would read a bare word that is no level
+/// (`verbose`) as a target to log at every level, switching everything else off.
+fn log_level(level: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    for directive in level.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if !directive.contains('=') && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "`{directive}` is not a level; write one of {} (or `target=level`, e.g. `info,tollgate=debug`)",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(level)
+        .map(drop)
+        .map_err(|err| format!("`{level}`: {err}"))
 }

@@ -183,12 +183,8 @@ pub(super) fn endpoints(
 }
 
 fn method(e: &mut Errors, path: &str, m: &str) -> Method {
-    e.check(
-        path,
-        Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-            .map_err(|_| format!("`{m}` is not an HTTP method")),
-    )
-    .unwrap_or(Method::GET)
+    e.check(path, crate::fields::method(m))
+        .unwrap_or(Method::GET)
 }
 
 /// Two paths that match the same requests (`/a/{x}` and `/a/{y}`).

@@ -12,7 +12,7 @@ use ipnet::IpNet;
 pub use secret_text::{SecretText, fingerprinting, is_env_reference, masked};
 use std::fmt;
 use std::net::SocketAddr;
-pub use values::MAX_COUNT;
+pub use values::{MAX_COUNT, method};
 
 /// One problem in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,11 +66,23 @@ impl Errors {
         written: &str,
         check: impl Fn(&str) -> Result<T, String>,
     ) -> Option<T> {
+        self.env_checked_at(path, path, written, check)
+    }
+
+    /// [`Errors::env_checked`] whose check's errors belong to `checked_at` (a route's,
+    /// for its upstream's value), the variable's to `path`.
+    pub fn env_checked_at<T>(
+        &mut self,
+        path: &str,
+        checked_at: &str,
+        written: &str,
+        check: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
         let (value, unset) = self.env_noting(path, written)?;
         match check(&value) {
             Ok(v) => Some(v),
             Err(_) if unset => STAND_INS.iter().find_map(|s| check(s).ok()),
-            Err(m) => self.check(path, Err(as_written(m, &value, written))),
+            Err(m) => self.check(checked_at, Err(as_written(m, &value, written))),
         }
     }
 

@@ -64,13 +64,26 @@ impl Errors {
     pub fn methods(&mut self, path: &str, list: &[String]) -> Vec<Method> {
         list.iter()
             .enumerate()
-            .filter_map(|(j, m)| {
-                self.check(
-                    &format!("{path}[{j}]"),
-                    Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-                        .map_err(|_| format!("`{m}` is not an HTTP method")),
-                )
-            })
+            .filter_map(|(j, m)| self.check(&format!("{path}[{j}]"), method(m)))
             .collect()
     }
+}
+
+/// The methods a config may name: RFC 9110's and PATCH (RFC 5789). Any token is a valid
+/// method on the wire, but one written in a config that is none of these (`GETT`) is a
+/// typo that would silently match nothing.
+const METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// A method as a config writes it, any case.
+pub fn method(m: &str) -> Result<Method, String> {
+    let upper = m.to_ascii_uppercase();
+    if !METHODS.contains(&upper.as_str()) {
+        return Err(format!(
+            "`{m}` is not an HTTP method; write one of {}",
+            METHODS.join(", ")
+        ));
+    }
+    Method::from_bytes(upper.as_bytes()).map_err(|_| format!("`{m}` is not an HTTP method"))
 }

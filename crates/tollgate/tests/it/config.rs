@@ -586,3 +586,45 @@ fn the_reload_diff_names_every_changed_leaf() {
     );
     assert_eq!(d.changed, vec!["diagnosis"]);
 }
+
+/// The one error of `yaml`, as `path: message`.
+fn the_error(yaml: &str) -> String {
+    let e = errors(yaml);
+    assert_eq!(e.len(), 1, "{e:?}");
+    format!("{}: {}", e[0].path, e[0].message)
+}
+
+#[test]
+fn mistakes_that_were_accepted_silently_are_refused_with_what_to_write() {
+    // A level tracing would read as a target, switching the log off.
+    let e = the_error("log: {level: verbose}\n");
+    assert!(
+        e.starts_with("log.level") && e.contains("`verbose` is not a level"),
+        "{e}"
+    );
+    Config::from_yaml("log: {level: 'warn,tollgate=debug'}\n").unwrap();
+    // A method that is none.
+    let e = the_error(
+        "policies:\n  - name: p\n    match: {methods: [GETT]}\n    rate_limit: {limit: 1, window: hour}\n",
+    );
+    assert!(
+        e.contains("methods[0]") && e.contains("`GETT` is not an HTTP method"),
+        "{e}"
+    );
+    Config::from_yaml("policies:\n  - name: p\n    match: {methods: [get, PATCH]}\n    rate_limit: {limit: 1, window: hour}\n").unwrap();
+    // The admin API on the proxy's own port passed check and failed at run.
+    let e = the_error("listen: {address: '127.0.0.1:9100'}\nadmin: {address: '0.0.0.0:9100'}\n");
+    assert!(
+        e.starts_with("admin.address") && e.contains("port of its own"),
+        "{e}"
+    );
+    // A bracket in a host pattern, a URL where a host goes.
+    let e = the_error("domains: {allow: ['api.[github.com']}\n");
+    assert!(e.starts_with("domains.allow[0]"), "{e}");
+    let e = the_error("domains: {allow: ['https://api.openai.com/']}\n");
+    assert!(e.contains("write the host alone, `api.openai.com`"), "{e}");
+    let e = the_error(
+        "policies:\n  - name: p\n    match: {host: 'https://api.openai.com/v1'}\n    rate_limit: {limit: 1, window: hour}\n",
+    );
+    assert!(e.contains("`api.openai.com`"), "{e}");
+}

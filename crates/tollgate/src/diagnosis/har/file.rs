@@ -61,7 +61,7 @@ pub struct AppendError {
 impl FileSink {
     /// Opens the directory, closing what a crash left being written.
     pub fn new(settings: HarFile) -> std::io::Result<Self> {
-        check_dir(&settings.dir)?;
+        ensure_dir(&settings.dir)?;
         repair_all(&settings.dir);
         Ok(Self {
             settings,
@@ -415,9 +415,33 @@ fn is_live(p: &Path) -> bool {
 }
 
 /// Creates the directory if missing and proves a file can be created in it (what `run`
-/// needs; `tollgate check` asks the same).
-pub fn check_dir(dir: &Path) -> std::io::Result<()> {
+/// needs).
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    probe(dir)
+}
+
+/// Whether `run` could write files in `dir`, making it if missing, without making it:
+/// a probe file in `dir`, or in its nearest existing ancestor when `dir` is missing
+/// (`tollgate check` leaves nothing behind).
+pub fn check_dir(dir: &Path) -> std::io::Result<()> {
+    let mut existing = dir;
+    while !existing.exists() {
+        existing = match existing.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+    }
+    if !existing.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            existing.display()
+        )));
+    }
+    probe(existing)
+}
+
+fn probe(dir: &Path) -> std::io::Result<()> {
     let probe = dir.join(format!(".tollgate-check-{}", std::process::id()));
     File::create(&probe)?;
     std::fs::remove_file(&probe)
