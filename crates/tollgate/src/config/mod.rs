@@ -4,6 +4,7 @@
 
 pub mod append;
 mod diff;
+mod locate;
 pub mod raw;
 pub mod raw_diagnosis;
 pub mod raw_endpoints;
@@ -130,14 +131,18 @@ impl Config {
             }],
         })?;
         parse_all(&text)
-            .and_then(|(raw, units)| validate::validate_env(&raw, units, env_optional))
+            .and_then(|(raw, units)| {
+                validate::validate_env(&raw, units, env_optional).map_err(|e| placed(&text, e))
+            })
             .map_err(|errors| ConfigErrors { source, errors })
     }
 
     /// Parses and validates YAML text.
     pub fn from_yaml(text: &str) -> Result<Config, Vec<ConfigError>> {
         let (raw, units) = parse_all(text)?;
-        validate::validate_env(&raw, units, false).map(|(c, _)| c)
+        validate::validate_env(&raw, units, false)
+            .map(|(c, _)| c)
+            .map_err(|e| placed(text, e))
     }
 
     /// What diagnosis needs of this config: its settings, the policies' names and path
@@ -169,6 +174,14 @@ impl Config {
     pub fn effective(&self) -> serde_json::Value {
         validate::effective(self)
     }
+}
+
+/// Validation's errors with the line and column of their paths ([`locate`]).
+fn placed(text: &str, mut errors: Vec<ConfigError>) -> Vec<ConfigError> {
+    for e in errors.iter_mut().filter(|e| e.location.is_none()) {
+        e.location = locate::locate(text, &e.path);
+    }
+    errors
 }
 
 /// Parses YAML into the raw types, naming the failing field path and its line:column;
@@ -239,6 +252,14 @@ fn deserialize(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
         {
             message = rest.to_owned();
         }
+        // A `{` never closed is found where the file (or the next key) begins; the user
+        // needs where it opened.
+        if message.contains("did not find expected ',' or '}'")
+            && let Some(open) = location.and_then(|at| unclosed_brace(text, at))
+        {
+            location = Some(open);
+            message = "this `{` is never closed: add the `}` (inside `{ }`, quote a value that holds `{`, `}` or `,`, such as \"${VAR}\")".into();
+        }
         if message.contains("cannot start any token") || message.contains("tab character") {
             let at = location.and_then(|(l, c)| {
                 text.lines()
@@ -271,6 +292,32 @@ fn deserialize(text: &str) -> Result<raw::RawConfig, Vec<ConfigError>> {
             location,
         }]
     })
+}
+
+/// The last `{` before `at` (line and column, 1-based) that no `}` closes, outside
+/// quotes and comments: where an unclosed flow mapping opened.
+fn unclosed_brace(text: &str, at: (usize, usize)) -> Option<(usize, usize)> {
+    let mut open = Vec::new();
+    for (i, line) in text.lines().enumerate().take(at.0) {
+        let mut quote = None;
+        for (j, c) in line.char_indices() {
+            if i + 1 == at.0 && j + 1 >= at.1 {
+                break;
+            }
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') if j == 0 || line[..j].ends_with(' ') => break,
+                (None, '{') => open.push((i + 1, j + 1)),
+                (None, '}') => {
+                    open.pop();
+                }
+                _ => {}
+            }
+        }
+    }
+    open.pop()
 }
 
 /// Where `key` is written first and second in the mapping that starts at `at` (line and

@@ -325,7 +325,7 @@ impl Percent {
 /// YAML, and a unit type reads them as it reads `64KiB`.
 fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     struct Text;
-    impl serde::de::Visitor<'_> for Text {
+    impl<'de> serde::de::Visitor<'de> for Text {
         type Value = String;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a value such as `250ms`, `64KiB` or `20%`")
@@ -341,6 +341,32 @@ fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         }
         fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
             Ok(v.to_string())
+        }
+        // Any other value is read as text too, and refused by the unit's parse with the
+        // rest of the file's invalid values: a type error would end the parse at the
+        // first one.
+        fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<String, E> {
+            Ok("null".into())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<String, A::Error> {
+            while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok("[…]".into())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<String, A::Error> {
+            while a
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok("{…}".into())
         }
     }
     d.deserialize_any(Text)

@@ -628,3 +628,36 @@ fn mistakes_that_were_accepted_silently_are_refused_with_what_to_write() {
     );
     assert!(e.contains("`api.openai.com`"), "{e}");
 }
+
+#[test]
+fn errors_found_after_parsing_have_lines_and_every_bad_value_is_reported() {
+    // Validation's errors (a window, a route's prefix) carry where they are written.
+    let e = errors(
+        "routes:\n  - prefix: nope\n    upstream: http://x\npolicies:\n  - name: p\n    rate_limit: {limit: 5, window: fortnight}\n",
+    );
+    let at = |path: &str| {
+        e.iter()
+            .find(|e| e.path == path)
+            .unwrap_or_else(|| panic!("{path}: {e:?}"))
+            .location
+    };
+    assert_eq!(at("routes[0]").map(|l| l.0), Some(2), "{e:?}");
+    assert_eq!(at("policies[0].rate_limit.window"), Some((6, 36)), "{e:?}");
+    // A value of the wrong type no longer ends the parse: each is reported, with the
+    // hint of its own field.
+    let e = errors(
+        "listen: {max_header_bytes: abc}\nupstream: {connect_timeout: true}\npolicies:\n  - name: p\n    rate_limit: {limit: true, window: hour}\n",
+    );
+    let text = format!("{e:?}");
+    assert_eq!(e.len(), 3, "{text}");
+    assert!(text.contains("`true` is not a whole number"), "{text}");
+    assert!(text.contains("`true` is not a duration"), "{text}");
+    assert!(
+        !text.contains("such as `250ms`, `64KiB` or `20%`"),
+        "{text}"
+    );
+    // An unclosed `{` is placed where it opened, not at the end of the file.
+    let e = errors("policies:\n  - name: p\n    rate_limit: {limit: 5, window: hour\n");
+    assert_eq!(e[0].location, Some((3, 17)), "{e:?}");
+    assert!(e[0].message.contains("never closed"), "{e:?}");
+}
