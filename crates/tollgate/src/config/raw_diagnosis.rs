@@ -66,7 +66,7 @@ pub struct RawHar {
     pub max_body_bytes: Size<0, { 16 << 20 }>,
     /// Entries waiting for the writer; when it cannot keep up, entries are dropped and counted in `tollgate_har_dropped_total`.
     pub queue_capacity: Int<1, { 1 << 20 }>,
-    /// Bytes of captured calls (bodies, heads) waiting for the writer: past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. Resident memory at saturation grows by about 3x this (allocator slack included).
+    /// Bytes of captured calls (bodies, heads) waiting for the writer: past it new calls are not captured and are counted as dropped, so memory stays bounded under sustained load whatever the bodies' size. The body copies of calls still in flight share a budget of the same size: once it is spent, copies stop growing and their entries say the body was truncated, however many large uploads are captured at once. Resident memory at saturation grows by about 3x this (allocator slack included).
     pub max_queue_bytes: Size<{ 1 << 20 }, { 4 << 30 }>,
     /// Header, query-parameter and JSON-key names replaced by `REDACTED`, in addition to `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie` and every name a credentials remedy injects (case-insensitive).
     pub redact: Vec<String>,

@@ -361,25 +361,25 @@ fn diagnose_request(
         parts.headers.insert(trace::TRACEPARENT, t.attempt());
     }
     let max_body = rt.diag.har.as_ref().map_or(0, |h| h.max_body);
-    if rt.diag.captures(policy)
-        && shared
-            .diagnostics
-            .har
-            .as_ref()
-            .is_some_and(|w| w.has_room())
-    {
+    let writer = shared.diagnostics.har.as_ref();
+    if rt.diag.captures(policy) && writer.is_some_and(|w| w.has_room()) {
         d.har = Some(har::Capture::new(
             parts.method.clone(),
             url(target, &parts.uri),
             parts.headers.clone(),
             max_body,
+            writer.map(|w| w.budget()),
             rt.diag.redactor.clone(),
         ));
     }
     if !rt.diag.discovery && d.har.is_none() {
         return body;
     }
-    let t = Arc::new(tap::Tap::new(d.har.is_some().then_some(max_body)));
+    let copy = d
+        .har
+        .is_some()
+        .then(|| (max_body, writer.map(|w| w.budget())));
+    let t = Arc::new(tap::Tap::new(copy));
     d.tap = Some(t.clone());
     tap::Tapped::new(body, t).boxed_unsync()
 }

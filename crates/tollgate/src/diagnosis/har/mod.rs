@@ -48,6 +48,7 @@ impl Capture {
         url: String,
         request_headers: HeaderMap,
         max_body: usize,
+        budget: Option<super::tap::Budget>,
         redactor: Arc<redact::Redactor>,
     ) -> Box<Self> {
         Box::new(Self {
@@ -57,7 +58,7 @@ impl Capture {
             request_headers,
             sent_after: None,
             response: None,
-            response_body: Copy::new(max_body),
+            response_body: Copy::new(max_body, budget),
             redactor,
         })
     }

@@ -28,9 +28,16 @@ pub struct HarWriter {
     /// Bytes of the records waiting in the queue, and their bound.
     queued: Arc<AtomicUsize>,
     max_queued: usize,
+    /// Body copies of the calls being captured: bounded by `max_queue_bytes` too.
+    capturing: super::super::tap::Budget,
 }
 
 impl HarWriter {
+    /// The budget the body copies of a call being captured take from.
+    pub fn budget(&self) -> super::super::tap::Budget {
+        self.capturing.clone()
+    }
+
     /// Whether the writer's queue has room. When it has none the call is not captured
     /// at all (counted as dropped): copying heads and bodies for an entry that could
     /// only be dropped would take CPU from the calls exactly when it is scarcest.
@@ -44,7 +51,9 @@ impl HarWriter {
     }
 
     #[inline]
-    pub fn send(&self, r: Box<Record>) {
+    pub fn send(&self, mut r: Box<Record>) {
+        // From here the queue's bound counts its bytes.
+        r.capture.response_body.settle();
         let size = r.size();
         if self.queued.fetch_add(size, Relaxed) + size > self.max_queued {
             self.queued.fetch_sub(size, Relaxed);
@@ -79,6 +88,7 @@ pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)
         dropped: metrics.har_dropped.get_or_create(&sink("queue")).clone(),
         queued: queued.clone(),
         max_queued: h.max_queue_bytes,
+        capturing: super::super::tap::Budget::new(h.max_queue_bytes),
     };
     let file = h.file.clone().map(FileSink::new).transpose()?;
     let collector = h.collector.as_ref().map(|c| {
