@@ -22,7 +22,7 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String>
     Ok(certs)
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
@@ -139,7 +139,7 @@ impl ServerCertVerifier for AlsoPinned {
 /// Accepts any certificate (still checks handshake signatures). Used only for hosts the
 /// operator named in `insecure_skip_verify`.
 #[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
+pub(crate) struct NoVerify(pub(crate) Arc<CryptoProvider>);
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(

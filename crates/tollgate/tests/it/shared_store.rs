@@ -282,6 +282,53 @@ async fn a_wrong_redis_password_is_an_auth_error_with_its_fix_in_policies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_streams_a_huge_reply_is_cut_off_and_named() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Not Redis: it announces a 1 GiB bulk reply to anything and streams it (64 MiB at
+    // most per connection, this test's own bound).
+    let streamed = Arc::new(AtomicUsize::new(0));
+    let sent = streamed.clone();
+    let peer = raw_upstream(move |mut s| {
+        let sent = sent.clone();
+        async move {
+            let mut buf = [0u8; 4096];
+            if s.read(&mut buf).await.unwrap_or(0) == 0 {
+                return;
+            }
+            let _ = s.write_all(b"$1073741824\r\n").await;
+            let chunk = vec![b'x'; 64 << 10];
+            for _ in 0..1024 {
+                if s.write_all(&chunk).await.is_err() {
+                    return;
+                }
+                sent.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let up = upstream(|_req| async { answer(200, &[], "ok") }).await;
+    // A timeout long enough for the stream to pass any sane reply's size.
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: redis://{}\n  timeout: 2s\npolicies:\n  - name: p\n    rate_limit: {{limit: 10, window: hour}}\n",
+        peer.addr
+    );
+    let gw = gateway(&yaml).await;
+    assert_eq!(
+        get_via(&gw, up.addr, "/a", &[]).await.status,
+        StatusCode::OK
+    );
+    let store = admin_get(&gw, "/policies").await.json()["store"].clone();
+    assert_eq!(store["last_error"]["cause"], "reply", "{store}");
+    // What it could push before the connection was cut: the bound (1 MiB and a little
+    // per byte sent) and the sockets' buffers, not the 64 MiB it had.
+    let pushed = streamed.load(Ordering::SeqCst) >> 20;
+    assert!(
+        pushed < 16,
+        "{pushed} MiB read from a peer that is not Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_mode_counts_the_blocks_a_replica_holds_when_it_falls_back() {
     clear_of_the_hour_end(30).await;
     let redis = RedisServer::start();

@@ -6,6 +6,7 @@
 //! replicas share (`store.backend: redis`), over [`redis::Redis`].
 
 pub mod blocks;
+mod capped;
 pub mod exhausted;
 pub mod fallback;
 pub mod health;

@@ -9,7 +9,9 @@
 use super::sentinel::{Primary, Sentinels};
 use super::{Added, Cause, Key, StoreError};
 use redis::Script;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use std::cell::RefCell;
@@ -116,10 +118,19 @@ enum Client {
     Sentinel(Arc<Primary>),
 }
 
-/// A worker's connection to any of them: each reconnects on its own and pipelines.
+/// A connection being made, shared by the operations that wait for it.
+type Connecting = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, Result<MultiplexedConnection, redis::RedisError>>,
+>;
+
+/// A worker's connection to any of them: each pipelines; a failed one is replaced (the
+/// store's generation), a Cluster's and a Sentinel's reconnect on their own.
 #[derive(Clone)]
 enum Conn {
-    Single(ConnectionManager),
+    /// One server over TCP or TLS, its reads bounded ([`super::capped`]).
+    Single(Connecting),
+    /// One server on a Unix socket: redis-rs's connection manager.
+    Managed(ConnectionManager),
     Cluster(ClusterConnection),
     Sentinel(Arc<Primary>),
 }
@@ -130,7 +141,11 @@ impl ConnectionLike for Conn {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(c) => {
+                let c = c.clone();
+                Box::pin(async move { c.await?.req_packed_command(cmd).await })
+            }
+            Conn::Managed(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Sentinel(p) => p.command(cmd),
         }
@@ -143,7 +158,11 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Single(c) => {
+                let c = c.clone();
+                Box::pin(async move { c.await?.req_packed_commands(cmd, offset, count).await })
+            }
+            Conn::Managed(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Sentinel(p) => p.commands(cmd, offset, count),
         }
@@ -151,7 +170,8 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Conn::Single(_) => 0,
+            Conn::Managed(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Sentinel(_) => 0,
         }
@@ -240,6 +260,11 @@ impl Redis {
                 all.swap_remove(i);
             }
             let c = match &self.client {
+                Client::Single(client) if super::capped::handles(client.get_connection_info()) => {
+                    use futures_util::FutureExt;
+                    let info = client.get_connection_info().clone();
+                    Conn::Single(super::capped::connect(info, self.timeout).boxed().shared())
+                }
                 Client::Single(client) => {
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(self.timeout))
@@ -250,7 +275,7 @@ impl Redis {
                         // `auth`, not a timeout spent in a retry's backoff): the store's
                         // circuit is the backoff, and its next try takes a new connection.
                         .set_number_of_retries(0);
-                    Conn::Single(
+                    Conn::Managed(
                         ConnectionManager::new_lazy_with_config(client.clone(), config)
                             .map_err(error)?,
                     )
@@ -444,6 +469,8 @@ fn error(e: redis::RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
     let cause = if e.is_timeout() {
         Cause::Timeout
+    } else if e.to_string().contains(super::capped::TOO_LARGE) {
+        Cause::Reply
     } else if e.kind() == ErrorKind::AuthenticationFailed
         || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
