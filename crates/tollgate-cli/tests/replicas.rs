@@ -153,3 +153,87 @@ fn slot_returns_when_its_lease_ends(store: &str) {
     );
     drop(b);
 }
+
+/// A gateway process with `config` whose log (stderr) is read line by line.
+fn logging_gateway(
+    config: &std::path::Path,
+    proxy: u16,
+) -> (Proc, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["run", "--listen", &format!("127.0.0.1:{proxy}")])
+        .args(["--admin", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr).lines() {
+            let _ = tx.send(l.unwrap_or_default());
+        }
+    });
+    assert!(
+        eventually(10, || TcpStream::connect(("127.0.0.1", proxy)).is_ok()),
+        "the gateway never listened"
+    );
+    (Proc(child), rx)
+}
+
+#[test]
+fn a_wrong_redis_password_is_said_at_warn_once_with_the_fix() {
+    let redis = RedisServer::start();
+    redis.cli(&["CONFIG", "SET", "requirepass", "the-right-one"]);
+    let up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in up.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "store:\n  backend: redis\n  url: 'redis://:not-the-password@127.0.0.1:{}'\npolicies:\n  - name: p\n    rate_limit: {{limit: 100, window: hour}}\n",
+            redis.port
+        ),
+    )
+    .unwrap();
+    let proxy = free_port();
+    let (_gw, log) = logging_gateway(&config, proxy);
+    // Requests still pass (on_error: local), across several backoffs.
+    for _ in 0..5 {
+        assert_eq!(get(proxy, &format!("http://127.0.0.1:{up_port}/x")), 200);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let mut lines = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        match log.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) => lines.push(l),
+            Err(_) if lines.iter().any(|l| l.contains("shared store")) => break,
+            Err(_) => {}
+        }
+    }
+    let said: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("shared store"))
+        .collect();
+    assert_eq!(said.len(), 1, "once per cause: {lines:#?}");
+    assert!(
+        said[0].contains("WARN")
+            && said[0].contains("auth")
+            && said[0].contains("password in `store.url`"),
+        "{said:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("not-the-password")),
+        "{lines:#?}"
+    );
+}
