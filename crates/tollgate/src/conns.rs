@@ -71,6 +71,26 @@ pub struct Conn {
     streams: Mutex<Streams>,
 }
 
+/// Asks an HTTP/1.1 client socket to acknowledge at once what it has received
+/// (`server/quick_ack.rs`): a request whose body is still to come asks, so that a client
+/// holding the body back until its head is acknowledged (Nagle) does not wait for a
+/// delayed ACK. Shared by the connection's requests and its socket; a decrypted tunnel's
+/// requests ask the socket of the CONNECT that carries them.
+#[derive(Clone, Default)]
+pub struct AckNow(Arc<AtomicBool>);
+
+impl AckNow {
+    pub fn ask(&self) {
+        self.0.store(true, Relaxed);
+    }
+
+    /// Whether an ACK was asked for since the last call (one relaxed load otherwise).
+    #[inline]
+    pub fn take(&self) -> bool {
+        self.0.load(Relaxed) && self.0.swap(false, Relaxed)
+    }
+}
+
 /// The HTTP/2 responses of a connection; ended ones are pruned as new ones come.
 #[derive(Default)]
 struct Streams {

@@ -87,7 +87,9 @@ async fn open(
         && rt.config.intercept.covers(&target.host)
         && interceptor.decrypts(&target.host, rt.config.intercept.tunnel_refused_for)
     {
+        let ack = req.extensions().get::<crate::conns::AckNow>().cloned();
         let decrypt = crate::intercept::Decrypt {
+            ack,
             upgrade: hyper::upgrade::on(req),
             target,
             interceptor: interceptor.clone(),

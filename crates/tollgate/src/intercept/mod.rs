@@ -95,6 +95,9 @@ pub struct Decrypt {
     pub target: Target,
     pub interceptor: Arc<Interceptor>,
     pub id: http::HeaderValue,
+    /// The client socket's ACK on demand (an HTTP/1.1 CONNECT's), for the tunnel's
+    /// requests whose bodies are still to come.
+    pub ack: Option<crate::conns::AckNow>,
 }
 
 /// What decrypting needs at run time, shared by every worker: the leaves and the

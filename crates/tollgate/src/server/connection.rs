@@ -1,4 +1,4 @@
-//! One client connection: TCP_NODELAY (and TCP_QUICKACK for HTTP/1.1), HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
+//! One client connection: TCP_NODELAY (and TCP_QUICKACK when a request's body is to come), HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
 //! apart by the first bytes) with upgrades for CONNECT, served until it ends, is closed by
 //! the read-deadline sweep, or drains on shutdown. A decrypted CONNECT tunnel
 //! (crate::intercept) is served by the same [`serve`], over its TLS session.
@@ -59,12 +59,13 @@ pub async fn serve_connection(stream: TcpStream, worker: Arc<Worker>) {
         _ = std::future::poll_fn(|cx| conn.poll_end(cx)) => None,
     };
     match h2 {
-        Some(true) => serve(stream, true, conn, &worker, None).await,
-        // HTTP/1.1 (and the CONNECT tunnels it opens, decrypted or not): the clients that
-        // write a request in two writes with Nagle on (see quick_ack).
+        Some(true) => serve(stream, true, conn, &worker, None, None).await,
+        // HTTP/1.1 (and the tunnels it opens): the clients that write a request in two
+        // writes with Nagle on (see quick_ack).
         Some(false) => {
-            let stream = super::quick_ack::QuickAck(stream);
-            serve(stream, false, conn, &worker, None).await
+            let ack = super::quick_ack::AckNow::default();
+            let stream = super::quick_ack::QuickAck(stream, ack.clone());
+            serve(stream, false, conn, &worker, None, Some(ack)).await
         }
         None => {}
     }
@@ -79,6 +80,7 @@ pub async fn serve<S>(
     conn: &Arc<Conn>,
     worker: &Arc<Worker>,
     intercepted: Option<Target>,
+    ack: Option<crate::conns::AckNow>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -88,6 +90,16 @@ pub async fn serve<S>(
     let svc = service_fn(move |mut req: Request<Incoming>| {
         if let Some(t) = &intercepted {
             req.extensions_mut().insert(Intercepted(t.clone()));
+        }
+        if let Some(a) = &ack {
+            use hyper::body::Body as _;
+            if !req.body().is_end_stream() {
+                // Its body is still to come: acknowledge the head at once.
+                a.ask();
+            } else if req.method() == http::Method::CONNECT {
+                // A decrypted tunnel's requests ask this socket.
+                req.extensions_mut().insert(a.clone());
+            }
         }
         let in_flight = this.enter(req.version());
         Infallibly {

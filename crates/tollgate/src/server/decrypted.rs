@@ -34,7 +34,7 @@ pub fn spawn(worker: Arc<Worker>, d: Decrypt) {
         if let Some(tls) = accepted {
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let registration = worker.local().conns.open();
-            serve(tls, h2, &registration.conn, &worker, Some(d.target)).await;
+            serve(tls, h2, &registration.conn, &worker, Some(d.target), d.ack).await;
         }
         metrics.tunnels.dec();
     });
