@@ -34,21 +34,9 @@ fn eventually(secs: u64, mut done: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// A gateway process on `proxy` with `config`.
+/// A gateway process on `proxy` with `config` (its log read and dropped).
 fn gateway(config: &std::path::Path, proxy: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["run", "--listen", &format!("127.0.0.1:{proxy}")])
-        .args(["--admin", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        eventually(10, || TcpStream::connect(("127.0.0.1", proxy)).is_ok()),
-        "the gateway never listened"
-    );
-    Proc(child)
+    logging_gateway(config, proxy).0
 }
 
 /// GET `url` through the forward proxy on `proxy`: the status code.

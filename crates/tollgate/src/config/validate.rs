@@ -70,19 +70,7 @@ pub(super) fn validate_env(
         }),
     };
 
-    // Both on one port would pass here and fail at `run` (the second bind).
-    let (l, a) = (listen.address, admin.address);
-    if l.port() != 0
-        && l.port() == a.port()
-        && (l.ip() == a.ip() || l.ip().is_unspecified() || a.ip().is_unspecified())
-    {
-        e.check::<()>(
-            "admin.address",
-            Err(format!(
-                "`{a}` is the proxy's own address (`listen.address: {l}`): give the admin API a port of its own, e.g. `127.0.0.1:8081`"
-            )),
-        );
-    }
+    e.check("admin.address", apart(listen.address, admin.address));
 
     let u = &raw.upstream;
     let upstream = Upstream {
@@ -264,6 +252,18 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
     shown["admin"] = json!({"address": c.admin.address.to_string()});
     super::written::fill_missing(&mut shown, &c.written["all"]);
     shown
+}
+
+/// The admin API's address apart from the proxy's: both on one port would pass `check`
+/// and fail at `run` (the second bind).
+fn apart(l: std::net::SocketAddr, a: std::net::SocketAddr) -> Result<(), String> {
+    let overlap = l.ip() == a.ip() || l.ip().is_unspecified() || a.ip().is_unspecified();
+    if l.port() != 0 && l.port() == a.port() && overlap {
+        return Err(format!(
+            "`{a}` is the proxy's own address (`listen.address: {l}`): give the admin API a port of its own, e.g. `127.0.0.1:8081`"
+        ));
+    }
+    Ok(())
 }
 
 /// A `log.level` `tracing` reads as meant: each directive a level (`info`) or
