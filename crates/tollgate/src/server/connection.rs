@@ -1,6 +1,7 @@
-//! One client connection: TCP_NODELAY (and TCP_QUICKACK when a request's body is to come), HTTP/1.1 or HTTP/2 (h2c prior knowledge, told
-//! apart by the first bytes) with upgrades for CONNECT, served until it ends, is closed by
-//! the read-deadline sweep, or drains on shutdown. A decrypted CONNECT tunnel
+//! One client connection: TCP_NODELAY (and TCP_QUICKACK when a request's body is to
+//! come), HTTP/1.1 or HTTP/2 (h2c prior knowledge, told apart by the first bytes) with
+//! upgrades for CONNECT, served until it ends, is closed by the read-deadline sweep, or
+//! drains on shutdown. A decrypted CONNECT tunnel
 //! (crate::intercept) is served by the same [`serve`], over its TLS session.
 
 use crate::conns::{Conn, End};
