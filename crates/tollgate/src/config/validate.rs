@@ -54,57 +54,10 @@ pub(super) fn validate_env(
         max_concurrent_streams: l.max_concurrent_streams.u32(),
         send_timeout: l.send_timeout.get(),
     };
-    let admin = Admin {
-        address: e.addr("admin.address", &raw.admin.address),
-        token: raw.admin.token.as_deref().and_then(|t| {
-            let t = e.env("admin.token", t)?;
-            let ok = !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
-            e.check(
-                "admin.token",
-                if ok {
-                    Ok(Secret::new(t))
-                } else {
-                    Err("must be non-empty printable ASCII without spaces".into())
-                },
-            )
-        }),
-    };
-
+    let admin = admin(&mut e, raw);
     e.check("admin.address", apart(listen.address, admin.address));
 
-    let u = &raw.upstream;
-    let upstream = Upstream {
-        connect_timeout: u.connect_timeout.get(),
-        response_timeout: u.response_timeout.get(),
-        dns_ttl: u.dns_ttl.get(),
-        expect_continue_timeout: u.expect_continue_timeout.get(),
-        pool_idle_timeout: u.pool.idle_timeout.get(),
-        pool_max_idle_per_host: u.pool.max_idle_per_host.usize(),
-        // `check` builds what `run` builds: the TLS configs themselves, so a CA file
-        // rustls would refuse fails here, not at start.
-        extra_ca_file: u.tls.extra_ca_file.as_deref().and_then(|f| {
-            e.env_checked("upstream.tls.extra_ca_file", f, |f| {
-                crate::upstream::tls::client_configs(Some(f.as_ref())).map(|_| f.into())
-            })
-        }),
-        insecure_skip_verify: u
-            .tls
-            .insecure_skip_verify
-            .iter()
-            .enumerate()
-            .filter_map(|(i, h)| {
-                let ok = !h.is_empty() && !h.contains(['*', '/', ':', '@']);
-                e.check(
-                    &format!("upstream.tls.insecure_skip_verify[{i}]"),
-                    if ok {
-                        Ok(h.to_ascii_lowercase())
-                    } else {
-                        Err(format!("`{h}` must be an exact host name"))
-                    },
-                )
-            })
-            .collect(),
-    };
+    let upstream = upstream(&mut e, raw);
 
     let mut globs = |kind: &str, list: &[String]| -> Vec<HostGlob> {
         list.iter()
@@ -252,6 +205,62 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
     shown["admin"] = json!({"address": c.admin.address.to_string()});
     super::written::fill_missing(&mut shown, &c.written["all"]);
     shown
+}
+
+/// The `admin` section: its address and token (a printable word).
+fn admin(e: &mut Errors, raw: &RawConfig) -> Admin {
+    Admin {
+        address: e.addr("admin.address", &raw.admin.address),
+        token: raw.admin.token.as_deref().and_then(|t| {
+            let t = e.env("admin.token", t)?;
+            let ok = !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+            e.check(
+                "admin.token",
+                if ok {
+                    Ok(Secret::new(t))
+                } else {
+                    Err("must be non-empty printable ASCII without spaces".into())
+                },
+            )
+        }),
+    }
+}
+
+/// The `upstream` section, its TLS configs built as `run` builds them.
+fn upstream(e: &mut Errors, raw: &RawConfig) -> Upstream {
+    let u = &raw.upstream;
+    Upstream {
+        connect_timeout: u.connect_timeout.get(),
+        response_timeout: u.response_timeout.get(),
+        dns_ttl: u.dns_ttl.get(),
+        expect_continue_timeout: u.expect_continue_timeout.get(),
+        pool_idle_timeout: u.pool.idle_timeout.get(),
+        pool_max_idle_per_host: u.pool.max_idle_per_host.usize(),
+        // `check` builds what `run` builds: the TLS configs themselves, so a CA file
+        // rustls would refuse fails here, not at start.
+        extra_ca_file: u.tls.extra_ca_file.as_deref().and_then(|f| {
+            e.env_checked("upstream.tls.extra_ca_file", f, |f| {
+                crate::upstream::tls::client_configs(Some(f.as_ref())).map(|_| f.into())
+            })
+        }),
+        insecure_skip_verify: u
+            .tls
+            .insecure_skip_verify
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                let ok = !h.is_empty() && !h.contains(['*', '/', ':', '@']);
+                e.check(
+                    &format!("upstream.tls.insecure_skip_verify[{i}]"),
+                    if ok {
+                        Ok(h.to_ascii_lowercase())
+                    } else {
+                        Err(format!("`{h}` must be an exact host name"))
+                    },
+                )
+            })
+            .collect(),
+    }
 }
 
 /// The admin API's address apart from the proxy's: both on one port would pass `check`
