@@ -175,6 +175,16 @@ async fn an_ip_spelt_another_way_in_host_is_the_tunnels_own_address() {
     let up = tls_upstream(&s.pki, &[b"http/1.1"], echo_json).await;
     let gw = gateway(&s.config("['127.0.0.1']", "")).await;
     let port = up.addr.port();
+    // A GET in a tunnel CONNECTed to `target`, its Host `host`.
+    let through = |target: String, host: String| {
+        let (proxy, roots) = (gw.proxy_addr, s.ca.pem().to_owned());
+        async move {
+            let tls = tls_via(proxy, &target, "127.0.0.1", &roots, &[b"http/1.1"])
+                .await
+                .expect("the client trusts the leaf");
+            exchange(tls, get("/v1/x", &host)).await
+        }
+    };
     for spelt in [
         "127.1",
         "2130706433",
@@ -184,30 +194,11 @@ async fn an_ip_spelt_another_way_in_host_is_the_tunnels_own_address() {
     ] {
         // curl sends the CONNECT's host again in Host.
         let target = format!("{spelt}:{port}");
-        let tls = tls_via(
-            gw.proxy_addr,
-            &target,
-            "127.0.0.1",
-            s.ca.pem(),
-            &[b"http/1.1"],
-        )
-        .await
-        .expect("the client trusts the leaf");
-        let got = exchange(tls, get("/v1/x", &target)).await;
+        let got = through(target.clone(), target).await;
         assert_eq!(got.status, StatusCode::OK, "{spelt}: {:?}", got.body);
     }
     // Another address is still another host.
-    let target = format!("127.0.0.1:{port}");
-    let tls = tls_via(
-        gw.proxy_addr,
-        &target,
-        "127.0.0.1",
-        s.ca.pem(),
-        &[b"http/1.1"],
-    )
-    .await
-    .unwrap();
-    let got = exchange(tls, get("/v1/x", &format!("127.0.0.2:{port}"))).await;
+    let got = through(format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")).await;
     assert_eq!(got.status, StatusCode::MISDIRECTED_REQUEST);
 }
 
