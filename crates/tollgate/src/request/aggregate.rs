@@ -126,6 +126,8 @@ fn every_header(headers_in: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> 
 /// Why a backend did not contribute.
 enum Failure {
     Timeout,
+    /// Still waiting (a queue) at the gateway's drain deadline.
+    ShuttingDown,
     Failed(String),
     /// Not called: its URL needs an answer that is missing.
     Skipped(&'static str),
@@ -135,6 +137,7 @@ impl Failure {
     fn code(&self) -> &'static str {
         match self {
             Failure::Timeout => "upstream_timeout",
+            Failure::ShuttingDown => "shutting_down",
             Failure::Failed(_) => "upstream_error",
             Failure::Skipped(_) => "not_called",
         }
@@ -143,6 +146,7 @@ impl Failure {
     fn message(&self) -> String {
         match self {
             Failure::Timeout => "no answer within its timeout".into(),
+            Failure::ShuttingDown => ProxyError::ShuttingDown.to_string(),
             Failure::Failed(m) => m.clone(),
             Failure::Skipped(m) => (*m).into(),
         }
@@ -152,7 +156,7 @@ impl Failure {
     fn result(&self) -> &'static str {
         match self {
             Failure::Timeout => outcome::TIMEOUT,
-            Failure::Failed(_) => outcome::BACKEND_FAILED,
+            Failure::ShuttingDown | Failure::Failed(_) => outcome::BACKEND_FAILED,
             Failure::Skipped(_) => outcome::SKIPPED,
         }
     }
@@ -297,6 +301,13 @@ fn respond(
         .filter_map(|(b, f)| f.as_ref().map(|f| (b, f)))
         .collect();
     if failed.len() == e.backends.len() {
+        if failed
+            .iter()
+            .any(|(_, f)| matches!(f, Failure::ShuttingDown))
+        {
+            // The client should ask another instance, as it would for the proxied call.
+            return Err(ProxyError::ShuttingDown);
+        }
         let timed_out = failed.iter().all(|(_, f)| matches!(f, Failure::Timeout));
         let detail = if timed_out {
             format!("timed out (timeout {:?})", e.timeout)
@@ -459,6 +470,7 @@ impl Fanout<'_> {
             .await
             .map_err(|err| match err {
                 ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
+                ProxyError::ShuttingDown => Failure::ShuttingDown,
                 other => Failure::Failed(format!("{} ({})", other, other.code())),
             })?;
         let status = resp.status();
@@ -536,7 +548,15 @@ impl Fanout<'_> {
                 }
             }
         }
-        super::outbound::send(rt, req, target, policy, timer, limit)
+        // A backend's call carries no diagnosis of its own: the endpoint's outcome (each
+        // backend's result and time) is what `/discover` and the metrics show.
+        let out = super::outbound::Leaving {
+            rt,
+            timer,
+            give_up: &worker.local().give_up,
+            diag: &mut None,
+        };
+        super::outbound::send(out, req, target, policy, limit)
             .await
             // The backend's outcome is classified by the error itself.
             .map_err(ProxyError::unretried)

@@ -30,8 +30,6 @@ use crate::intercept::Intercepted;
 
 use crate::ctx::Ctx;
 use crate::paths;
-use crate::policy::chain::Exchange;
-use crate::policy::engine;
 use crate::state::{Runtime, Shared, Worker};
 use crate::stream_watch::Severable;
 use crate::target::url;
@@ -79,10 +77,8 @@ pub fn handle(
     async move {
         let forwarded = match step {
             Ok(Step::Upstream(req, target, gate)) => {
-                let sent = tokio::time::Instant::now();
-                if let Some(d) = &mut ctx.diag {
-                    d.sent_at = Some(sent);
-                }
+                // §11 send: an unmatched request plainly, inline (its future unboxed).
+                let sent = outbound::sending(&mut ctx.diag);
                 let resp = rt
                     .client
                     .send(req, &target, ctx.in_flight.response_timer(), sent)
@@ -90,29 +86,22 @@ pub fn handle(
                 if resp.is_ok() {
                     ctx.upstream = Some(sent.elapsed());
                 }
-                if let Some(t) = ctx.diag.as_mut().and_then(|d| d.trace.as_mut()) {
-                    t.attempt_done(match &resp {
-                        Ok(r) => Ok(r.status().as_u16()),
-                        Err(e) => Err(e.to_string()),
-                    });
-                }
+                outbound::answered(&mut ctx.diag, resp.as_ref().map(|r| r.status()));
                 if let Some(g) = gate {
                     g.final_response();
                 }
                 resp.map(Forwarded::Upstream)
             }
             Ok(Step::Policy(req, target, gate, i)) => {
-                // A matched request: its policy's chain, on a boxed future of its own.
-                let mut x = Exchange::new(rt.engine.chains[i].clone(), req, target);
-                x.diag = ctx.diag.take();
-                x.give_up = Some(worker.local().give_up.clone());
-                let done = Box::pin(engine::run(
-                    x,
-                    &*rt.client,
-                    ctx.in_flight.response_timer(),
-                    &mut ctx.diag,
-                ))
-                .await;
+                // §11 send: a matched request through its policy's chain, on a boxed
+                // future of its own.
+                let out = outbound::Leaving {
+                    rt: &rt,
+                    timer: ctx.in_flight.response_timer(),
+                    give_up: &worker.local().give_up,
+                    diag: &mut ctx.diag,
+                };
+                let done = Box::pin(outbound::through_policy(out, i, req, target)).await;
                 if let Some(g) = gate {
                     g.final_response();
                 }

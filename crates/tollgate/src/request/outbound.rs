@@ -4,15 +4,19 @@
 //! policy's chain when one matched, else plainly.
 
 use crate::body::Body;
+use crate::diagnosis::RequestDiag;
 use crate::error::ProxyError;
 use crate::policy::chain::Exchange;
 use crate::policy::engine;
 use crate::state::Runtime;
 use crate::target::{Target, upstream_uri};
+use crate::upstream::AttemptSettings;
 use crate::upstream::deadline::ResponseTimer;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderValue, Method, Response, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri, header};
 use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Whether the request may go to `target` (the domain lists), and the index of the
 /// policy that matches it (its upstream path: after a route's prefix is stripped, so a
@@ -45,31 +49,79 @@ pub fn address(
     upstream_uri(target, path_and_query, headers, upgrade)
 }
 
-/// Sends the request: through the chain of the policy at `policy`, or plainly within
-/// `limit` for its response head. The plain proxied call sends inline instead (its future
-/// stays unboxed and small); everything else comes here.
+/// What a request leaving carries besides itself: the runtime it runs on, the client
+/// connection's response timer, the drain-deadline token and the request's diagnosis.
+/// The proxied call and every aggregated backend leave with one, so a queue wait answers
+/// 503 at the drain deadline and the diagnosis sees each the same way.
+pub struct Leaving<'a> {
+    pub rt: &'a Runtime,
+    pub timer: &'a ResponseTimer,
+    /// Cancelled at the gateway's drain deadline: a queue wait gives up (503
+    /// `shutting_down`).
+    pub give_up: &'a CancellationToken,
+    /// The request's diagnosis (trace, HAR, remedy actions), when kept; it travels in the
+    /// exchange and comes back here whatever the outcome.
+    pub diag: &'a mut Option<Box<RequestDiag>>,
+}
+
+/// Sends the request through the chain of the policy at `policy`, or plainly within
+/// `limit` for its response head. The plain proxied call sends inline in
+/// [`super::handle`] instead, through the same [`sending`] and [`answered`] (its future
+/// stays unboxed and small: a test bounds its size); everything else comes here.
 pub async fn send(
-    rt: &Runtime,
+    out: Leaving<'_>,
     req: http::Request<Body>,
     target: &Target,
     policy: Option<usize>,
-    timer: &ResponseTimer,
     limit: Duration,
 ) -> Result<Response<Body>, ProxyError> {
     match policy {
-        Some(i) => {
-            let x = Exchange::new(rt.engine.chains[i].clone(), req, target.clone());
-            let mut diag = None;
-            engine::run(x, &*rt.client, timer, &mut diag)
-                .await
-                .map(|d| d.response)
-        }
+        Some(i) => through_policy(out, i, req, target.clone())
+            .await
+            .map(|d| d.response),
         None => {
-            let sent = tokio::time::Instant::now();
-            rt.client
-                .send_within(req, target, timer, sent, limit, true, ())
-                .await
-                .map(|r| r.map(http_body_util::BodyExt::boxed_unsync))
+            let sent = sending(out.diag);
+            let resp = out
+                .rt
+                .client
+                .send_within(req, target, out.timer, sent, AttemptSettings::plain(limit))
+                .await;
+            answered(out.diag, resp.as_ref().map(|r| r.status()));
+            resp.map(|r| r.map(http_body_util::BodyExt::boxed_unsync))
         }
+    }
+}
+
+/// Sends the request through the chain of the policy at index `i`.
+pub async fn through_policy(
+    out: Leaving<'_>,
+    i: usize,
+    req: http::Request<Body>,
+    target: Target,
+) -> Result<engine::Done, ProxyError> {
+    let mut x = Exchange::new(out.rt.engine.chains[i].clone(), req, target);
+    x.diag = out.diag.take();
+    x.give_up = Some(out.give_up.clone());
+    engine::run(x, &*out.rt.client, out.timer, out.diag).await
+}
+
+/// The moment a plain request is sent, noted in its diagnosis.
+#[inline]
+pub fn sending(diag: &mut Option<Box<RequestDiag>>) -> Instant {
+    let sent = Instant::now();
+    if let Some(d) = diag {
+        d.sent_at = Some(sent);
+    }
+    sent
+}
+
+/// A plain request's answer (its status, or the error), noted in its trace.
+#[inline]
+pub fn answered(diag: &mut Option<Box<RequestDiag>>, result: Result<StatusCode, &ProxyError>) {
+    if let Some(t) = diag.as_mut().and_then(|d| d.trace.as_mut()) {
+        t.attempt_done(match result {
+            Ok(s) => Ok(s.as_u16()),
+            Err(e) => Err(e.to_string()),
+        });
     }
 }

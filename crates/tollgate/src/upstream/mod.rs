@@ -124,29 +124,31 @@ impl UpstreamClient {
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
-        let limit = self.settings.response_timeout;
-        self.send_within(req, target, timer, sent, limit, true, ())
+        let settings = AttemptSettings::plain(self.settings.response_timeout);
+        self.send_within(req, target, timer, sent, settings)
     }
 
-    /// [`Self::send`] with a response-head timeout of its own (a policy's
-    /// `timeouts.response`), and `resend_lost` saying whether the HTTP/1.1 pool may resend
-    /// an idempotent request a stale keep-alive connection lost. A policy that retries
-    /// passes `false`: the request may have reached the provider, so its retry remedy
-    /// decides, counting the attempt through its breaker and budget. (A request the
-    /// connection refused before sending any of it is resent either way: it never left.)
-    /// `connect_timeout` is a policy's `timeouts.connect`, for the connections made for
-    /// this request (`()`: the `upstream` one).
-    #[allow(clippy::too_many_arguments)]
-    pub fn send_within<'a>(
+    /// [`Self::send`] with settings of its own: a response-head timeout (a policy's
+    /// `timeouts.response`); `resend_lost`, whether the HTTP/1.1 pool may resend an
+    /// idempotent request a stale keep-alive connection lost (a policy that retries says
+    /// no: the request may have reached the provider, so its retry remedy decides,
+    /// counting the attempt through its breaker and budget; a request the connection
+    /// refused before sending any of it is resent either way: it never left); and the
+    /// connect timeout for the connections made for this request (a policy's
+    /// `timeouts.connect`, or `()`: the `upstream` one).
+    pub fn send_within<'a, C: ConnectTimeout + 'a>(
         &'a self,
         req: Request<Body>,
         target: &'a Target,
         timer: &'a ResponseTimer,
         sent: tokio::time::Instant,
-        limit: std::time::Duration,
-        resend_lost: bool,
-        connect_timeout: impl ConnectTimeout + 'a,
+        settings: AttemptSettings<C>,
     ) -> impl Future<Output = Result<Response<PooledBody>, ProxyError>> + Send + 'a {
+        let AttemptSettings {
+            response_timeout: limit,
+            connect_timeout,
+            resend_lost,
+        } = settings;
         let deadline = sent + limit;
         let name = target.authority.as_str();
         let timed_out = move || ProxyError::UpstreamTimeout {

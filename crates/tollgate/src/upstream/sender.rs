@@ -3,6 +3,7 @@
 //! a paused clock is another, so remedies are tested without sockets.
 
 use super::UpstreamClient;
+use super::connector::ConnectTimeout;
 use super::deadline::ResponseTimer;
 use crate::body::Body;
 use crate::error::ProxyError;
@@ -14,14 +15,16 @@ use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How one attempt is sent.
+/// How one attempt is sent. `C` is the connect timeout: a policy's `timeouts.connect`
+/// (`Option<Duration>`), or `()` for the `upstream` one, of no size in the unmatched
+/// path's future.
 #[derive(Debug, Clone, Copy)]
-pub struct AttemptSettings {
+pub struct AttemptSettings<C: ConnectTimeout = Option<Duration>> {
     /// From `sent` until the response head (a policy's `timeouts.response`, or the
     /// upstream one).
     pub response_timeout: Duration,
     /// A policy's `timeouts.connect`, when it sets one.
-    pub connect_timeout: Option<Duration>,
+    pub connect_timeout: C,
     /// Whether the HTTP/1.1 pool may resend a request a stale keep-alive connection lost
     /// (not when a retry remedy decides, counting the attempt).
     pub resend_lost: bool,
@@ -29,6 +32,18 @@ pub struct AttemptSettings {
 
 pub type SendFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>>;
+
+impl AttemptSettings<()> {
+    /// A request sent once, within `response_timeout`, over the `upstream` connect
+    /// timeout; the pool may resend it when a stale keep-alive connection lost it.
+    pub fn plain(response_timeout: Duration) -> Self {
+        Self {
+            response_timeout,
+            connect_timeout: (),
+            resend_lost: true,
+        }
+    }
+}
 
 /// Sends one attempt and waits for the response head.
 pub trait Sender: Sync {
@@ -54,8 +69,7 @@ impl Sender for UpstreamClient {
         sent: Instant,
         s: AttemptSettings,
     ) -> SendFuture<'a> {
-        let (limit, resend, connect) = (s.response_timeout, s.resend_lost, s.connect_timeout);
-        let send = self.send_within(req, target, timer, sent, limit, resend, connect);
+        let send = self.send_within(req, target, timer, sent, s);
         Box::pin(async move { send.await.map(|r| r.map(|b| b.boxed_unsync())) })
     }
 

@@ -163,6 +163,60 @@ async fn requests_still_queued_at_the_drain_deadline_get_503_not_a_reset() {
 }
 
 #[tokio::test]
+async fn an_aggregated_backend_still_queued_at_the_drain_deadline_answers_503() {
+    // The backend's requests match a policy whose one slot is held (its upstream never
+    // answers): the endpoint's call waits in that queue when the drain deadline comes.
+    let (up, arrived, _gates) = gated().await;
+    let gw = gateway(&format!(
+        r#"
+shutdown:
+  drain_timeout: 300ms
+endpoints:
+  - path: /both
+    timeout: 1m
+    backends:
+      - url: http://{up}/slots/backend
+policies:
+  - name: slots
+    match: {{host: 127.0.0.1, path: /slots/*}}
+    concurrency: {{max: 1, queue: {{size: 10, max_wait: 1h}}}}
+"#,
+        up = up.addr
+    ))
+    .await;
+    let c = client();
+    let holder = {
+        let (c, req) = (
+            c.clone(),
+            via_header(&gw, up.addr, "/slots/holder")
+                .body(empty())
+                .unwrap(),
+        );
+        tokio::spawn(async move { c.request(req).await })
+    };
+    arrived.notified().await;
+    let aggregated = {
+        let req = http::Request::get(format!("http://{}/both", gw.proxy_addr))
+            .body(empty())
+            .unwrap();
+        tokio::spawn(async move { c.request(req).await })
+    };
+    metrics_when(&gw, |t| {
+        t.contains("remedy=\"concurrency\",action=\"queued\"} 1")
+    })
+    .await;
+    gw.shutdown();
+    gw.wait().await;
+    let resp = aggregated.await.unwrap().expect("an answer, not a reset");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        resp.headers().get("x-tollgate-error").unwrap(),
+        "shutting_down"
+    );
+    assert!(holder.await.unwrap().is_err());
+}
+
+#[tokio::test]
 async fn open_tunnels_finish_during_drain() {
     let up = echo_upstream().await;
     let gw = gateway(ANY_CONNECT_PORT).await;

@@ -277,18 +277,19 @@ pub async fn admin_get(gw: &Gateway, path: &str) -> Got {
     .await
 }
 
-/// Polls `/metrics` until `done(text)` holds (bounded: a deadline, not a speed assertion;
-/// events reach the metrics through the observer queue) and returns the last text.
+/// Polls `/metrics` until `done(text)` holds and returns that text; fails the test with
+/// the last text read when it has not held within 10 s (a deadline for a condition, not
+/// a speed assertion: events reach the metrics through the observer queue).
 pub async fn metrics_when(gw: &Gateway, done: impl Fn(&str) -> bool) -> String {
     let mut text = String::new();
-    for _ in 0..200 {
+    for _ in 0..500 {
         text = String::from_utf8_lossy(&admin_get(gw, "/metrics").await.body).into_owned();
         if done(&text) {
-            break;
+            return text;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    text
+    panic!("/metrics never showed what the test waits for within 10 s; it last read:\n{text}");
 }
 
 /// Polls `ok` every 10 ms until it holds; fails the test, naming `what`, when it has not
@@ -519,7 +520,7 @@ pub async fn post_reload(gw: &Gateway) -> Got {
 /// Polls `dir` until its HAR files hold `n` entries (a deadline, not a speed assertion).
 pub async fn har_entries_in(dir: &std::path::Path, n: usize) -> Vec<Value> {
     use tollgate::diagnosis::har::read;
-    for _ in 0..500 {
+    for _ in 0..1000 {
         if let Ok(e) = read::load(dir)
             && e.len() >= n
         {
