@@ -46,31 +46,6 @@ pub fn blocks() -> Vec<Block> {
             name: "defaults".into(),
             text: defaults_yaml(),
         },
-        sample_block::<remedies::header_guard::RawHeaderGuard>(
-            "header_guard",
-            "RawHeaderGuard",
-            "{require: [x]}",
-        ),
-        sample_block::<remedies::mock::RawMock>("mock", "RawMock", "{when: {}}"),
-        remedy_block::<remedies::transform::RawRequestTransform>("request", "RawRequestTransform"),
-        remedy_block::<remedies::transform::RawHeaderTransform>("response", "RawHeaderTransform"),
-        remedy_block::<remedies::credentials::RawCredentials>("credentials", "RawCredentials"),
-        remedy_block::<remedies::cache::RawCache>("cache", "RawCache"),
-        remedy_block::<remedies::breaker::RawBreaker>("breaker", "RawBreaker"),
-        remedy_block::<remedies::throttle::RawThrottle>("provider_throttling", "RawThrottle"),
-        remedy_block::<remedies::retry::RawRetry>("retry", "RawRetry"),
-        remedy_block::<remedies::timeouts::RawTimeouts>("timeouts", "RawTimeouts"),
-        sample_block::<remedies::quota::RawQuota>("quota", "RawQuota", "{}"),
-        sample_block::<remedies::rate_limit::RawRateLimit>(
-            "rate_limit",
-            "RawRateLimit",
-            "{limit: 1, window: second}",
-        ),
-        sample_block::<remedies::concurrency::RawConcurrency>(
-            "concurrency",
-            "RawConcurrency",
-            "{max: 1}",
-        ),
         sample_block::<crate::policy::queue::RawQueue>(
             "queues",
             "RawQueue",
@@ -119,6 +94,12 @@ pub fn blocks() -> Vec<Block> {
         },
     ]
     .into_iter()
+    .chain(remedies::STAGES.iter().map(key_block))
+    .chain([Block {
+        doc: "examples/full.yaml",
+        name: "policies".into(),
+        text: policies_yaml(),
+    }])
     .chain(SECTIONS.iter().map(|s| Block {
         doc: "docs/configuration.md",
         name: s.to_string(),
@@ -127,12 +108,58 @@ pub fn blocks() -> Vec<Block> {
     .collect()
 }
 
-/// A remedy's key table in policies.md, its rows in the order its raw type declares them.
-fn remedy_block<T: serde::Serialize + Default>(key: &str, def: &str) -> Block {
-    table_block(key, def, yaml_serde::to_value(T::default()))
+/// A remedy's key table in policies.md: the keys its example shows (every default
+/// filled in), in the order its raw type declares them, each with its default and doc
+/// from the schema. A remedy whose definitions are declared shows the definition's keys.
+fn key_block(stage: &crate::policy::kind::Stage) -> Block {
+    let schema = schema();
+    let example = match stage.declares {
+        // The first declared entry: the example in the policy is only its name.
+        Some((_, declared)) => declared().map(|d| {
+            d.as_mapping()
+                .and_then(|m| m.values().next().cloned())
+                .unwrap_or_default()
+        }),
+        None => (stage.example)(),
+    };
+    let def = definition(
+        &schema,
+        &schema["$defs"]["RawPolicy"]["properties"][stage.key],
+    );
+    let mut text = String::from("| key | default | meaning |\n|---|---|---|\n");
+    rows(&schema, def, &example.unwrap_or_default(), "", &mut text);
+    Block {
+        doc: "docs/policies.md",
+        name: format!("keys:{}", stage.key),
+        text,
+    }
 }
 
-/// [`remedy_block`] for a type with required keys: read from `sample` (the required keys
+/// The policy half of `examples/full.yaml`: each declared section's example, and one
+/// policy applying every remedy as its example writes it, every default filled in.
+pub fn policies_yaml() -> String {
+    let mut out = yaml_serde::Mapping::new();
+    let mut policy = yaml_serde::Mapping::new();
+    policy.insert("name".into(), "every-remedy".into());
+    let matcher = "{host: api.github.com, path: '/users/{user}/*', methods: [GET]}";
+    policy.insert(
+        "match".into(),
+        yaml_serde::from_str(matcher).unwrap_or_default(),
+    );
+    for s in remedies::STAGES {
+        if let Some((section, declared)) = s.declares {
+            out.insert(section.into(), declared().unwrap_or_default());
+        }
+        policy.insert(s.key.into(), (s.example)().unwrap_or_default());
+    }
+    out.insert(
+        "policies".into(),
+        yaml_serde::Value::Sequence(vec![yaml_serde::Value::Mapping(policy)]),
+    );
+    yaml_serde::to_string(&out).unwrap_or_default()
+}
+
+/// A key table of a type with required keys: read from `sample` (the required keys
 /// with any value), which fills in the defaults; a required key's default says so.
 fn sample_block<T: serde::Serialize + serde::de::DeserializeOwned>(
     key: &str,
@@ -191,31 +218,39 @@ pub fn section_table(section: &str) -> String {
     out
 }
 
+/// The rows of the keys `example` shows (in the order its type declares them), each
+/// with its default and doc from the schema (an example's own values are not defaults).
 fn rows(
     schema: &serde_json::Value,
     def: &serde_json::Value,
-    defaults: &yaml_serde::Value,
+    example: &yaml_serde::Value,
     prefix: &str,
     out: &mut String,
 ) {
-    let Some(map) = defaults.as_mapping() else {
+    let Some(map) = example.as_mapping() else {
         return;
     };
     for (k, v) in map {
         let Some(key) = k.as_str() else { continue };
         let field = &def["properties"][key];
         let inner = definition(schema, field);
-        if v.is_mapping() && inner.get("properties").is_some() {
+        // A queue has a key table of its own (`keys:queues`): one row here.
+        let own_table = std::ptr::eq(inner, &schema["$defs"]["RawQueue"]);
+        if v.is_mapping() && inner.get("properties").is_some() && !own_table {
             rows(schema, inner, v, &format!("{prefix}{key}."), out);
             continue;
         }
         let required = def["required"]
             .as_array()
             .is_some_and(|r| r.iter().any(|k| k == key));
-        let default = match v {
+        let default = match field.get("default") {
             _ if required => "required".to_owned(),
-            yaml_serde::Value::Null => "none".to_owned(),
-            other => format!("`{}`", plain(other)),
+            None | Some(serde_json::Value::Null) => "none".to_owned(),
+            // Through text: serde_json's numbers keep their spelling (arbitrary precision).
+            Some(d) => format!(
+                "`{}`",
+                plain(&yaml_serde::from_str(&d.to_string()).unwrap_or_default())
+            ),
         };
         let doc = field["description"]
             .as_str()
@@ -307,7 +342,7 @@ pub fn defaults_yaml() -> String {
 /// Every metric `GET /metrics` serves: its name as scraped, type, labels and help, read
 /// from the registry itself.
 pub fn metrics_table() -> String {
-    let text = crate::metrics::Metrics::described();
+    let text = crate::metrics::Metrics::described(crate::policy::register_metrics);
     let mut out = String::from("| metric | type | labels | meaning |\n|---|---|---|---|\n");
     let mut help = "";
     for line in text.lines() {
@@ -348,7 +383,13 @@ pub fn metrics_table() -> String {
 /// per code (situations that share one are joined).
 pub fn error_table() -> String {
     let mut rows: Vec<(u16, &str, Vec<&str>)> = Vec::new();
-    for e in crate::error::ProxyError::catalogue() {
+    let mut refusals: Vec<crate::error::Reject> = Vec::new();
+    for r in remedies::STAGES.iter().flat_map(|s| s.refusals) {
+        if !refusals.iter().any(|k| k.code == r.code) {
+            refusals.push(r);
+        }
+    }
+    for e in crate::error::ProxyError::catalogue(&refusals) {
         let (status, code) = (e.status().as_u16(), e.code());
         match rows.iter_mut().find(|r| r.1 == code && r.0 == status) {
             Some(r) => r.2.push(e.situation()),
@@ -384,7 +425,11 @@ pub fn stage_table() -> String {
         "| # | policy key | remedy | request phase | each attempt | response phase (reverse order) |\n|---|---|---|---|---|---|\n",
     );
     for (i, s) in STAGES.iter().enumerate() {
-        let [request, attempt, response] = s.phases;
+        let crate::policy::kind::Phases {
+            request,
+            attempt,
+            response,
+        } = s.phases;
         out.push_str(&format!(
             "| {} | `{}` | `{}` | {request} | {attempt} | {response} |\n",
             i + 1,

@@ -11,7 +11,7 @@ pub const MAX_PATHS: usize = 200;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigDiff {
     /// Sections whose new values apply to requests that start after the reload.
-    pub changed: Vec<&'static str>,
+    pub changed: Vec<String>,
     /// Every value that changed, by its path: `policies[0].retry.base_delay`,
     /// `breakers.github.open_for` (at most [`MAX_PATHS`]).
     pub paths: Vec<String>,
@@ -25,36 +25,24 @@ impl ConfigDiff {
     }
 }
 
-/// The sections a diff names, in the file's order.
-const SECTIONS: [&str; 19] = [
-    "listen",
-    "admin",
-    "upstream",
-    "domains",
-    "egress",
-    "intercept",
-    "store",
-    "routes",
-    "endpoints",
-    "endpoint_defaults",
-    "policies",
-    "rate_limits",
-    "quotas",
-    "concurrency_limits",
-    "breakers",
-    "log",
-    "metrics",
-    "diagnosis",
-    "shutdown",
-];
+/// The sections a diff names: every key of the file, in its order (the declared
+/// sections of the remedies' registry among them).
+fn sections() -> Vec<String> {
+    let all = yaml_serde::to_value(super::raw::RawConfig::default()).unwrap_or_default();
+    all.as_mapping()
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect()
+}
 
 pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
     let (o, n) = (old.effective(), new.effective());
-    for section in SECTIONS {
-        if o[section] != n[section] {
+    for section in sections() {
+        if o[&section] != n[&section] {
+            leaves(section.clone(), &o[&section], &n[&section], &mut d.paths);
             d.changed.push(section);
-            leaves(section.to_owned(), &o[section], &n[section], &mut d.paths);
         }
     }
     // A rotated secret (`admin.token`, a credential) shows `MASKED` on both sides of the
@@ -137,10 +125,8 @@ fn rotated(path: String, o: &Value, n: &Value, d: &mut ConfigDiff) {
         }
         (a, b) if secret(a) && secret(b) && a != b => {
             let section = path.split(['.', '[']).next().unwrap_or_default();
-            if let Some(&s) = SECTIONS.iter().find(|s| **s == section)
-                && !d.changed.contains(&s)
-            {
-                d.changed.push(s);
+            if !section.is_empty() && !d.changed.iter().any(|c| c == section) {
+                d.changed.push(section.to_owned());
             }
             if d.paths.len() < MAX_PATHS && !d.paths.contains(&path) {
                 d.paths.push(path);

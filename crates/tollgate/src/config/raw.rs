@@ -14,55 +14,78 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A tollgate configuration file. Every key is optional; an empty file runs the
-/// built-in defaults (forward everything, no policies).
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-#[schemars(title = "tollgate configuration")]
-pub struct RawConfig {
-    /// The proxy listener that applications send their outgoing calls to. `listen: ADDRESS` is short for `listen: { address: ADDRESS }`.
-    #[serde(deserialize_with = "super::shorthand::listen")]
-    #[schemars(schema_with = "super::shorthand::listen_schema")]
-    pub listen: RawListen,
-    /// The admin listener: health, readiness, metrics, effective config, reload. `admin: ADDRESS` is short for `admin: { address: ADDRESS }`.
-    #[serde(deserialize_with = "super::shorthand::admin")]
-    #[schemars(schema_with = "super::shorthand::admin_schema")]
-    pub admin: RawAdmin,
-    /// How tollgate connects to providers.
-    pub upstream: RawUpstream,
-    /// Domain allow/deny lists, applied to every traffic mode.
-    pub domains: RawDomains,
-    /// Address rules applied after DNS resolution, and the ports CONNECT may reach.
-    pub egress: RawEgress,
-    /// HTTPS interception: the hosts whose CONNECT tunnels tollgate decrypts with a local CA, so policies and diagnosis apply to applications that only set `HTTPS_PROXY` (docs/interception.md). Off by default: every tunnel is a byte relay.
-    pub intercept: RawIntercept,
-    /// Where remedies keep their state: this process's memory (the default), or a Redis that several replicas share, so that a limit, a quota, a breaker or a provider's pause holds for all of them (docs/policies.md#several-replicas).
-    pub store: RawStore,
-    /// Prometheus metrics on the admin listener.
-    pub metrics: RawMetrics,
-    /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
-    pub routes: Vec<RawRoute>,
-    /// Aggregated endpoints: a path on the listener answered by calling several backends in parallel and merging their JSON answers (docs/aggregation.md). Tried before routes.
-    pub endpoints: Vec<RawEndpoint>,
-    /// What aggregated endpoints take when they do not say: `timeout`, `cache_ttl`, `user_agent`, and the `host` of backend URLs written as a path.
-    pub endpoint_defaults: RawEndpointDefaults,
-    /// Policies: which traffic remedies apply to (matched by host, path template and method on the upstream request; the first match applies), and the remedies.
-    pub policies: Vec<RawPolicy>,
-    /// Rate limits shared by name: `rate_limit: NAME` in any number of policies counts against one limit.
-    pub rate_limits: BTreeMap<String, RawRateLimit>,
-    /// Quotas shared by name (`quota: NAME`), and the parents of child quotas.
-    pub quotas: BTreeMap<String, RawQuota>,
-    /// Concurrency limits shared by name (`concurrency: NAME`).
-    pub concurrency_limits: BTreeMap<String, RawConcurrency>,
-    /// Circuit breakers shared by name (`breaker: NAME`).
-    pub breakers: BTreeMap<String, RawBreaker>,
-    /// Diagnosis: endpoint discovery, HAR capture, traces. All off by default.
-    pub diagnosis: RawDiagnosis,
-    /// Logging.
-    pub log: RawLog,
-    /// Graceful shutdown.
-    pub shutdown: RawShutdown,
+/// Makes [`RawConfig`] of the remedies' registry ([`crate::policy::remedies::registry`]):
+/// after `policies`, a section for each remedy whose definitions are declared by name.
+macro_rules! raw_config {
+    ($($(#[$doc:meta])* $key:ident: $m:ident::$k:ident $(, $(#[$sdoc:meta])* $section:ident)?;)+) => {
+        /// A tollgate configuration file. Every key is optional; an empty file runs the
+        /// built-in defaults (forward everything, no policies).
+        #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+        #[serde(deny_unknown_fields, default)]
+        #[schemars(title = "tollgate configuration")]
+        pub struct RawConfig {
+            /// The proxy listener that applications send their outgoing calls to. `listen: ADDRESS` is short for `listen: { address: ADDRESS }`.
+            #[serde(deserialize_with = "super::shorthand::listen")]
+            #[schemars(schema_with = "super::shorthand::listen_schema")]
+            pub listen: RawListen,
+            /// The admin listener: health, readiness, metrics, effective config, reload. `admin: ADDRESS` is short for `admin: { address: ADDRESS }`.
+            #[serde(deserialize_with = "super::shorthand::admin")]
+            #[schemars(schema_with = "super::shorthand::admin_schema")]
+            pub admin: RawAdmin,
+            /// How tollgate connects to providers.
+            pub upstream: RawUpstream,
+            /// Domain allow/deny lists, applied to every traffic mode.
+            pub domains: RawDomains,
+            /// Address rules applied after DNS resolution, and the ports CONNECT may reach.
+            pub egress: RawEgress,
+            /// HTTPS interception: the hosts whose CONNECT tunnels tollgate decrypts with a local CA, so policies and diagnosis apply to applications that only set `HTTPS_PROXY` (docs/interception.md). Off by default: every tunnel is a byte relay.
+            pub intercept: RawIntercept,
+            /// Where remedies keep their state: this process's memory (the default), or a Redis that several replicas share, so that a limit, a quota, a breaker or a provider's pause holds for all of them (docs/policies.md#several-replicas).
+            pub store: RawStore,
+            /// Prometheus metrics on the admin listener.
+            pub metrics: RawMetrics,
+            /// Declared routes: a path prefix on the listener mapped to an upstream base URL.
+            pub routes: Vec<RawRoute>,
+            /// Aggregated endpoints: a path on the listener answered by calling several backends in parallel and merging their JSON answers (docs/aggregation.md). Tried before routes.
+            pub endpoints: Vec<RawEndpoint>,
+            /// What aggregated endpoints take when they do not say: `timeout`, `cache_ttl`, `user_agent`, and the `host` of backend URLs written as a path.
+            pub endpoint_defaults: RawEndpointDefaults,
+            /// Policies: which traffic remedies apply to (matched by host, path template and method on the upstream request; the first match applies), and the remedies.
+            pub policies: Vec<RawPolicy>,
+                    $($(
+                        $(#[$sdoc])*
+                        pub $section: BTreeMap<String, <$crate::policy::remedies::$m::$k as $crate::policy::kind::Shared>::Def>,
+                    )?)+
+            /// Diagnosis: endpoint discovery, HAR capture, traces. All off by default.
+            pub diagnosis: RawDiagnosis,
+            /// Logging.
+            pub log: RawLog,
+            /// Graceful shutdown.
+            pub shutdown: RawShutdown,
+        }
+
+        impl RawConfig {
+            /// The declared sections, for the policy engine to validate.
+            pub fn declared(&self) -> crate::policy::remedies::RawDeclared<'_> {
+                crate::policy::remedies::RawDeclared {
+                    $($($section: &self.$section,)?)+
+                }
+            }
+
+            /// Each declared section as written: the policy key naming its entries, the
+            /// section's key, and its definitions.
+            pub fn declared_sections(&self) -> Vec<(&'static str, &'static str, serde_json::Value)> {
+                vec![$($((
+                    stringify!($key),
+                    stringify!($section),
+                    serde_json::to_value(&self.$section).unwrap_or_default(),
+                ),)?)+]
+            }
+        }
+    };
 }
+
+crate::policy::remedies::registry!(raw_config);
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]

@@ -195,11 +195,13 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
         "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
         "endpoints": c.endpoints.effective(),
         "policies": super::validate_policy::effective(c),
-        "rate_limits": c.written["rate_limits"],
-        "quotas": c.written["quotas"],
-        "concurrency_limits": c.written["concurrency_limits"],
-        "breakers": c.written["breakers"],
     });
+    // Each declared section as written (defaults filled in, secrets masked).
+    for (section, v) in c.written.as_object().into_iter().flatten() {
+        if !matches!(section.as_str(), "all" | "policies") {
+            shown[section] = v.clone();
+        }
+    }
     // The addresses listened on, `--listen`/`--admin` applied, not the file's.
     shown["listen"] = json!({"address": c.listen.address.to_string()});
     shown["admin"] = json!({"address": c.admin.address.to_string()});

@@ -1,4 +1,4 @@
-//! The policies and shared limits as written, for `GET /config` and the reload diff:
+//! The policies and the declared sections as written, for `GET /config` and the reload diff:
 //! every key of every remedy with its default filled in (the raw types' serde defaults),
 //! a shared definition resolved under its name, and secrets `MASKED` unless written as
 //! `${VAR}` (each raw type serialises its secrets so: `SecretText`, a transform's secret
@@ -8,30 +8,29 @@
 use super::raw::RawConfig;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
 
-/// `policies`, `rate_limits`, `quotas`, `concurrency_limits` and `breakers` as written.
+/// `policies` and each declared section (`rate_limits`, `quotas`, …) as written.
 pub(super) fn written(raw: &RawConfig) -> Value {
+    let sections = raw.declared_sections();
     let policies: Vec<Value> = raw
         .policies
         .iter()
         .map(|p| {
             let mut v = to_value(p);
-            resolve(&mut v, "rate_limit", &raw.rate_limits);
-            resolve(&mut v, "quota", &raw.quotas);
-            resolve(&mut v, "concurrency", &raw.concurrency_limits);
-            resolve(&mut v, "breaker", &raw.breakers);
+            for (key, _, declared) in &sections {
+                resolve(&mut v, key, declared);
+            }
             v
         })
         .collect();
-    json!({
+    let mut out = json!({
         "all": everything(raw),
         "policies": policies,
-        "rate_limits": to_value(&raw.rate_limits),
-        "quotas": to_value(&raw.quotas),
-        "concurrency_limits": to_value(&raw.concurrency_limits),
-        "breakers": to_value(&raw.breakers),
-    })
+    });
+    for (_, section, declared) in sections {
+        out[section] = declared;
+    }
+    out
 }
 
 /// The whole file as written, defaults filled in, secrets masked (each secret field is a
@@ -69,11 +68,11 @@ fn to_value<T: Serialize>(t: &T) -> Value {
 }
 
 /// `rate_limit: github` becomes `{"name": "github", …its definition}`.
-fn resolve<T: Serialize>(policy: &mut Value, key: &str, declared: &BTreeMap<String, T>) {
+fn resolve(policy: &mut Value, key: &str, declared: &Value) {
     let Some(name) = policy[key].as_str().map(str::to_owned) else {
         return;
     };
-    let mut def = declared.get(&name).map_or(Value::Null, to_value);
+    let mut def = declared.get(&name).cloned().unwrap_or(Value::Null);
     if let Value::Object(m) = &mut def {
         let mut named = Map::new();
         named.insert("name".into(), Value::String(name));

@@ -3,6 +3,8 @@
 //! and code from the same [`ProxyError::status`] and [`ProxyError::code`] the responses
 //! use, so the table cannot drift from what clients get.
 
+#[cfg(test)]
+use super::Refusal;
 use super::{ProxyError, Reject, Rejection, TimeoutStage};
 use std::time::Duration;
 
@@ -50,7 +52,7 @@ impl ProxyError {
             ProxyError::BackendsFailed { .. } => {
                 "every backend of an aggregated endpoint failed (the message says how each did)"
             }
-            ProxyError::Rejected(r) => r.kind.situation(),
+            ProxyError::Rejected(r) => r.kind.situation,
             ProxyError::BodyTooLarge { .. } => {
                 "request body over what tollgate must read whole: a JSON transform's `max_body`, a `json` endpoint's `max_body_bytes`"
             }
@@ -58,8 +60,9 @@ impl ProxyError {
         }
     }
 
-    /// One error of each kind, in README's order (a refusal of each remedy's kind too).
-    pub fn catalogue() -> Vec<ProxyError> {
+    /// One error of each kind, in README's order, `refusals` (each remedy's, from the
+    /// registry) among them.
+    pub fn catalogue(refusals: &[Reject]) -> Vec<ProxyError> {
         let s = String::new;
         let mut all = vec![
             ProxyError::MissingTarget,
@@ -105,7 +108,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { size: 0, limit: 0 },
             ProxyError::ShuttingDown,
         ];
-        all.extend(Reject::ALL.map(|kind| {
+        all.extend(refusals.iter().map(|&kind| {
             ProxyError::Rejected(Rejection {
                 kind,
                 message: s(),
@@ -116,35 +119,6 @@ impl ProxyError {
         all.push(ProxyError::BodyTooLarge { limit: 0, what: "" });
         all.push(ProxyError::Internal(""));
         all
-    }
-}
-
-impl Reject {
-    /// Every remedy's refusal.
-    pub const ALL: [Reject; 7] = [
-        Reject::RateLimited,
-        Reject::QueueFull,
-        Reject::QueueTimeout,
-        Reject::QuotaExceeded,
-        Reject::ConcurrencyLimited,
-        Reject::ProviderThrottled,
-        Reject::CircuitOpen,
-    ];
-
-    fn situation(self) -> &'static str {
-        match self {
-            Reject::RateLimited => {
-                "a policy's rate limit reached, or its queue cannot serve before `max_wait` (`Retry-After` to the next window, `RateLimit-*`)"
-            }
-            Reject::QueueFull => "a policy's queue is full",
-            Reject::QueueTimeout => "waited the queue's `max_wait`",
-            Reject::QuotaExceeded => "a quota used up (`Retry-After` to the renewal)",
-            Reject::ConcurrencyLimited => "too many requests in flight for a policy",
-            Reject::ProviderThrottled => {
-                "the provider asked for a pause (`Retry-After`, `RateLimit-Remaining: 0`)"
-            }
-            Reject::CircuitOpen => "circuit breaker open (`Retry-After`)",
-        }
     }
 }
 
@@ -182,7 +156,12 @@ mod tests {
                 ProxyError::Misdirected(_) => 19,
             }
         }
-        let all = ProxyError::catalogue();
+        static REFUSED: Refusal = Refusal {
+            code: "refused",
+            status: http::StatusCode::TOO_MANY_REQUESTS,
+            situation: "",
+        };
+        let all = ProxyError::catalogue(&[&REFUSED]);
         let mut seen: Vec<usize> = all.iter().map(variant).collect();
         seen.push(18);
         seen.sort_unstable();
@@ -192,18 +171,6 @@ mod tests {
             .iter()
             .filter(|e| matches!(e, ProxyError::Rejected(_)))
             .count();
-        assert_eq!(refusals, Reject::ALL.len());
-        let kind = |r: Reject| match r {
-            Reject::RateLimited => 0,
-            Reject::QueueFull => 1,
-            Reject::QueueTimeout => 2,
-            Reject::QuotaExceeded => 3,
-            Reject::ConcurrencyLimited => 4,
-            Reject::ProviderThrottled => 5,
-            Reject::CircuitOpen => 6,
-        };
-        let mut kinds: Vec<usize> = Reject::ALL.iter().map(|r| kind(*r)).collect();
-        kinds.sort_unstable();
-        assert_eq!(kinds, (0..Reject::ALL.len()).collect::<Vec<_>>());
+        assert_eq!(refusals, 1);
     }
 }

@@ -115,38 +115,19 @@ pub struct Retried {
     pub declined: bool,
 }
 
-/// Which remedy refused a request: its code and status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reject {
-    RateLimited,
-    QueueFull,
-    QueueTimeout,
-    QuotaExceeded,
-    ConcurrencyLimited,
-    ProviderThrottled,
-    CircuitOpen,
+/// A kind of refusal, as data: its code (`x-tollgate-error`), its status, and when a
+/// client gets it (README's table of errors). Each remedy declares its own beside its
+/// code and lists them in `RemedyKind::REFUSALS`; the table is made from those lists.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub status: StatusCode,
+    /// When a client gets it, in README's words.
+    pub situation: &'static str,
 }
 
-impl Reject {
-    pub fn code(self) -> &'static str {
-        match self {
-            Reject::RateLimited => "rate_limited",
-            Reject::QueueFull => "queue_full",
-            Reject::QueueTimeout => "queue_timeout",
-            Reject::QuotaExceeded => "quota_exceeded",
-            Reject::ConcurrencyLimited => "concurrency_limited",
-            Reject::ProviderThrottled => "provider_throttled",
-            Reject::CircuitOpen => "circuit_open",
-        }
-    }
-
-    pub fn status(self) -> StatusCode {
-        match self {
-            Reject::QueueTimeout | Reject::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::TOO_MANY_REQUESTS,
-        }
-    }
-}
+/// Which refusal a remedy answered with.
+pub type Reject = &'static Refusal;
 
 /// A remedy's refusal: what the client sees.
 #[derive(Debug, Clone)]
@@ -183,7 +164,7 @@ impl ProxyError {
                 timed_out: true, ..
             } => "upstream_timeout",
             ProxyError::BackendsFailed { .. } => "upstream_error",
-            ProxyError::Rejected(r) => r.kind.code(),
+            ProxyError::Rejected(r) => r.kind.code,
             ProxyError::BodyTooLarge { .. } => "body_too_large",
             ProxyError::Retried(r) => r.error.code(),
         }
@@ -209,7 +190,7 @@ impl ProxyError {
             ProxyError::DomainDenied(_) => StatusCode::FORBIDDEN,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::Rejected(r) => r.kind.status(),
+            ProxyError::Rejected(r) => r.kind.status,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::Retried(r) => r.error.status(),

@@ -2,9 +2,11 @@
 //! consumer groups (a request header's value) with shares of it, and optionally a parent
 //! whose limit a request must also fit. A request that is refused is not counted.
 
+use super::chain::Exchange;
 use super::clock;
 use super::store::{Key, Store};
 use super::window::Window;
+use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
 use http::{HeaderMap, HeaderName};
 use std::sync::Arc;
@@ -230,6 +232,46 @@ pub fn refund_on(e: &mut Errors, path: &str, statuses: &[u16]) -> Vec<u16> {
         }
     }
     statuses.to_vec()
+}
+
+pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
+    let retry_after = clock::secs_until(r.reset_ms);
+    let message = if r.blocked {
+        format!("{what}: this consumer group is not allowed (default_group: block)")
+    } else {
+        format!(
+            "{what}: {} per window used; the next window starts in {retry_after}s",
+            crate::error::count_of(r.limit, "request")
+        )
+    };
+    ProxyError::Rejected(Rejection {
+        kind,
+        message,
+        retry_after: (!r.blocked).then_some(retry_after),
+        rate: Some((r.limit, 0, retry_after)),
+    })
+}
+
+/// What a limit with `refund_on` counted a request in, by remedy (quota, rate limit),
+/// to give back if the answer is one the provider does not charge.
+#[derive(Default)]
+pub struct Refunds(pub Vec<(&'static str, Vec<Key>)>);
+
+/// Gives back what `stage` counted when the provider's answer is one of the limit's
+/// `refund_on` statuses (it did not charge the request). Whether it did.
+pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::StatusCode) -> bool {
+    if !limit.spec.refund_on.contains(&status.as_u16()) {
+        return false;
+    }
+    let Some(refunds) = x.locals.get_mut::<Refunds>() else {
+        return false;
+    };
+    let Some(i) = refunds.0.iter().position(|(s, _)| *s == stage) else {
+        return false;
+    };
+    let (_, counted) = refunds.0.swap_remove(i);
+    limit.refund(&counted);
+    true
 }
 
 #[cfg(test)]

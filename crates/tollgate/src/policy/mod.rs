@@ -29,6 +29,14 @@ pub use compile::Engine;
 use http::Method;
 pub use matcher::{Matcher, PathTemplate};
 
+/// Registers every remedy's metric families, so that `/metrics` lists them from the
+/// start, before any policy uses one.
+pub fn register_metrics(m: &crate::metrics::Metrics) {
+    for s in remedies::STAGES {
+        (s.register)(m);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub name: String,

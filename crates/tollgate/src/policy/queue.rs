@@ -8,9 +8,13 @@
 //! future is dropped) and holds nothing. The lock is taken only by requests that wait and
 //! by those releasing capacity while some do.
 
+use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::fields::units::{Dur, HOUR_MS, Int};
+use crate::policy::actions::{Actions, QueueAction};
 use crate::policy::chain::BoxFuture;
+use crate::policy::clock;
+use http::StatusCode;
 use http::{HeaderMap, HeaderName};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -23,6 +27,20 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// A queue that is full.
+pub static QUEUE_FULL: Refusal = Refusal {
+    code: "queue_full",
+    status: StatusCode::TOO_MANY_REQUESTS,
+    situation: "a policy's queue is full",
+};
+
+/// A wait in a queue past its `max_wait`.
+pub static QUEUE_TIMEOUT: Refusal = Refusal {
+    code: "queue_timeout",
+    status: StatusCode::SERVICE_UNAVAILABLE,
+    situation: "waited the queue's `max_wait`",
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSpec {
@@ -265,6 +283,61 @@ pub fn queue(e: &mut Errors, path: &str, q: &Option<RawQueue>) -> Option<QueueSp
         priorities: q.priorities.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         default_priority: q.default_priority,
     })
+}
+
+/// The queue's deadline: `max_wait`, or the exchange's own when that is sooner.
+pub fn wait_deadline(deadline: Option<Instant>, q: &Queue) -> Instant {
+    let d = Instant::now() + q.spec.max_wait;
+    deadline.map_or(d, |t| t.min(d))
+}
+
+pub fn queue_outcome<A: QueueAction>(
+    waited: Result<std::time::Duration, Left>,
+    actions: &Actions<A>,
+    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
+    q: &Queue,
+    what: &str,
+) -> Result<(), ProxyError> {
+    // The real time to the next slot when the queue knows it (a rate limit's next
+    // window); a concurrency slot frees whenever a request ends, so 1 s there.
+    let retry_after = || q.opens_at().map_or(1, clock::secs_until_instant);
+    let (kind, action, message) = match waited {
+        Ok(_) => {
+            actions.note(diag, A::DEQUEUED);
+            return Ok(());
+        }
+        // Never sent: the client may send it again to another instance.
+        Err(Left::ShuttingDown) => return Err(ProxyError::ShuttingDown),
+        Err(Left::Full) => (
+            &QUEUE_FULL,
+            A::QUEUE_FULL,
+            format!("{what}: the queue is full ({} waiting)", q.spec.size),
+        ),
+        Err(Left::TimedOut) => (
+            &QUEUE_TIMEOUT,
+            A::TIMED_OUT,
+            format!(
+                "{what}: waited in the queue for {:?} (max_wait) without capacity",
+                q.spec.max_wait
+            ),
+        ),
+        Err(Left::NotInTime(at)) => (
+            &QUEUE_TIMEOUT,
+            A::TIMED_OUT,
+            format!(
+                "{what}: capacity frees in {}s, after the queue's max_wait ({:?})",
+                clock::secs_until_instant(at),
+                q.spec.max_wait
+            ),
+        ),
+    };
+    actions.note(diag, action);
+    Err(ProxyError::Rejected(Rejection {
+        kind,
+        message,
+        retry_after: Some(retry_after()),
+        rate: None,
+    }))
 }
 
 #[cfg(test)]

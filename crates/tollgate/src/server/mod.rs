@@ -92,6 +92,7 @@ impl Gateway {
         opts.overrides.apply(&mut config);
         let workers = opts.workers.unwrap_or(1).max(1);
         let metrics = Metrics::default();
+        crate::policy::register_metrics(&metrics);
         let proxy_listeners =
             listeners::bind(config.listen.address, workers).map_err(|source| StartError::Bind {
                 what: "proxy",

@@ -5,52 +5,14 @@ use super::Config;
 use super::raw::*;
 use super::validate::Errors;
 use crate::glob::HostGlob;
-use crate::policy::config::Declared;
 use crate::policy::kind::Check;
-use crate::policy::remedies::{breaker, concurrency, quota, rate_limit};
+use crate::policy::remedies::Declared;
 use crate::policy::spec::PolicySpec;
 use crate::policy::{Matcher, PathTemplate, Policy, PolicySet};
 use serde_json::{Value, json};
 
 pub(super) fn policies(e: &mut Errors, raw: &RawConfig) -> PolicySet {
-    let declared = Declared {
-        rate_limits: raw
-            .rate_limits
-            .iter()
-            .map(|(n, r)| {
-                (
-                    n.clone(),
-                    rate_limit::rate_limit(e, &format!("rate_limits.{n}"), r),
-                )
-            })
-            .collect(),
-        quotas: raw
-            .quotas
-            .iter()
-            .map(|(n, q)| {
-                (
-                    n.clone(),
-                    quota::quota(e, &format!("quotas.{n}"), q, &raw.quotas, 0),
-                )
-            })
-            .collect(),
-        raw_quotas: raw.quotas.clone(),
-        concurrency_limits: raw
-            .concurrency_limits
-            .iter()
-            .map(|(n, c)| {
-                (
-                    n.clone(),
-                    concurrency::concurrency(e, &format!("concurrency_limits.{n}"), c),
-                )
-            })
-            .collect(),
-        breakers: raw
-            .breakers
-            .iter()
-            .map(|(n, b)| (n.clone(), breaker::breaker(e, &format!("breakers.{n}"), b)))
-            .collect(),
-    };
+    let declared = Declared::validate(e, raw.declared());
 
     let mut policies = Vec::new();
     for (i, p) in raw.policies.iter().enumerate() {

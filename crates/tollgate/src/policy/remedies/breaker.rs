@@ -4,20 +4,24 @@
 //! succeeding closes it, one failing opens it again. Every attempt passes through it
 //! (retries included). Its state lives in the store, under keys of the breaker.
 
-use crate::error::{ProxyError, Reject, Rejection};
+use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
+use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
-use crate::policy::config::{RawRef, resolve};
+use crate::policy::config::RawRef;
 use crate::policy::failure::{Failure, Statuses, classify};
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::spec::Resource;
 use crate::policy::store::{Key, Store};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,7 +133,7 @@ impl BreakerResource {
     async fn admit(&self, x: &mut Exchange, actions: &Actions<Action>) -> Result<(), ProxyError> {
         let refuse = |retry_after: u64, detail: &str| {
             ProxyError::Rejected(Rejection {
-                kind: Reject::CircuitOpen,
+                kind: &CIRCUIT_OPEN,
                 message: format!("circuit breaker `{}` is {detail}", self.name),
                 retry_after: Some(retry_after),
                 rate: None,
@@ -281,25 +285,48 @@ crate::policy::actions::actions! {
     }
 }
 
+/// A breaker that is open.
+pub static CIRCUIT_OPEN: Refusal = Refusal {
+    code: "circuit_open",
+    status: http::StatusCode::SERVICE_UNAVAILABLE,
+    situation: "circuit breaker open (`Retry-After`)",
+};
+
+/// `tollgate_breaker_state`.
+#[derive(Default)]
+pub struct Metrics {
+    state: Family<NameLabels, Gauge>,
+}
+
 /// `breaker:` in a policy.
 pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "breaker";
-    const PHASES: [&'static str; 3] = [
-        "refuses while open; half-open lets probes through",
-        "refuses a retry while open",
-        "records success or failure of each attempt",
-    ];
+    const PHASES: Phases = Phases {
+        request: "refuses while open; half-open lets probes through",
+        attempt: "refuses a retry while open",
+        response: "records success or failure of each attempt",
+    };
+    const EXAMPLE: &'static str = "github";
+    const REFUSALS: &'static [&'static Refusal] = &[&CIRCUIT_OPEN];
     type Raw = RawRef<RawBreaker>;
     type Spec = Resource<BreakerSpec>;
     type Action = Action;
+    type Metrics = Metrics;
+
+    fn register(f: &mut Families<'_>) -> Metrics {
+        Metrics {
+            state: f.add(
+                "breaker_state",
+                "Circuit breaker state by breaker name: 0 closed, 1 open, 2 half-open",
+                Family::default(),
+            ),
+        }
+    }
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
-        let declared = &cx.declared.breakers;
-        resolve(
-            cx.errors, &cx.path, cx.policy, raw, "breakers", declared, breaker,
-        )
+        resolve::<Self>(raw, cx)
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
@@ -310,9 +337,9 @@ impl RemedyKind for Kind {
                 r.spec.clone(),
                 Arc::from(id.as_str()),
                 b.store_for(r.spec.shared),
-                b.metrics
-                    .breaker_state
-                    .get_or_create(&crate::metrics::NameLabels {
+                b.metrics_of::<Kind>()
+                    .state
+                    .get_or_create(&NameLabels {
                         name: r.name.clone(),
                     })
                     .clone(),
@@ -322,6 +349,22 @@ impl RemedyKind for Kind {
             resource,
             actions: b.actions(),
         })
+    }
+}
+
+impl Shared for Kind {
+    type Def = RawBreaker;
+    type DefSpec = BreakerSpec;
+    const DECLARED_EXAMPLE: &'static str =
+        "{github: {consecutive_failures: 5, failure_ratio: 50%}}";
+
+    fn define(
+        e: &mut Errors,
+        path: &str,
+        def: &RawBreaker,
+        _section: &BTreeMap<String, RawBreaker>,
+    ) -> BreakerSpec {
+        breaker(e, path, def)
     }
 }
 

@@ -3,21 +3,22 @@
 //! away (it lives in the exchange, released when that is dropped), never leaked. Over the
 //! limit: 429 `concurrency_limited`, or wait in the queue until a slot frees.
 
-use super::rate_limit::{queue_outcome, wait_deadline};
-use crate::error::{ProxyError, Reject, Rejection};
+use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::config::{RawRef, resolve};
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::config::RawRef;
+use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::queue::{NextFree, Queue};
+use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
 use crate::policy::store::{Key, LOCAL_LEASE, Store};
 use http::{HeaderMap, HeaderName};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,31 +148,33 @@ crate::policy::actions::queue_actions! {
     pub enum Action for "concurrency" {}
 }
 
+/// Too many requests in flight.
+pub static CONCURRENCY_LIMITED: Refusal = Refusal {
+    code: "concurrency_limited",
+    status: http::StatusCode::TOO_MANY_REQUESTS,
+    situation: "too many requests in flight for a policy",
+};
+
 /// `concurrency:` in a policy.
 pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "concurrency";
-    const PHASES: [&'static str; 3] = [
-        "takes a slot, refuses or queues; the slot is held until the response body ends or the client goes away",
-        "",
-        "",
-    ];
+    const PHASES: Phases = Phases {
+        request: "takes a slot, refuses or queues; the slot is held until the response body ends or the client goes away",
+        attempt: "",
+        response: "",
+    };
+    const EXAMPLE: &'static str = "github";
+    const REFUSALS: &'static [&'static Refusal] =
+        &[&CONCURRENCY_LIMITED, &QUEUE_FULL, &QUEUE_TIMEOUT];
     type Raw = RawRef<RawConcurrency>;
     type Spec = Resource<ConcurrencyLimitSpec>;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
-        let declared = &cx.declared.concurrency_limits;
-        resolve(
-            cx.errors,
-            &cx.path,
-            cx.policy,
-            raw,
-            "concurrency_limits",
-            declared,
-            concurrency,
-        )
+        resolve::<Self>(raw, cx)
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
@@ -189,6 +192,21 @@ impl RemedyKind for Kind {
             resource,
             actions: b.actions(),
         })
+    }
+}
+
+impl Shared for Kind {
+    type Def = RawConcurrency;
+    type DefSpec = ConcurrencyLimitSpec;
+    const DECLARED_EXAMPLE: &'static str = "{github: {max: 10}}";
+
+    fn define(
+        e: &mut Errors,
+        path: &str,
+        def: &RawConcurrency,
+        _section: &BTreeMap<String, RawConcurrency>,
+    ) -> ConcurrencyLimitSpec {
+        concurrency(e, path, def)
     }
 }
 
@@ -221,7 +239,7 @@ impl Remedy for Concurrency {
             let Some(q) = &r.queue else {
                 self.actions.record(x, Action::Rejected);
                 return Err(ProxyError::Rejected(Rejection {
-                    kind: Reject::ConcurrencyLimited,
+                    kind: &CONCURRENCY_LIMITED,
                     message: format!(
                         "{}: {} already in flight",
                         r.what,

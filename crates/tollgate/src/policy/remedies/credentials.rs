@@ -10,7 +10,7 @@ use crate::fields::units::{DAY_MS, Dur};
 use crate::fields::{Errors, as_written};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::{clock, provider_hints};
 use crate::secret::Secret;
 use http::uri::PathAndQuery;
@@ -188,15 +188,17 @@ pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "credentials";
-    const PHASES: [&'static str; 3] = [
-        "",
-        "sets the account's credential on this attempt; after it, notes a 429 for rotation (the retry then goes to a free account at once)",
-        "",
-    ];
+    const PHASES: Phases = Phases {
+        request: "",
+        attempt: "sets the account's credential on this attempt; after it, notes a 429 for rotation (the retry then goes to a free account at once)",
+        response: "",
+    };
+    const EXAMPLE: &'static str = "{accounts: [{bearer: \"${GITHUB_TOKEN}\"}, {header: {name: x-api-key, value: \"${KEY}\"}}, {basic: {username: \"${USER}\", password: \"${PASS}\"}}, {query: {name: key, value: \"${KEY}\"}}]}";
     type Raw = RawCredentials;
     /// The accounts, and how long one that got 429 without `Retry-After` is skipped.
     type Spec = (Vec<Credential>, Duration);
     type Action = crate::policy::kind::NoActions;
+    type Metrics = ();
 
     fn validate(c: &RawCredentials, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let e = &mut *cx.errors;

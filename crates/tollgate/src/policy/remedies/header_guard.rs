@@ -8,7 +8,7 @@ use crate::error::ProxyError;
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::HeaderName;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,10 +41,16 @@ pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "header_guard";
-    const PHASES: [&'static str; 3] = ["refuses a request lacking a required header (400)", "", ""];
+    const PHASES: Phases = Phases {
+        request: "refuses a request lacking a required header (400)",
+        attempt: "",
+        response: "",
+    };
+    const EXAMPLE: &'static str = "{require: [x-app-id]}";
     type Raw = RawHeaderGuard;
     type Spec = HeaderGuardSpec;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &RawHeaderGuard, cx: &mut Check<'_>) -> Option<HeaderGuardSpec> {
         if raw.require.is_empty() {

@@ -9,7 +9,7 @@ use crate::headers::X_TOLLGATE_GENERATED;
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use schemars::JsonSchema;
@@ -72,10 +72,17 @@ pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "mock";
-    const PHASES: [&'static str; 3] = ["may answer (no provider call), counted `answered`", "", ""];
+    const PHASES: Phases = Phases {
+        request: "may answer (no provider call), counted `answered`",
+        attempt: "",
+        response: "",
+    };
+    const EXAMPLE: &'static str =
+        "{status: 200, headers: {content-type: text/plain}, body: hello, when: {header: x-mock}}";
     type Raw = RawMock;
     type Spec = Mock;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &RawMock, cx: &mut Check<'_>) -> Option<Mock> {
         mock(cx.errors, &cx.path, raw)

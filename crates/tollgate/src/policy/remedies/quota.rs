@@ -2,22 +2,23 @@
 //! zone) and parent/child allocation (a child gets a share of its parent; a request must
 //! fit both). Over quota: 429 `quota_exceeded` with `Retry-After` to the renewal.
 
-use super::rate_limit::refusal;
 use crate::body::Body;
-use crate::error::{ProxyError, Reject};
+use crate::error::{ProxyError, Refusal};
 use crate::fields::Errors;
-use crate::metrics::NameLabels;
+use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::config::{RawRef, resolve};
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::config::RawRef;
+use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::limit::Limit;
 use crate::policy::limit::LimitSpec;
-use crate::policy::limit::refund_on;
+use crate::policy::limit::{Refunds, refund, refund_on, refusal};
 use crate::policy::spec::Resource;
 use crate::policy::window::Window;
 use http::Response;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -45,31 +46,48 @@ crate::policy::actions::actions! {
     }
 }
 
+/// A quota used up.
+pub static QUOTA_EXCEEDED: Refusal = Refusal {
+    code: "quota_exceeded",
+    status: http::StatusCode::TOO_MANY_REQUESTS,
+    situation: "a quota used up (`Retry-After` to the renewal)",
+};
+
+/// `tollgate_quota_remaining`.
+#[derive(Default)]
+pub struct Metrics {
+    remaining: Family<NameLabels, Gauge>,
+}
+
 /// `quota:` in a policy.
 pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "quota";
-    const PHASES: [&'static str; 3] = [
-        "counts (with its parent), or refuses",
-        "",
-        "gives the request back on a `refund_on` status",
-    ];
+    const PHASES: Phases = Phases {
+        request: "counts (with its parent), or refuses",
+        attempt: "",
+        response: "gives the request back on a `refund_on` status",
+    };
+    const EXAMPLE: &'static str = "team";
+    const REFUSALS: &'static [&'static Refusal] = &[&QUOTA_EXCEEDED];
     type Raw = RawRef<RawQuota>;
     type Spec = Resource<QuotaSpec>;
     type Action = Action;
+    type Metrics = Metrics;
+
+    fn register(f: &mut Families<'_>) -> Metrics {
+        Metrics {
+            remaining: f.add(
+                "quota_remaining",
+                "Requests left in a quota's current period, by quota name",
+                Family::default(),
+            ),
+        }
+    }
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
-        let (declared, raws) = (&cx.declared.quotas, &cx.declared.raw_quotas);
-        resolve(
-            cx.errors,
-            &cx.path,
-            cx.policy,
-            raw,
-            "quotas",
-            declared,
-            |e, path, q| quota(e, path, q, raws, 0),
-        )
+        resolve::<Self>(raw, cx)
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
@@ -77,6 +95,22 @@ impl RemedyKind for Kind {
             resource: resource(b, r),
             actions: b.actions(),
         })
+    }
+}
+
+impl Shared for Kind {
+    type Def = RawQuota;
+    type DefSpec = QuotaSpec;
+    const DECLARED_EXAMPLE: &'static str =
+        "{org: {limit: 100000, per: month, refund_on: [304]}, team: {parent: org, share: 25%}}";
+
+    fn define(
+        e: &mut Errors,
+        path: &str,
+        def: &RawQuota,
+        section: &BTreeMap<String, RawQuota>,
+    ) -> QuotaSpec {
+        quota(e, path, def, section, 0)
     }
 }
 
@@ -95,8 +129,8 @@ fn resource(b: &mut Build<'_>, r: &Resource<QuotaSpec>) -> Arc<QuotaResource> {
                 b.store_for(r.spec.shared),
             )),
             remaining: b
-                .metrics
-                .quota_remaining
+                .metrics_of::<Kind>()
+                .remaining
                 .get_or_create(&NameLabels {
                     name: r.name.clone(),
                 })
@@ -130,7 +164,7 @@ impl Remedy for Quota {
                     self.actions.record(x, Action::Allowed);
                     if !t.counted.is_empty() {
                         x.locals
-                            .get_or_default::<super::rate_limit::Refunds>()
+                            .get_or_default::<Refunds>()
                             .0
                             .push((Kind::NAME, t.counted));
                     }
@@ -139,14 +173,14 @@ impl Remedy for Quota {
                 Err(refused) => {
                     r.remaining.set(0);
                     self.actions.record(x, Action::Rejected);
-                    Err(refusal(Reject::QuotaExceeded, &r.what, &refused))
+                    Err(refusal(&QUOTA_EXCEEDED, &r.what, &refused))
                 }
             }
         })
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
-        if super::rate_limit::refund(x, Kind::NAME, &self.resource.limit, resp.status()) {
+        if refund(x, Kind::NAME, &self.resource.limit, resp.status()) {
             self.actions.record(x, Action::Refunded);
         }
         resp

@@ -3,22 +3,24 @@
 //! `Retry-After` and `RateLimit-*` headers) or, with a queue, held until a later window.
 
 use crate::body::Body;
-use crate::error::{ProxyError, Reject, Rejection};
+use crate::error::{ProxyError, Refusal, Reject, Rejection};
 use crate::fields::Errors;
-use crate::policy::actions::{Actions, QueueAction};
+use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
-use crate::policy::config::{RawRef, resolve};
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::config::RawRef;
+use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::limit::{DefaultGroup, Groups, LimitSpec, refund_on};
-use crate::policy::limit::{Limit, OverLimit};
+use crate::policy::limit::{Limit, Refunds, refund, refusal};
 use crate::policy::queue::{Left, NextFree, Queue};
+use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
 use crate::policy::store::Key;
 use crate::policy::window::window;
 use http::Response;
+use http::StatusCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,24 +49,6 @@ crate::policy::actions::queue_actions! {
         /// Given back under `refund_on`.
         Refunded = "refunded",
     }
-}
-
-pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
-    let retry_after = clock::secs_until(r.reset_ms);
-    let message = if r.blocked {
-        format!("{what}: this consumer group is not allowed (default_group: block)")
-    } else {
-        format!(
-            "{what}: {} per window used; the next window starts in {retry_after}s",
-            crate::error::count_of(r.limit, "request")
-        )
-    };
-    ProxyError::Rejected(Rejection {
-        kind,
-        message,
-        retry_after: (!r.blocked).then_some(retry_after),
-        rate: Some((r.limit, 0, retry_after)),
-    })
 }
 
 /// Over the limit with a queue, but the next window starts after the wait's deadline:
@@ -153,86 +137,32 @@ pub async fn take_or_wait(
     Ok(counted.into_inner().unwrap_or_default())
 }
 
-/// The queue's deadline: `max_wait`, or the exchange's own when that is sooner.
-pub fn wait_deadline(deadline: Option<Instant>, q: &Queue) -> Instant {
-    let d = Instant::now() + q.spec.max_wait;
-    deadline.map_or(d, |t| t.min(d))
-}
-
-pub fn queue_outcome<A: QueueAction>(
-    waited: Result<std::time::Duration, Left>,
-    actions: &Actions<A>,
-    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
-    q: &Queue,
-    what: &str,
-) -> Result<(), ProxyError> {
-    // The real time to the next slot when the queue knows it (a rate limit's next
-    // window); a concurrency slot frees whenever a request ends, so 1 s there.
-    let retry_after = || q.opens_at().map_or(1, clock::secs_until_instant);
-    let (kind, action, message) = match waited {
-        Ok(_) => {
-            actions.note(diag, A::DEQUEUED);
-            return Ok(());
-        }
-        // Never sent: the client may send it again to another instance.
-        Err(Left::ShuttingDown) => return Err(ProxyError::ShuttingDown),
-        Err(Left::Full) => (
-            Reject::QueueFull,
-            A::QUEUE_FULL,
-            format!("{what}: the queue is full ({} waiting)", q.spec.size),
-        ),
-        Err(Left::TimedOut) => (
-            Reject::QueueTimeout,
-            A::TIMED_OUT,
-            format!(
-                "{what}: waited in the queue for {:?} (max_wait) without capacity",
-                q.spec.max_wait
-            ),
-        ),
-        Err(Left::NotInTime(at)) => (
-            Reject::QueueTimeout,
-            A::TIMED_OUT,
-            format!(
-                "{what}: capacity frees in {}s, after the queue's max_wait ({:?})",
-                clock::secs_until_instant(at),
-                q.spec.max_wait
-            ),
-        ),
-    };
-    actions.note(diag, action);
-    Err(ProxyError::Rejected(Rejection {
-        kind,
-        message,
-        retry_after: Some(retry_after()),
-        rate: None,
-    }))
-}
+/// Over a rate limit.
+pub static RATE_LIMITED: Refusal = Refusal {
+    code: "rate_limited",
+    status: StatusCode::TOO_MANY_REQUESTS,
+    situation: "a policy's rate limit reached, or its queue cannot serve before `max_wait` (`Retry-After` to the next window, `RateLimit-*`)",
+};
 
 /// `rate_limit:` in a policy.
 pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "rate_limit";
-    const PHASES: [&'static str; 3] = [
-        "counts, refuses or queues (refuses at once when the next window is past `max_wait`)",
-        "",
-        "gives the request back on a `refund_on` status",
-    ];
+    const PHASES: Phases = Phases {
+        request: "counts, refuses or queues (refuses at once when the next window is past `max_wait`)",
+        attempt: "",
+        response: "gives the request back on a `refund_on` status",
+    };
+    const EXAMPLE: &'static str = "github";
+    const REFUSALS: &'static [&'static Refusal] = &[&RATE_LIMITED, &QUEUE_FULL, &QUEUE_TIMEOUT];
     type Raw = RawRef<RawRateLimit>;
     type Spec = Resource<RateLimitSpec>;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
-        let declared = &cx.declared.rate_limits;
-        resolve(
-            cx.errors,
-            &cx.path,
-            cx.policy,
-            raw,
-            "rate_limits",
-            declared,
-            rate_limit,
-        )
+        resolve::<Self>(raw, cx)
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
@@ -252,6 +182,21 @@ impl RemedyKind for Kind {
             resource,
             actions: b.actions(),
         })
+    }
+}
+
+impl Shared for Kind {
+    type Def = RawRateLimit;
+    type DefSpec = RateLimitSpec;
+    const DECLARED_EXAMPLE: &'static str = "{github: {limit: 5000, window: hour, group_by: x-consumer, groups: {ci: 20%}, refund_on: [304], queue: {size: 100, max_wait: 30s, priority_header: x-priority, priorities: {interactive: 0}}}}";
+
+    fn define(
+        e: &mut Errors,
+        path: &str,
+        def: &RawRateLimit,
+        _section: &BTreeMap<String, RawRateLimit>,
+    ) -> RateLimitSpec {
+        rate_limit(e, path, def)
     }
 }
 
@@ -279,7 +224,7 @@ impl Remedy for RateLimit {
                 &r.limit,
                 r.queue.as_ref(),
                 &self.actions,
-                Reject::RateLimited,
+                &RATE_LIMITED,
                 &r.what,
             )
             .await?;
@@ -303,28 +248,6 @@ impl Remedy for RateLimit {
         }
         resp
     }
-}
-
-/// What a limit with `refund_on` counted a request in, by remedy (quota, rate limit),
-/// to give back if the answer is one the provider does not charge.
-#[derive(Default)]
-pub struct Refunds(pub Vec<(&'static str, Vec<Key>)>);
-
-/// Gives back what `stage` counted when the provider's answer is one of the limit's
-/// `refund_on` statuses (it did not charge the request). Whether it did.
-pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::StatusCode) -> bool {
-    if !limit.spec.refund_on.contains(&status.as_u16()) {
-        return false;
-    }
-    let Some(refunds) = x.locals.get_mut::<Refunds>() else {
-        return false;
-    };
-    let Some(i) = refunds.0.iter().position(|(s, _)| *s == stage) else {
-        return false;
-    };
-    let (_, counted) = refunds.0.swap_remove(i);
-    limit.refund(&counted);
-    true
 }
 
 // ---- config: as written, and its validation ----

@@ -25,7 +25,7 @@ use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::failure::{Failure, Statuses, classify};
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::store::{Key, Store};
 use http::{Method, Response};
 use schemars::JsonSchema;
@@ -209,14 +209,16 @@ pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "retry";
-    const PHASES: [&'static str; 3] = [
-        "keeps the body for replay, counts the request in the budget",
-        "decides whether to go again: backoff, budget, deadline",
-        "`x-tollgate-retries`, `x-should-retry: false`",
-    ];
+    const PHASES: Phases = Phases {
+        request: "keeps the body for replay, counts the request in the budget",
+        attempt: "decides whether to go again: backoff, budget, deadline",
+        response: "`x-tollgate-retries`, `x-should-retry: false`",
+    };
+    const EXAMPLE: &'static str = "{}";
     type Raw = RawRetry;
     type Spec = RetrySpec;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &RawRetry, cx: &mut Check<'_>) -> Option<RetrySpec> {
         Some(retry(cx.errors, &cx.path, raw))

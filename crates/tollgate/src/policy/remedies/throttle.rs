@@ -5,13 +5,13 @@
 //! `Retry-After`) or wait for the reset when it is near enough. Retry attempts are
 //! checked too, so retries never hammer a provider that asked for a pause.
 
-use crate::error::{ProxyError, Reject, Rejection};
+use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::store::{Key, Store};
 use crate::policy::{clock, provider_hints};
 use schemars::JsonSchema;
@@ -64,7 +64,7 @@ impl Throttle {
         self.actions.record(x, Action::Rejected);
         let secs = clock::secs_until(until);
         Err(ProxyError::Rejected(Rejection {
-            kind: Reject::ProviderThrottled,
+            kind: &PROVIDER_THROTTLED,
             message: format!(
                 "policy `{}`: the provider asked for a pause; sending again in {secs}s",
                 x.policy()
@@ -97,16 +97,26 @@ impl Throttle {
 /// `provider_throttling:` in a policy.
 pub struct Kind;
 
+/// The provider asked for a pause.
+pub static PROVIDER_THROTTLED: Refusal = Refusal {
+    code: "provider_throttled",
+    status: http::StatusCode::TOO_MANY_REQUESTS,
+    situation: "the provider asked for a pause (`Retry-After`, `RateLimit-Remaining: 0`)",
+};
+
 impl RemedyKind for Kind {
     const NAME: &'static str = "provider_throttling";
-    const PHASES: [&'static str; 3] = [
-        "refuses (or waits) while the provider asked for a pause",
-        "refuses a retry during a pause; after each, reads `Retry-After` / `RateLimit-Remaining: 0`",
-        "",
-    ];
+    const PHASES: Phases = Phases {
+        request: "refuses (or waits) while the provider asked for a pause",
+        attempt: "refuses a retry during a pause; after each, reads `Retry-After` / `RateLimit-Remaining: 0`",
+        response: "",
+    };
+    const EXAMPLE: &'static str = "{action: reject}";
+    const REFUSALS: &'static [&'static Refusal] = &[&PROVIDER_THROTTLED];
     type Raw = RawThrottle;
     type Spec = ThrottleSpec;
     type Action = Action;
+    type Metrics = ();
 
     fn validate(raw: &RawThrottle, cx: &mut Check<'_>) -> Option<ThrottleSpec> {
         Some(throttle(cx.errors, &cx.path, raw))

@@ -7,7 +7,7 @@ use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -25,14 +25,16 @@ pub struct Kind;
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "timeouts";
-    const PHASES: [&'static str; 3] = [
-        "sets the policy's connect and response-head timeouts; `total` frames everything below",
-        "",
-        "cuts the body at `total`",
-    ];
+    const PHASES: Phases = Phases {
+        request: "sets the policy's connect and response-head timeouts; `total` frames everything below",
+        attempt: "",
+        response: "cuts the body at `total`",
+    };
+    const EXAMPLE: &'static str = "{total: 2m}";
     type Raw = RawTimeouts;
     type Spec = Timeouts;
     type Action = crate::policy::kind::NoActions;
+    type Metrics = ();
 
     fn validate(t: &RawTimeouts, _: &mut Check<'_>) -> Option<Timeouts> {
         Some(Timeouts {

@@ -7,7 +7,7 @@ use crate::error::ProxyError;
 use crate::fields::Errors;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::matcher::PathTemplate;
 use bytes::Bytes;
 use http::uri::PathAndQuery;
@@ -69,14 +69,17 @@ pub struct RequestKind;
 
 impl RemedyKind for RequestKind {
     const NAME: &'static str = "request_transform";
-    const PHASES: [&'static str; 3] = [
-        "headers, path, JSON fields (the body is read into memory only for JSON edits, capped)",
-        "",
-        "",
-    ];
+    const PHASES: Phases = Phases {
+        request: "headers, path, JSON fields (the body is read into memory only for JSON edits, capped)",
+        attempt: "",
+        response: "",
+    };
+    const EXAMPLE: &'static str =
+        "{set_headers: {x-github-api-version: \"2022-11-28\"}, path: \"/users/{user}/{*}\"}";
     type Raw = RawRequestTransform;
     type Spec = RequestTransform;
     type Action = crate::policy::kind::NoActions;
+    type Metrics = ();
 
     fn validate(r: &RawRequestTransform, cx: &mut Check<'_>) -> Option<RequestTransform> {
         let e = &mut *cx.errors;
@@ -291,10 +294,16 @@ pub struct ResponseKind;
 
 impl RemedyKind for ResponseKind {
     const NAME: &'static str = "response_transform";
-    const PHASES: [&'static str; 3] = ["", "", "headers"];
+    const PHASES: Phases = Phases {
+        request: "",
+        attempt: "",
+        response: "headers",
+    };
+    const EXAMPLE: &'static str = "{remove_headers: [x-powered-by]}";
     type Raw = RawHeaderTransform;
     type Spec = ResponseTransform;
     type Action = crate::policy::kind::NoActions;
+    type Metrics = ();
 
     fn validate(r: &RawHeaderTransform, cx: &mut Check<'_>) -> Option<ResponseTransform> {
         Some(ResponseTransform {

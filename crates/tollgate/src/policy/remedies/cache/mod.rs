@@ -18,14 +18,17 @@ mod tee;
 use crate::body::{Body, full};
 use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_CACHE;
+use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
-use crate::policy::kind::{Check, RemedyKind};
+use crate::policy::kind::{Check, Phases, RemedyKind};
 pub use config::RawCache;
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -213,16 +216,40 @@ pub struct CacheStage(pub Arc<Cache>);
 /// `cache:` in a policy.
 pub struct Kind;
 
+/// `tollgate_cache_entries` and `tollgate_cache_bytes`, by policy.
+#[derive(Default)]
+pub struct Metrics {
+    entries: Family<NameLabels, Gauge>,
+    bytes: Family<NameLabels, Gauge>,
+}
+
 impl RemedyKind for Kind {
     const NAME: &'static str = "cache";
-    const PHASES: [&'static str; 3] = [
-        "lookup: a fresh hit answers here, before any limit; single-flight; a stale entry adds `If-None-Match`",
-        "",
-        "stores (streaming), answers a `304` from the entry, sets `x-tollgate-cache`",
-    ];
+    const PHASES: Phases = Phases {
+        request: "lookup: a fresh hit answers here, before any limit; single-flight; a stale entry adds `If-None-Match`",
+        attempt: "",
+        response: "stores (streaming), answers a `304` from the entry, sets `x-tollgate-cache`",
+    };
+    const EXAMPLE: &'static str = "{ttl: 60s}";
     type Raw = RawCache;
     type Spec = CacheSpec;
     type Action = Action;
+    type Metrics = Metrics;
+
+    fn register(f: &mut Families<'_>) -> Metrics {
+        Metrics {
+            entries: f.add(
+                "cache_entries",
+                "Cached responses, by policy",
+                Family::default(),
+            ),
+            bytes: f.add(
+                "cache_bytes",
+                "Bytes held by a policy's cache",
+                Family::default(),
+            ),
+        }
+    }
 
     fn validate(raw: &RawCache, cx: &mut Check<'_>) -> Option<CacheSpec> {
         Some(config::cache(cx.errors, &cx.path, raw))
@@ -232,15 +259,16 @@ impl RemedyKind for Kind {
         let id = b.id("cache", b.policy, spec);
         let actions = b.actions();
         let cache = b.reuse(id, |b| {
-            let l = crate::metrics::NameLabels {
+            let metrics = b.metrics_of::<Kind>();
+            let l = NameLabels {
                 name: b.policy.to_owned(),
             };
             Cache::new(
                 spec.clone(),
                 Arc::new(store::MemoryCache::new(spec.max_size)),
                 actions,
-                b.metrics.cache_entries.get_or_create(&l).clone(),
-                b.metrics.cache_bytes.get_or_create(&l).clone(),
+                metrics.entries.get_or_create(&l).clone(),
+                metrics.bytes.get_or_create(&l).clone(),
             )
         });
         Arc::new(CacheStage(cache))
