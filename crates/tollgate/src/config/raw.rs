@@ -25,12 +25,12 @@ macro_rules! raw_config {
         #[schemars(title = "tollgate configuration")]
         pub struct RawConfig {
             /// The proxy listener that applications send their outgoing calls to. `listen: ADDRESS` is short for `listen: { address: ADDRESS }`.
-            #[serde(deserialize_with = "super::shorthand::listen")]
-            #[schemars(schema_with = "super::shorthand::listen_schema")]
+            #[serde(deserialize_with = "super::shorthand::address_or_map")]
+            #[schemars(schema_with = "super::shorthand::either::<RawListen>")]
             pub listen: RawListen,
             /// The admin listener: health, readiness, metrics, effective config, reload. `admin: ADDRESS` is short for `admin: { address: ADDRESS }`.
-            #[serde(deserialize_with = "super::shorthand::admin")]
-            #[schemars(schema_with = "super::shorthand::admin_schema")]
+            #[serde(deserialize_with = "super::shorthand::address_or_map")]
+            #[schemars(schema_with = "super::shorthand::either::<RawAdmin>")]
             pub admin: RawAdmin,
             /// How tollgate connects to providers.
             pub upstream: RawUpstream,
@@ -431,6 +431,24 @@ impl Default for RawShutdown {
     fn default() -> Self {
         Self {
             drain_timeout: Dur::secs(30),
+        }
+    }
+}
+
+impl super::shorthand::HasAddress for RawListen {
+    fn with_address(address: String) -> Self {
+        Self {
+            address,
+            ..Self::default()
+        }
+    }
+}
+
+impl super::shorthand::HasAddress for RawAdmin {
+    fn with_address(address: String) -> Self {
+        Self {
+            address,
+            ..Self::default()
         }
     }
 }

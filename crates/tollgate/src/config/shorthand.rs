@@ -1,7 +1,6 @@
 //! `listen: ADDRESS` and `admin: ADDRESS`: the short form users write, accepted beside the
 //! full mapping (which keeps rejecting unknown keys).
 
-use super::raw::{RawAdmin, RawListen};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, de::value::MapAccessDeserializer};
@@ -9,26 +8,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 /// A section that is either a mapping or just its address.
-trait HasAddress: for<'de> Deserialize<'de> + Default {
+pub trait HasAddress: for<'de> Deserialize<'de> + Default {
     fn with_address(address: String) -> Self;
-}
-
-impl HasAddress for RawListen {
-    fn with_address(address: String) -> Self {
-        Self {
-            address,
-            ..Self::default()
-        }
-    }
-}
-
-impl HasAddress for RawAdmin {
-    fn with_address(address: String) -> Self {
-        Self {
-            address,
-            ..Self::default()
-        }
-    }
 }
 
 struct AddressOrMap<T>(PhantomData<T>);
@@ -53,15 +34,13 @@ impl<'de, T: HasAddress> Visitor<'de> for AddressOrMap<T> {
     }
 }
 
-pub fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<RawListen, D::Error> {
+/// `section: ADDRESS` or the section's mapping.
+pub fn address_or_map<'de, D: Deserializer<'de>, T: HasAddress>(d: D) -> Result<T, D::Error> {
     d.deserialize_any(AddressOrMap(PhantomData))
 }
 
-pub fn admin<'de, D: Deserializer<'de>>(d: D) -> Result<RawAdmin, D::Error> {
-    d.deserialize_any(AddressOrMap(PhantomData))
-}
-
-fn either<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+/// The schema of a section that is a mapping, or just its address.
+pub fn either<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     let full = generator.subschema_for::<T>();
     json_schema!({
         "anyOf": [
@@ -69,12 +48,4 @@ fn either<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
             { "type": "string", "description": "Short for `{ address: ADDRESS }`." }
         ]
     })
-}
-
-pub fn listen_schema(generator: &mut SchemaGenerator) -> Schema {
-    either::<RawListen>(generator)
-}
-
-pub fn admin_schema(generator: &mut SchemaGenerator) -> Schema {
-    either::<RawAdmin>(generator)
 }

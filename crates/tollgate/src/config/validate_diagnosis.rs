@@ -2,8 +2,8 @@
 //! resolved, sink URLs parsed, errors at the field path with what to write.
 
 use super::raw_diagnosis::*;
-use super::validate::Errors;
 use crate::diagnosis::settings::*;
+use crate::fields::Errors;
 use crate::routes::Route;
 use crate::secret::Secret;
 use std::time::Duration;

@@ -3,10 +3,10 @@
 //! colliding groups refused, every error at its field path.
 
 use super::raw_endpoints::*;
-use super::validate::Errors;
 use crate::aggregate::merge::Shape;
 use crate::aggregate::template::{EndpointPath, UrlTemplate};
 use crate::aggregate::{Backend, Endpoint, Endpoints};
+use crate::fields::Errors;
 use crate::target::{Scheme, Target};
 use http::Method;
 

@@ -3,7 +3,7 @@
 //! to run or write).
 
 use super::raw::RawIntercept;
-use super::validate::Errors;
+use crate::fields::Errors;
 use crate::glob::HostGlob;
 use crate::intercept::Intercept;
 use crate::intercept::ca::{Ca, CaError};

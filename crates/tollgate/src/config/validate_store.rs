@@ -3,7 +3,7 @@
 //! a Redis that is down at start is `on_error`'s business, not a config error.
 
 use super::raw::{RawOnError, RawStore, RawStoreBackend, RawSync};
-use super::validate::Errors;
+use crate::fields::Errors;
 use crate::policy::store::settings::{
     OnError, RedisSettings, SentinelSettings, StoreSettings, SyncMode,
 };

@@ -80,12 +80,6 @@ impl Build<'_> {
         }
     }
 
-    /// The metric families remedy `K` registered ([`super::kind::RemedyKind::register`]).
-    pub fn metrics_of<K: super::kind::RemedyKind>(&self) -> Arc<K::Metrics> {
-        self.metrics
-            .extension(std::any::TypeId::of::<K>(), K::register)
-    }
-
     /// The policy's counters of a remedy's actions.
     pub fn actions<A: Action>(&self) -> Actions<A> {
         Actions::new(self.metrics, self.policy)

@@ -165,6 +165,13 @@ pub fn resolve<K: Shared>(
     }
 }
 
+impl Build<'_> {
+    /// The metric families remedy `K` registered ([`RemedyKind::register`]).
+    pub fn metrics_of<K: RemedyKind>(&self) -> Arc<K::Metrics> {
+        self.metrics.extension(TypeId::of::<K>(), K::register)
+    }
+}
+
 /// What a remedy's validation sees: where its key is, the policy, and what is declared
 /// for sharing.
 pub struct Check<'a> {

@@ -41,7 +41,7 @@ pub fn register_metrics(m: &crate::metrics::Metrics) {
 pub struct Policy {
     pub name: String,
     pub matcher: Matcher,
-    pub spec: spec::PolicySpec,
+    pub spec: remedies::PolicySpec,
 }
 
 /// Policies in file order; the first match applies.

@@ -1,7 +1,4 @@
-//! A policy's validated definition ([`PolicySpec`], generated from the registry) and the
-//! shared resources it refers to by name.
-
-pub use super::remedies::PolicySpec;
+//! A resource a policy uses: a definition declared by name and shared, or its own.
 
 /// A resource a policy uses: declared (shared by name) or its own.
 #[derive(Debug, Clone, PartialEq)]

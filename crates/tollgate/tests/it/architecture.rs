@@ -207,3 +207,90 @@ fn the_life_of_a_request_follows_the_code() {
         "prepare's phases {marks:?} are not in the doc's order {order:?}"
     );
 }
+
+/// The files of `folder` (`policy`), each as its module path (`policy::remedies::quota`),
+/// and the files of the same folder each one imports: `crate::…` and `super::…` paths,
+/// comments and test modules left out, each path taken to the longest module it names.
+fn file_imports(folder: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    let mut todo = vec![src.join(folder)];
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            todo.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|l| l == "mod") {
+                parts.pop();
+            }
+            files.insert(parts.join("::"), p);
+        }
+    }
+    let resolve = |path: &[String]| {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].join("::"))
+            .find(|m| files.contains_key(m))
+    };
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect()
+    };
+    let mut out = BTreeMap::new();
+    for (module, path) in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let text = text.split("#[cfg(test)]").next().unwrap();
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let here: Vec<String> = module.split("::").map(str::to_owned).collect();
+        let mut deps = BTreeSet::new();
+        for part in code.split("crate::").skip(1) {
+            let p: Vec<String> = ident(part).split("::").map(str::to_owned).collect();
+            deps.extend(resolve(&p));
+        }
+        for (i, _) in code.match_indices("super::") {
+            if code[..i].ends_with("super::") {
+                continue; // counted from the first `super::` of the run
+            }
+            let (mut rest, mut ups) = (&code[i..], 0);
+            while let Some(r) = rest.strip_prefix("super::") {
+                (rest, ups) = (r, ups + 1);
+            }
+            let tail = ident(rest);
+            // A `mod.rs` is its folder's module: `super` is the folder's parent, as it
+            // is a file's beside it.
+            let base = here.len().saturating_sub(ups);
+            let mut p = here[..base].to_vec();
+            p.extend(tail.split("::").map(str::to_owned));
+            deps.extend(resolve(&p));
+        }
+        deps.remove(module);
+        out.insert(module.clone(), deps);
+    }
+    out
+}
+
+/// Inside `policy/` and `config/`, no file imports one that imports it back (directly
+/// or through others): each folder's files form layers too.
+#[test]
+fn no_file_circle_inside_policy_or_config() {
+    for folder in ["policy", "config"] {
+        let g = file_imports(folder);
+        assert!(g.len() > 10, "{folder}: {} files read", g.len());
+        assert!(
+            g.values().map(BTreeSet::len).sum::<usize>() > 10,
+            "{folder}: imports read"
+        );
+        if let Err(left) = layers(&g) {
+            panic!("{folder}: an import circle among (or above) {left:?}");
+        }
+    }
+}

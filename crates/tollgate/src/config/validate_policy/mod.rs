@@ -3,11 +3,10 @@
 
 use super::Config;
 use super::raw::*;
-use super::validate::Errors;
+use crate::fields::Errors;
 use crate::glob::HostGlob;
 use crate::policy::kind::Check;
-use crate::policy::remedies::Declared;
-use crate::policy::spec::PolicySpec;
+use crate::policy::remedies::{Declared, PolicySpec};
 use crate::policy::{Matcher, PathTemplate, Policy, PolicySet};
 use serde_json::{Value, json};
 
