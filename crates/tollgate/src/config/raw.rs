@@ -10,6 +10,8 @@ pub use super::raw_diagnosis::*;
 pub use super::raw_endpoints::*;
 pub use super::raw_policy::*;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, SEC_MS, Size};
+use crate::fields::words::Word;
+pub use crate::policy::store::settings::{OnError, SyncMode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -243,13 +245,13 @@ pub struct RawStore {
     /// The longest wait for one Redis operation (and for a connection): past it the operation has failed and `on_error` decides. A request waits at most this long for the store. The default, 20 ms, is far above a healthy round trip in one zone (well under 1 ms), so a timeout means Redis is in trouble, and long enough for a new connection to a Redis in another zone, TLS included: lower it towards a few ms where Redis is close and a slow answer should fall back sooner.
     pub timeout: Dur<1, 10_000>,
     /// When Redis cannot answer: `local` counts in this process's memory with each limit divided by `expected_replicas`; `allow` lets the request through; `deny` refuses it as if the limit were reached. Releases, deadlines and pauses always fall back to memory.
-    pub on_error: RawOnError,
+    pub on_error: Word<OnError>,
     /// How many replicas share the Redis: with `on_error: local`, each takes this share of every limit (rounded up) while Redis is away.
     pub expected_replicas: Int<1, 10_000>,
     /// A concurrency slot on Redis is a lease its gateway renews every third of this while the request is in flight: a gateway killed with requests in flight gives their slots back this long after it last renewed them.
     pub lease_ttl: Dur<1_000, HOUR_MS>,
     /// How rate limits and quotas count on Redis. `exact`: each admission is one round trip, and the replicas together admit exactly the limit. `lease`: a replica takes `lease_size` admissions from Redis at once and hands them out from memory (one round trip per `lease_size` requests); never more than the limit in all, but admissions a replica took and did not use are lost to the others, so per window up to `expected_replicas × lease_size` fewer may pass.
-    pub sync: RawSync,
+    pub sync: Word<SyncMode>,
     /// With `sync: lease`: the admissions a replica takes from Redis at once (the last block of a window is what is left).
     pub lease_size: Int<1, 100_000>,
 }
@@ -263,10 +265,10 @@ impl Default for RawStore {
             sentinel: None,
             prefix: "tollgate".into(),
             timeout: Dur::ms(20),
-            on_error: RawOnError::Local,
+            on_error: Word::of(OnError::Local),
             expected_replicas: Int::of(1),
             lease_ttl: Dur::secs(10),
-            sync: RawSync::Exact,
+            sync: Word::of(SyncMode::Exact),
             lease_size: Int::of(10),
         }
     }
@@ -290,21 +292,6 @@ pub struct RawSentinel {
     /// The primary's password, when it has one: write `${ENV}`; shown masked.
     #[serde(default, serialize_with = "masked_secret")]
     pub password: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RawSync {
-    Exact,
-    Lease,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RawOnError {
-    Local,
-    Allow,
-    Deny,
 }
 
 /// URLs as `/config` shows them: their user-info (a password) masked.
@@ -393,13 +380,21 @@ pub struct RawRoute {
     pub upstream: String,
 }
 
+crate::fields::words::words! {
+    /// How log lines are written.
+    pub enum LogFormat {
+        Text = "text",
+        Json = "json",
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     /// `tracing` filter syntax (`info`, `tollgate=debug,hyper=warn`). `RUST_LOG` overrides it.
     pub level: String,
-    /// `text` or `json`, for the process log (stderr) and the access log.
-    pub format: String,
+    /// For the process log (stderr) and the access log.
+    pub format: Word<LogFormat>,
     /// One line per request: request id, method, host, path (without query: queries often carry secrets), status, error code, policy, total and upstream ms, body bytes, whether the body completed. Can be switched on and off by reload.
     pub access_log: bool,
     /// File the access log is appended to; absent: standard output.
@@ -412,7 +407,7 @@ impl Default for RawLog {
     fn default() -> Self {
         Self {
             level: "info".into(),
-            format: "text".into(),
+            format: Word::of(LogFormat::Text),
             access_log: false,
             access_log_file: None,
             queue_capacity: Int::of(65536),

@@ -17,7 +17,7 @@ pub struct RawEndpoint {
     /// Method the endpoint answers.
     #[serde(default = "get")]
     pub method: String,
-    /// Deadline of the whole fan-out. Backends still running then count as timed out; absent: `endpoint_defaults.timeout`, else `3s`.
+    /// Deadline of the whole fan-out. Backends still running then count as timed out; absent: `endpoint_defaults.timeout`.
     #[serde(default)]
     pub timeout: Option<Dur<1, HOUR_MS>>,
     /// `Cache-Control: public, max-age=…` on complete answers (never on partial ones). Absent: `endpoint_defaults.cache_ttl`, else none.
@@ -82,12 +82,12 @@ pub struct RawBackend {
 
 /// What every aggregated endpoint takes when it does not say (KrakenD's service-level
 /// `timeout`, `cache_ttl` and `host`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEndpointDefaults {
-    /// Each endpoint's `timeout` when it sets none (default `3s`).
-    #[serde(default)]
-    pub timeout: Option<Dur<1, HOUR_MS>>,
+    /// Each endpoint's `timeout` when it sets none.
+    #[serde(default = "three_seconds")]
+    pub timeout: Dur<1, HOUR_MS>,
     /// Each endpoint's `cache_ttl` when it sets none (default: none).
     #[serde(default)]
     pub cache_ttl: Option<Dur<1, { 365 * DAY_MS }>>,
@@ -97,6 +97,21 @@ pub struct RawEndpointDefaults {
     /// Each endpoint's `user_agent` when it sets none (default `tollgate/<version>`).
     #[serde(default)]
     pub user_agent: Option<String>,
+}
+
+impl Default for RawEndpointDefaults {
+    fn default() -> Self {
+        Self {
+            timeout: three_seconds(),
+            cache_ttl: None,
+            host: None,
+            user_agent: None,
+        }
+    }
+}
+
+fn three_seconds() -> Dur<1, HOUR_MS> {
+    Dur::secs(3)
 }
 
 fn get() -> String {

@@ -127,16 +127,7 @@ pub(super) fn validate_env(
         super::validate_endpoints::endpoints(&mut e, &raw.endpoints, &raw.endpoint_defaults);
     let policies = super::validate_policy::policies(&mut e, raw);
 
-    let json = match raw.log.format.as_str() {
-        "text" => false,
-        "json" => true,
-        other => e
-            .check(
-                "log.format",
-                Err(format!("`{other}` is not one of `text`, `json`")),
-            )
-            .unwrap_or(false),
-    };
+    let json = raw.log.format.get() == super::raw::LogFormat::Json;
     if let Err(err) = log_level(&raw.log.level) {
         e.check::<()>("log.level", Err(err));
     }

@@ -40,7 +40,7 @@ fn defaults(e: &mut Errors, d: &RawEndpointDefaults) -> Defaults {
         }
     });
     Defaults {
-        timeout: d.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |t| t.get()),
+        timeout: d.timeout.get(),
         cache_ttl: d.cache_ttl.as_ref().map(|t| t.get()),
         host,
         user_agent: d
@@ -52,9 +52,6 @@ fn defaults(e: &mut Errors, d: &RawEndpointDefaults) -> Defaults {
             }),
     }
 }
-
-/// An endpoint's deadline when neither it nor `endpoint_defaults` sets one.
-const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn user_agent(e: &mut Errors, path: &str, ua: &str) -> Option<http::HeaderValue> {
     e.check(

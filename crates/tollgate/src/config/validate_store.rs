@@ -2,11 +2,9 @@
 //! database), a prefix that keeps the hash tag where it belongs. Nothing is connected:
 //! a Redis that is down at start is `on_error`'s business, not a config error.
 
-use super::raw::{RawOnError, RawStore, RawStoreBackend, RawSync};
+use super::raw::{RawStore, RawStoreBackend};
 use crate::fields::Errors;
-use crate::policy::store::settings::{
-    OnError, RedisSettings, SentinelSettings, StoreSettings, SyncMode,
-};
+use crate::policy::store::settings::{RedisSettings, SentinelSettings, StoreSettings};
 use crate::secret::Secret;
 
 pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
@@ -114,16 +112,10 @@ pub(super) fn store(e: &mut Errors, raw: &RawStore) -> StoreSettings {
         sentinel,
         prefix: raw.prefix.clone(),
         timeout: raw.timeout.get(),
-        on_error: match raw.on_error {
-            RawOnError::Local => OnError::Local,
-            RawOnError::Allow => OnError::Allow,
-            RawOnError::Deny => OnError::Deny,
-        },
+        on_error: raw.on_error.get(),
         expected_replicas: raw.expected_replicas.get(),
         lease_ttl: raw.lease_ttl.get(),
-        sync: match raw.sync {
-            RawSync::Exact => SyncMode::Exact,
-            RawSync::Lease => SyncMode::Lease(raw.lease_size.get()),
-        },
+        sync: raw.sync.get(),
+        lease_size: raw.lease_size.get(),
     }))
 }

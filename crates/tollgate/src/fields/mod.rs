@@ -7,6 +7,7 @@ pub mod env;
 mod secret_text;
 pub mod units;
 mod values;
+pub mod words;
 
 use ipnet::IpNet;
 pub use secret_text::{SecretText, fingerprinting, is_env_reference, masked};

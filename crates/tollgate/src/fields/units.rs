@@ -30,7 +30,7 @@ pub const RANGE_KEYWORD: &str = "x-range";
 pub struct Invalid(Arc<str>);
 
 /// A unit field as read: its value, or why the text is not one.
-type Read<T> = Result<T, Invalid>;
+pub(super) type Read<T> = Result<T, Invalid>;
 
 thread_local! {
     /// How this thread reads unit fields: the invalid values seen so far, and which one
@@ -55,7 +55,7 @@ pub fn failing_at<T, E>(n: usize, parse: impl FnOnce() -> Result<T, E>) -> Resul
     r
 }
 
-fn read<'de, D: Deserializer<'de>, T>(
+pub(super) fn read<'de, D: Deserializer<'de>, T>(
     d: D,
     parse: impl FnOnce(&str) -> Result<T, String>,
 ) -> Result<Read<T>, D::Error> {

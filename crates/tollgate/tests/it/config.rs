@@ -119,6 +119,29 @@ fn validation_reports_every_error_with_its_path() {
     );
 }
 
+/// A key written as one of a set of words is read like a unit: a wrong word is reported
+/// with every other error, at its line, saying which words there are.
+#[test]
+fn a_wrong_word_is_reported_with_the_rest_at_its_line() {
+    let e =
+        errors("log:\n  format: xml\nstore:\n  on_error: ignore\n  sync: batch\n  timeout: 1h\n");
+    let at = |path: &str| {
+        e.iter()
+            .find(|e| e.path == path)
+            .unwrap_or_else(|| panic!("{path} missing from {e:?}"))
+    };
+    assert!(at("log.format").message.contains("`text`, `json`"), "{e:?}");
+    assert_eq!(at("store.on_error").location.map(|l| l.0), Some(4), "{e:?}");
+    assert!(
+        at("store.on_error")
+            .message
+            .contains("`local`, `allow`, `deny`"),
+        "{e:?}"
+    );
+    assert_eq!(at("store.sync").location.map(|l| l.0), Some(5), "{e:?}");
+    at("store.timeout");
+}
+
 #[test]
 fn match_keys_that_could_never_apply_are_refused_with_what_to_write() {
     for (m, path, says) in [

@@ -229,10 +229,7 @@ impl RemedyKind for Kind {
                 Vec::new()
             }
         };
-        let cooldown = c
-            .cooldown
-            .as_ref()
-            .map_or(Duration::from_secs(60), Dur::get);
+        let cooldown = c.cooldown.get();
         (!accounts.is_empty()).then_some((accounts, cooldown))
     }
 
@@ -286,7 +283,7 @@ impl Remedy for Credentials {
 
 // ---- config: as written, and its validation ----
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCredentials {
     /// `Authorization: Bearer VALUE`. One credential (`bearer`, `basic`, `header` or `query`) replaces what the client sent under that name.
@@ -299,8 +296,21 @@ pub struct RawCredentials {
     pub query: Option<RawNamed>,
     /// Several accounts used in turn (round robin), each one of `bearer`, `basic`, `header`, `query`. An account the provider answers **429** is skipped until its `Retry-After` has passed (or `cooldown` when there is none); when all are cooling down, the one free soonest is used. With `retry` (429 in its `statuses`), the retry after such a 429 goes **at once** to an account that is not cooling down: the `Retry-After` was the tired account's, not the provider's as a whole.
     pub accounts: Vec<RawAccount>,
-    /// How long an account that got 429 without `Retry-After` is skipped; absent: `60s`.
-    pub cooldown: Option<Dur<0, DAY_MS>>,
+    /// How long an account that got 429 without `Retry-After` is skipped.
+    pub cooldown: Dur<0, DAY_MS>,
+}
+
+impl Default for RawCredentials {
+    fn default() -> Self {
+        Self {
+            bearer: None,
+            basic: None,
+            header: None,
+            query: None,
+            accounts: Vec::new(),
+            cooldown: Dur::secs(60),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]

@@ -102,7 +102,7 @@ impl RemedyKind for RequestKind {
             JsonEdits {
                 set: r.json_set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 remove: r.json_remove.clone(),
-                max_body: r.max_body.as_ref().map_or(1 << 20, |b| b.get()),
+                max_body: r.max_body.get(),
             }
         });
         let template = cx.template;
@@ -348,7 +348,7 @@ pub struct RawHeaderTransform {
     pub remove_headers: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRequestTransform {
     /// Headers set (replacing any value), after `remove_headers` and before `add_headers`. `${ENV_VAR}` is substituted.
@@ -365,8 +365,22 @@ pub struct RawRequestTransform {
     pub json_set: BTreeMap<String, serde_json::Value>,
     /// JSON request body fields to delete, as JSON pointers (as `json_set` for which bodies).
     pub json_remove: Vec<String>,
-    /// Only policies with JSON edits read the body, whole, up to this: above it the client gets **413 `body_too_large`** and nothing is sent. Absent: `1MiB`.
-    pub max_body: Option<crate::fields::units::Size<1, { 64 << 20 }>>,
+    /// Only policies with JSON edits read the body, whole, up to this: above it the client gets **413 `body_too_large`** and nothing is sent.
+    pub max_body: crate::fields::units::Size<1, { 64 << 20 }>,
+}
+
+impl Default for RawRequestTransform {
+    fn default() -> Self {
+        Self {
+            set_headers: BTreeMap::new(),
+            add_headers: BTreeMap::new(),
+            remove_headers: Vec::new(),
+            path: None,
+            json_set: BTreeMap::new(),
+            json_remove: Vec::new(),
+            max_body: crate::fields::units::Size::bytes(1 << 20),
+        }
+    }
 }
 
 pub fn edits(

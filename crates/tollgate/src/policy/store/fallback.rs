@@ -54,7 +54,7 @@ impl RedisBacked {
             exhausted: Default::default(),
             blocks: match s.sync {
                 SyncMode::Exact => None,
-                SyncMode::Lease(size) => Some(Blocks::new(size)),
+                SyncMode::Lease => Some(Blocks::new(s.lease_size)),
             },
             metrics: metrics.clone(),
         })

@@ -32,6 +32,8 @@ pub struct RedisSettings {
     /// stays taken.
     pub lease_ttl: Duration,
     pub sync: SyncMode,
+    /// With [`SyncMode::Lease`]: the admissions taken from Redis at once.
+    pub lease_size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,26 +46,28 @@ pub struct SentinelSettings {
     pub password: Option<Secret>,
 }
 
-/// How admissions (rate limits, quotas) are counted on Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncMode {
-    /// One round trip each: exactly the limit across replicas.
-    Exact,
-    /// Blocks of this many taken at once and handed out from memory: never over the
-    /// limit, up to replicas × block size under it per window.
-    Lease(u64),
+crate::fields::words::words! {
+    /// How admissions (rate limits, quotas) are counted on Redis (`store.sync`).
+    pub enum SyncMode {
+        /// One round trip each: exactly the limit across replicas.
+        Exact = "exact",
+        /// Blocks of `lease_size` taken at once and handed out from memory: never over
+        /// the limit, up to replicas × block size under it per window.
+        Lease = "lease",
+    }
 }
 
-/// What a remedy does while Redis cannot answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnError {
-    /// Count in this process's memory, each limit divided by the expected replicas, so
-    /// that all of them together stay near the limit.
-    Local,
-    /// Let the request through, as if the limit had room.
-    Allow,
-    /// Refuse the request, as if the limit were reached.
-    Deny,
+crate::fields::words::words! {
+    /// What a remedy does while Redis cannot answer (`store.on_error`).
+    pub enum OnError {
+        /// Count in this process's memory, each limit divided by the expected replicas,
+        /// so that all of them together stay near the limit.
+        Local = "local",
+        /// Let the request through, as if the limit had room.
+        Allow = "allow",
+        /// Refuse the request, as if the limit were reached.
+        Deny = "deny",
+    }
 }
 
 impl OnError {
