@@ -1,9 +1,10 @@
 //! The one interface every remedy implements as it runs, the compiled [`Chain`], and the
 //! per-request [`Exchange`] the remedies work on.
 //!
-//! A request runs the chain's request phases in the registry's order; any may change the
-//! request, answer it, or wait. Then each attempt (one, or several with `retry`) runs the
-//! attempt hooks before and after it is sent. The response phases run in reverse order
+//! A request runs the chain's request phases in the registry's order (the request stack);
+//! any may change the request, answer it, or wait. Then the attempts are sent by the
+//! chain's [`Attempts`] layer (once, or again as `retry` decides), each through the
+//! attempt stack ([`AttemptRemedy`]) before and after it is sent. The response phases run in reverse order
 //! (the last stage sees the provider's response first). A remedy's end hook runs exactly
 //! once for every request whose request phase it started, when the [`Exchange`] is
 //! dropped: after the response body ended, on an error, on an early answer, or when the
@@ -12,6 +13,7 @@
 use crate::body::{Body, full};
 use crate::error::ProxyError;
 use crate::target::Target;
+use crate::upstream::AttemptSettings;
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response};
 use http_body::Body as _;
@@ -30,39 +32,14 @@ pub enum Flow {
     Answer(Response<Body>),
 }
 
-/// An attempt's outcome, as the attempt hooks see it.
+/// An attempt's outcome, as the attempt stack sees it.
 pub type Outcome<'a> = Result<&'a http::response::Parts, &'a ProxyError>;
 
-/// One remedy as it runs. Only `request` is required; the other hooks do nothing by
-/// default, and `attempts` says whether the engine calls the attempt hooks at all.
+/// One remedy as it runs on the request: the hooks every stage has. Only `request` is
+/// required.
 pub trait Remedy: Send + Sync + 'static {
     /// The request phase: change the request, answer it, or wait.
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>>;
-
-    /// Whether the attempt hooks (`before_retry`, `before_attempt`, `after_attempt`) do anything.
-    fn attempts(&self) -> bool {
-        false
-    }
-
-    /// Before a retry (an attempt after the first, which the request phase admitted):
-    /// may refuse it.
-    fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    /// Before each attempt is sent: may refuse it or change that attempt's request.
-    fn before_attempt<'a>(
-        &'a self,
-        _x: &'a mut Exchange,
-        _req: &'a mut Request<Body>,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    /// After each attempt: the provider's response head, or the error.
-    fn after_attempt<'a>(&'a self, _x: &'a mut Exchange, _o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        Box::pin(std::future::ready(()))
-    }
 
     /// The response phase (reverse order): may change the head or wrap the body.
     fn response(&self, _x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
@@ -72,15 +49,72 @@ pub trait Remedy: Send + Sync + 'static {
     /// Runs exactly once for each request whose request phase this remedy started.
     fn end(&self, _x: &Exchange) {}
 
-    /// Whether this remedy decides on further attempts ([`Remedy::again`]); a chain
-    /// without one sends each request once, and lets the pool resend one a stale
-    /// connection lost.
-    fn drives_attempts(&self) -> bool {
-        false
+    /// Its live state for `GET /policies`, under its name.
+    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        None
     }
+}
+
+/// One attempt on its way out: its number (0 for the first), its request and how it is
+/// sent.
+pub struct Attempt {
+    pub number: u32,
+    pub request: Request<Body>,
+    pub settings: AttemptSettings,
+}
+
+/// A remedy's part in each attempt (the attempt stack, below retry): a breaker or a
+/// provider's pause refusing a retry, credentials set on each attempt, a policy's own
+/// timeouts. Runs in registry order before each attempt and after it.
+pub trait AttemptRemedy: Send + Sync + 'static {
+    /// Before the attempt is sent: may refuse it, or change its request or settings.
+    fn before<'a>(
+        &'a self,
+        _x: &'a mut Exchange,
+        _a: &'a mut Attempt,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// After the attempt: the provider's response head, or the error.
+    fn after<'a>(&'a self, _x: &'a mut Exchange, _o: Outcome<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// What sends a request's attempts, between the request stack and the attempt stack (as
+/// linkerd2-proxy's retry layer sits): [`Once`], or retry, which decides on each further
+/// attempt and tells the client what it did.
+pub trait Attempts: Send + Sync + 'static {
+    /// Whether the request is kept to be sent again (each attempt gets a copy).
+    fn keeps(&self, x: &Exchange) -> bool;
 
     /// After an attempt (its status and the provider's `Retry-After`, or the error): how
     /// long to wait before sending it again, or `None` to answer with it.
+    fn again<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        o: Result<(u16, Option<Duration>), &'a ProxyError>,
+    ) -> BoxFuture<'a, Option<Duration>>;
+
+    /// Whether the HTTP/1.1 pool may resend a request a stale keep-alive connection lost
+    /// (not when this layer decides, counting each attempt).
+    fn resend_lost(&self) -> bool;
+
+    /// The error the client gets, with what this layer did told beside it.
+    fn answer(&self, _x: &Exchange, e: ProxyError) -> ProxyError {
+        e
+    }
+}
+
+/// Each request sent once; the pool may resend one a stale connection lost.
+pub struct Once;
+
+impl Attempts for Once {
+    fn keeps(&self, _x: &Exchange) -> bool {
+        false
+    }
+
     fn again<'a>(
         &'a self,
         _x: &'a mut Exchange,
@@ -89,44 +123,70 @@ pub trait Remedy: Send + Sync + 'static {
         Box::pin(std::future::ready(None))
     }
 
-    /// The longest the whole exchange may take (queues, attempts, backoffs, the response
-    /// body), when this remedy bounds it.
-    fn total(&self) -> Option<Duration> {
-        None
-    }
-
-    /// Its live state for `GET /policies`, under its name.
-    fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
-        None
+    fn resend_lost(&self) -> bool {
+        true
     }
 }
 
-/// A policy compiled into its chain, in the registry's order.
+/// What a remedy builds into: its stage on the request, and where it has them, its part
+/// in each attempt, the layer sending the attempts (retry), and the bound on the whole
+/// exchange (`timeouts.total`).
+pub struct Built {
+    pub remedy: Arc<dyn Remedy>,
+    pub attempt: Option<Arc<dyn AttemptRemedy>>,
+    pub attempts: Option<Arc<dyn Attempts>>,
+    pub total: Option<Duration>,
+}
+
+impl<R: Remedy> From<Arc<R>> for Built {
+    fn from(remedy: Arc<R>) -> Self {
+        Built {
+            remedy,
+            attempt: None,
+            attempts: None,
+            total: None,
+        }
+    }
+}
+
+impl Built {
+    /// A remedy with a part in each attempt too.
+    pub fn with_attempts<R: Remedy + AttemptRemedy>(r: Arc<R>) -> Self {
+        Built {
+            attempt: Some(r.clone()),
+            ..Built::from(r)
+        }
+    }
+}
+
+/// A policy compiled into its chain, in the registry's order: the request stack, the
+/// layer sending the attempts, the attempt stack.
 pub struct Chain {
     pub policy: Arc<str>,
     pub remedies: Vec<Arc<dyn Remedy>>,
     /// The remedies' names, in order.
     pub names: Vec<&'static str>,
-    /// Indices of the remedies with attempt hooks.
-    pub attempt_hooks: Vec<usize>,
-    /// The remedy that decides on further attempts (retry), if any.
-    pub driver: Option<usize>,
+    /// The remedies' parts in each attempt, in order.
+    pub attempt: Vec<Arc<dyn AttemptRemedy>>,
+    /// What sends the attempts: retry's layer, or [`Once`].
+    pub attempts: Arc<dyn Attempts>,
     /// The bound on the whole exchange (`timeouts.total`).
     pub total: Option<Duration>,
 }
 
 impl Chain {
-    /// The chain of `remedies` (in registry order) for `policy`.
-    pub fn new(policy: &str, remedies: Vec<Arc<dyn Remedy>>, names: Vec<&'static str>) -> Self {
+    /// The chain of `built` (in registry order) for `policy`.
+    pub fn new(policy: &str, built: Vec<Built>, names: Vec<&'static str>) -> Self {
         Self {
             policy: Arc::from(policy),
-            attempt_hooks: (0..remedies.len())
-                .filter(|&i| remedies[i].attempts())
-                .collect(),
-            driver: remedies.iter().position(|r| r.drives_attempts()),
-            total: remedies.iter().find_map(|r| r.total()),
+            attempt: built.iter().filter_map(|b| b.attempt.clone()).collect(),
+            attempts: built
+                .iter()
+                .find_map(|b| b.attempts.clone())
+                .unwrap_or_else(|| Arc::new(Once)),
+            total: built.iter().find_map(|b| b.total),
             names,
-            remedies,
+            remedies: built.into_iter().map(|b| b.remedy).collect(),
         }
     }
 }
@@ -186,20 +246,6 @@ pub struct Exchange {
     /// in the cache key, replay for retries).
     pub buffered: Option<Bytes>,
     pub target: Target,
-    /// The end of the whole exchange (`timeouts.total`).
-    pub deadline: Option<tokio::time::Instant>,
-    /// Per-attempt response-head timeout (`timeouts.response`).
-    pub response_timeout: Option<Duration>,
-    /// Per-attempt connect timeout (`timeouts.connect`).
-    pub connect_timeout: Option<Duration>,
-    /// Attempts after the first.
-    pub retries: u32,
-    /// Whether the request may be sent again (retry decided it could).
-    pub replayable: bool,
-    /// Retry judged the last answer retryable and decided not to send it again (attempts,
-    /// budget or deadline spent, or a `Retry-After` past the cap): a client retry now is
-    /// what tollgate just declined.
-    pub retry_declined: bool,
     /// Each remedy's own per-request values, by type.
     pub locals: Locals,
     /// Cancelled at the gateway's drain deadline: queue waits give up (503).
@@ -221,12 +267,6 @@ impl Exchange {
             body: Some(body),
             buffered: None,
             target,
-            deadline: None,
-            response_timeout: None,
-            connect_timeout: None,
-            retries: 0,
-            replayable: false,
-            retry_declined: false,
             locals: Locals::default(),
             give_up: None,
             holds: Vec::new(),
@@ -289,14 +329,14 @@ impl Exchange {
         Ok(self.buffered.as_ref())
     }
 
-    /// The request for the next attempt: a copy when it may be sent again, else the
-    /// request itself.
-    pub fn attempt_request(&mut self) -> Option<Request<Body>> {
-        let body = match (&self.buffered, self.replayable) {
-            (Some(b), _) => full(b.clone()),
-            (None, _) => self.body.take()?,
+    /// The request for the next attempt: a copy when it is kept to be sent again, else
+    /// the request itself.
+    pub fn attempt_request(&mut self, keep: bool) -> Option<Request<Body>> {
+        let body = match &self.buffered {
+            Some(b) => full(b.clone()),
+            None => self.body.take()?,
         };
-        let parts = if self.replayable {
+        let parts = if keep {
             self.parts.clone()
         } else {
             std::mem::replace(&mut self.parts, Request::new(()).into_parts().0)

@@ -1,9 +1,9 @@
-//! Runs a matched request through its policy's chain: request phases in the registry's order,
-//! then the attempts (with retries when configured, each through the attempt hooks),
-//! then the response phases in reverse. Only matched requests come here, on a boxed
+//! Runs a matched request through its policy's chain: the request stack in the registry's
+//! order, then the attempts (sent by the chain's [`super::chain::Attempts`] layer, each
+//! through the attempt stack), then the response phases in reverse. Only matched requests come here, on a boxed
 //! future; unmatched traffic never does.
 
-use super::chain::{Exchange, Flow};
+use super::chain::{Attempt, Exchange, Flow};
 use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
@@ -32,7 +32,6 @@ pub async fn run(
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
     let deadline = x.chain.total.map(|t| Instant::now() + t);
-    x.deadline = deadline;
     let result = match deadline {
         Some(d) => match tokio::time::timeout_at(d, phases(&mut x, client, timer)).await {
             Ok(r) => r,
@@ -41,18 +40,7 @@ pub async fn run(
         None => phases(&mut x, client, timer).await,
     };
     *diag = x.diag.take();
-    let (response, upstream) = result.map_err(|error| {
-        // Tell the client what retry did, on tollgate's own error too.
-        if x.retries > 0 || x.retry_declined {
-            ProxyError::Retried(Box::new(crate::error::Retried {
-                error,
-                retries: x.retries,
-                declined: x.retry_declined,
-            }))
-        } else {
-            error
-        }
-    })?;
+    let (response, upstream) = result.map_err(|e| x.chain.attempts.answer(&x, e))?;
     let (parts, body) = response.into_parts();
     let body = crate::body::Watched::new(
         body,
@@ -87,12 +75,11 @@ async fn phases(
             return Ok((respond(x, resp, i + 1), None));
         }
     }
-    let mut upstream = None;
+    // The attempts: sent by the chain's layer (once, or as retry decides), each
+    // through the attempt stack.
+    let (mut upstream, mut number) = (None, 0);
     let resp = loop {
-        let attempt = attempt(x, client, timer, &mut upstream).await;
-        let Some(driver) = chain.driver else {
-            break attempt?;
-        };
+        let attempt = attempt(x, client, timer, number, &mut upstream).await;
         let summary = match &attempt {
             Ok(r) => Ok((
                 r.status().as_u16(),
@@ -100,10 +87,10 @@ async fn phases(
             )),
             Err(e) => Err(e),
         };
-        match chain.remedies[driver].again(x, summary).await {
+        match chain.attempts.again(x, summary).await {
             Some(wait) => {
                 drop(attempt);
-                x.retries += 1;
+                number += 1;
                 tokio::time::sleep(wait).await;
             }
             None => break attempt?,
@@ -121,45 +108,56 @@ fn respond(x: &mut Exchange, mut resp: Response<Body>, ran: usize) -> Response<B
     resp
 }
 
-/// One attempt: the attempt hooks before, the send, the attempt hooks after.
+/// One attempt (`number` 0 the first): the attempt stack before, the send, the attempt
+/// stack after.
 async fn attempt(
     x: &mut Exchange,
     client: &dyn Sender,
     timer: &ResponseTimer,
+    number: u32,
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let chain = x.chain.clone();
-    let mut req = x.attempt_request().ok_or(ProxyError::Internal(
-        "the request body was already sent and cannot be replayed",
-    ))?;
-    for &i in &chain.attempt_hooks {
-        if x.retries > 0 {
-            chain.remedies[i].before_retry(x).await?;
-        }
-        chain.remedies[i].before_attempt(x, &mut req).await?;
+    let request = x
+        .attempt_request(chain.attempts.keeps(x))
+        .ok_or(ProxyError::Internal(
+            "the request body was already sent and cannot be replayed",
+        ))?;
+    let mut a = Attempt {
+        number,
+        request,
+        settings: AttemptSettings {
+            response_timeout: client.response_timeout(),
+            connect_timeout: None,
+            resend_lost: chain.attempts.resend_lost(),
+        },
+    };
+    for r in &chain.attempt {
+        r.before(x, &mut a).await?;
     }
+    let Attempt {
+        mut request,
+        settings,
+        ..
+    } = a;
     let sent = Instant::now();
     if let Some(d) = &mut x.diag {
         // Each attempt its own span, named in the `traceparent` the provider gets.
         if let Some(t) = &mut d.trace {
-            req.headers_mut()
+            request
+                .headers_mut()
                 .insert(crate::diagnosis::trace::TRACEPARENT, t.attempt());
         }
         // The capture shows the request as the provider got it (redacted when written).
         if let Some(h) = &mut d.har {
-            h.url = crate::target::url(&x.target, req.uri());
-            h.request_headers = req.headers().clone();
+            h.url = crate::target::url(&x.target, request.uri());
+            h.request_headers = request.headers().clone();
         }
         d.sent_at = Some(sent);
-        d.retries = x.retries;
+        d.retries = number;
     }
-    let settings = AttemptSettings {
-        response_timeout: x.response_timeout.unwrap_or(client.response_timeout()),
-        connect_timeout: x.connect_timeout,
-        resend_lost: chain.driver.is_none(),
-    };
     let result = client
-        .send_attempt(req, &x.target, timer, sent, settings)
+        .send_attempt(request, &x.target, timer, sent, settings)
         .await;
     if result.is_ok() {
         *upstream = Some(sent.elapsed());
@@ -177,8 +175,8 @@ async fn attempt(
         }
         Err(e) => (Err(e), None),
     };
-    for &i in &chain.attempt_hooks {
-        chain.remedies[i].after_attempt(x, result.as_ref()).await;
+    for r in &chain.attempt {
+        r.after(x, result.as_ref()).await;
     }
     match (result, body) {
         (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body)),

@@ -1,5 +1,5 @@
 //! What a remedy is to the rest of tollgate: [`RemedyKind`] ties its config as written
-//! (serde + schema), its validation, the [`Remedy`] it builds, its metric families, its
+//! (serde + schema), its validation, what it builds ([`Built`]), its metric families, its
 //! refusals and its docs example; [`Shared`] adds a section of the file declaring its
 //! definitions by name. [`remedies!`] turns the one ordered list in [`super::remedies`]
 //! into the policy's config type, its validated spec, the declared sections, the
@@ -7,7 +7,7 @@
 //! its module and one registry line.
 
 use super::actions::Action;
-use super::chain::Remedy;
+use super::chain::Built;
 use super::compile::Build;
 use super::config::RawRef;
 use super::matcher::PathTemplate;
@@ -57,7 +57,7 @@ pub trait RemedyKind: 'static {
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec>;
 
     /// Builds the remedy for one policy's chain (its resources shared through `b`).
-    fn build(spec: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy>;
+    fn build(spec: &Self::Spec, b: &mut Build<'_>) -> Built;
 }
 
 /// What a remedy does in each phase (empty where it does nothing): docs/architecture.md's
@@ -346,7 +346,7 @@ macro_rules! remedies {
             }
 
             /// The chain: each remedy the policy applies, built, in order.
-            pub fn build(&self, b: &mut $crate::policy::compile::Build<'_>) -> Vec<std::sync::Arc<dyn $crate::policy::chain::Remedy>> {
+            pub fn build(&self, b: &mut $crate::policy::compile::Build<'_>) -> Vec<$crate::policy::chain::Built> {
                 let mut out = Vec::new();
                 $(if let Some(s) = &self.$key {
                     out.push(<$m::$k as $crate::policy::kind::RemedyKind>::build(s, b));

@@ -9,7 +9,9 @@ use crate::fields::Errors;
 use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
+use crate::policy::chain::{
+    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
+};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -329,7 +331,7 @@ impl RemedyKind for Kind {
         resolve::<Self>(raw, cx)
     }
 
-    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
         let id = b.id("breaker", &r.name, &r.spec);
         let resource = b.reuse(id.clone(), |b| {
             BreakerResource::new(
@@ -345,10 +347,10 @@ impl RemedyKind for Kind {
                     .clone(),
             )
         });
-        Arc::new(Breaker {
+        Built::with_attempts(Arc::new(Breaker {
             resource,
             actions: b.actions(),
-        })
+        }))
     }
 }
 
@@ -365,6 +367,25 @@ impl Shared for Kind {
         _section: &BTreeMap<String, RawBreaker>,
     ) -> BreakerSpec {
         breaker(e, path, def)
+    }
+}
+
+impl AttemptRemedy for Breaker {
+    /// A retry is refused while the breaker is open (the first attempt was admitted by the
+    /// request phase).
+    fn before<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        a: &'a mut Attempt,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        if a.number == 0 {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        Box::pin(self.resource.admit(x, &self.actions))
+    }
+
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.resource.record(x, o, &self.actions).await })
     }
 }
 
@@ -388,18 +409,6 @@ impl Remedy for Breaker {
             self.resource.admit(x, &self.actions).await?;
             Ok(Flow::Continue)
         })
-    }
-
-    fn attempts(&self) -> bool {
-        true
-    }
-
-    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(self.resource.admit(x, &self.actions))
-    }
-
-    fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.resource.record(x, o, &self.actions).await })
     }
 
     /// A probe that never got its answer (refused later in the chain, client gone) gives

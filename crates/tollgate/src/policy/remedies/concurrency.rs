@@ -6,7 +6,7 @@
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
@@ -177,7 +177,7 @@ impl RemedyKind for Kind {
         resolve::<Self>(raw, cx)
     }
 
-    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
         let id = b.id("concurrency", &r.name, &r.spec);
         let resource = b.reuse(id.clone(), |b| {
             ConcurrencyResource::new(
@@ -188,10 +188,10 @@ impl RemedyKind for Kind {
                 b.queue(&r.name, &r.spec.queue),
             )
         });
-        Arc::new(Concurrency {
+        Built::from(Arc::new(Concurrency {
             resource,
             actions: b.actions(),
-        })
+        }))
     }
 }
 
@@ -254,7 +254,7 @@ impl Remedy for Concurrency {
             let waited = q
                 .wait(
                     q.spec.priority(&x.parts.headers),
-                    wait_deadline(x.deadline, q),
+                    wait_deadline(super::timeouts::deadline(x), q),
                     x.give_up.as_ref(),
                     || {
                         let (key, got) = (&key, &got);

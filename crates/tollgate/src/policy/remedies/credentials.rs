@@ -8,7 +8,9 @@ use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur};
 use crate::fields::{Errors, as_written};
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
+use crate::policy::chain::{
+    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
+};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::{clock, provider_hints};
@@ -233,10 +235,10 @@ impl RemedyKind for Kind {
         (!accounts.is_empty()).then_some((accounts, cooldown))
     }
 
-    fn build((accounts, cooldown): &Self::Spec, _: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build((accounts, cooldown): &Self::Spec, _: &mut Build<'_>) -> Built {
         // Built anew on every load: a secret that changed must take effect, and the
         // masked definition cannot tell.
-        Arc::new(Credentials::new(accounts.clone(), *cooldown))
+        Built::with_attempts(Arc::new(Credentials::new(accounts.clone(), *cooldown)))
     }
 }
 
@@ -250,22 +252,22 @@ impl Remedy for Credentials {
     fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(std::future::ready(Ok(Flow::Continue)))
     }
+}
 
-    fn attempts(&self) -> bool {
-        true
-    }
-
-    fn before_attempt<'a>(
+impl AttemptRemedy for Credentials {
+    /// Sets an account's credential on this attempt.
+    fn before<'a>(
         &'a self,
         x: &'a mut Exchange,
-        req: &'a mut Request<Body>,
+        a: &'a mut Attempt,
     ) -> BoxFuture<'a, Result<(), ProxyError>> {
         let i = self.pick();
         x.locals.get_or_default::<Account>().used = Some(i);
-        Box::pin(std::future::ready(self.accounts[i].apply(req)))
+        Box::pin(std::future::ready(self.accounts[i].apply(&mut a.request)))
     }
 
-    fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+    /// Notes a 429: the account cools down, and a retry goes to a free one at once.
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
         let account = x.locals.get_or_default::<Account>();
         account.fresh = false;
         if let (Ok(head), Some(i)) = (o, account.used)

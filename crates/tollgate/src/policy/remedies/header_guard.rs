@@ -6,7 +6,7 @@
 
 use crate::error::ProxyError;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::HeaderName;
@@ -69,11 +69,11 @@ impl RemedyKind for Kind {
         (require.len() == raw.require.len()).then_some(HeaderGuardSpec { require })
     }
 
-    fn build(spec: &HeaderGuardSpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(HeaderGuard {
+    fn build(spec: &HeaderGuardSpec, b: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(HeaderGuard {
             spec: spec.clone(),
             actions: b.actions(),
-        })
+        }))
     }
 }
 

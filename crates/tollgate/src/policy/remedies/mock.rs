@@ -7,7 +7,7 @@ use crate::error::ProxyError;
 use crate::fields::Errors;
 use crate::headers::X_TOLLGATE_GENERATED;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
@@ -88,11 +88,11 @@ impl RemedyKind for Kind {
         mock(cx.errors, &cx.path, raw)
     }
 
-    fn build(spec: &Mock, b: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(MockStage {
+    fn build(spec: &Mock, b: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(MockStage {
             mock: spec.clone(),
             actions: b.actions(),
-        })
+        }))
     }
 }
 

@@ -7,7 +7,7 @@ use crate::error::{ProxyError, Refusal};
 use crate::fields::Errors;
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
@@ -90,11 +90,11 @@ impl RemedyKind for Kind {
         resolve::<Self>(raw, cx)
     }
 
-    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(Quota {
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(Quota {
             resource: resource(b, r),
             actions: b.actions(),
-        })
+        }))
     }
 }
 

@@ -6,7 +6,7 @@ use crate::body::Body;
 use crate::error::{ProxyError, Refusal, Reject, Rejection};
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -78,7 +78,8 @@ pub async fn take_or_wait(
     kind: Reject,
     what: &str,
 ) -> Result<Vec<Key>, ProxyError> {
-    let (headers, deadline, diag) = (&x.parts.headers, x.deadline, &mut x.diag);
+    let deadline = super::timeouts::deadline(x);
+    let (headers, diag) = (&x.parts.headers, &mut x.diag);
     let give_up = x.give_up.as_ref();
     let first = match queue {
         Some(q) if !q.is_empty() => None,
@@ -165,7 +166,7 @@ impl RemedyKind for Kind {
         resolve::<Self>(raw, cx)
     }
 
-    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
         let id = b.id("rate", &r.name, &r.spec);
         let resource = b.reuse(id.clone(), |b| RateLimitResource {
             name: Arc::from(r.name.as_str()),
@@ -178,10 +179,10 @@ impl RemedyKind for Kind {
             ),
             queue: b.queue(&r.name, &r.spec.queue),
         });
-        Arc::new(RateLimit {
+        Built::from(Arc::new(RateLimit {
             resource,
             actions: b.actions(),
-        })
+        }))
     }
 }
 

@@ -21,7 +21,7 @@ use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, Percent, SEC_MS, Size};
 use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{Attempts, BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::failure::{Failure, Statuses, classify};
@@ -68,6 +68,17 @@ crate::policy::actions::actions! {
 
 /// The end of a request's retries (`retry.deadline`).
 struct Deadline(tokio::time::Instant);
+
+/// What retry did with one request: attempts after the first, whether the request is
+/// kept for replay, and whether it declined to send a retryable answer again (attempts,
+/// budget or deadline spent, or a `Retry-After` past the cap: a client retry now is what
+/// tollgate just declined).
+#[derive(Debug, Default, Clone, Copy)]
+struct Tries {
+    retries: u32,
+    replayable: bool,
+    declined: bool,
+}
 
 const REQUESTS: usize = 0;
 const RETRIES: usize = 1;
@@ -161,7 +172,8 @@ impl Retry {
                 None
             }
         };
-        if !x.replayable || x.retries + 1 >= s.attempts {
+        let tries = x.locals.get::<Tries>().copied().unwrap_or_default();
+        if !tries.replayable || tries.retries + 1 >= s.attempts {
             return self.give_up(x);
         }
         // A provider asking for longer than the cap gets its answer relayed instead.
@@ -173,7 +185,7 @@ impl Retry {
             None => {
                 let exp = s
                     .base_delay
-                    .saturating_mul(1u32.checked_shl(x.retries).unwrap_or(u32::MAX))
+                    .saturating_mul(1u32.checked_shl(tries.retries).unwrap_or(u32::MAX))
                     .min(s.max_delay);
                 Duration::from_nanos(fastrand::u64(0..=exp.as_nanos() as u64))
             }
@@ -185,7 +197,7 @@ impl Retry {
         }
         if !self.take_budget().await {
             self.actions.record(x, Action::BudgetExhausted);
-            x.retry_declined = true;
+            x.locals.get_or_default::<Tries>().declined = true;
             return None;
         }
         self.actions.record(x, Action::Retried);
@@ -195,13 +207,14 @@ impl Retry {
     /// Stops here: the answer is relayed, and the client told not to retry it.
     fn give_up(&self, x: &mut Exchange) -> Option<Duration> {
         self.actions.record(x, Action::GaveUp);
-        x.retry_declined = true;
+        x.locals.get_or_default::<Tries>().declined = true;
         None
     }
 }
 
-/// The chain's retry stage: keeps the body for replay and counts the request in the
-/// budget. The engine asks [`Retry::again`] after each attempt.
+/// The chain's retry stage: on the request, keeps the body for replay and counts the
+/// request in the budget; between the request and attempt stacks, the layer that sends
+/// the attempts ([`Attempts`]), asking [`Retry::again`] after each.
 pub struct RetryStage(pub Arc<Retry>);
 
 /// `retry:` in a policy.
@@ -224,7 +237,7 @@ impl RemedyKind for Kind {
         Some(retry(cx.errors, &cx.path, raw))
     }
 
-    fn build(spec: &RetrySpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(spec: &RetrySpec, b: &mut Build<'_>) -> Built {
         let id = b.id("retry", b.policy, spec);
         let actions = b.actions();
         let r = b.reuse(id.clone(), |b| {
@@ -235,13 +248,17 @@ impl RemedyKind for Kind {
                 actions,
             )
         });
-        Arc::new(RetryStage(r))
+        let stage = Arc::new(RetryStage(r));
+        Built {
+            attempts: Some(stage.clone()),
+            ..Built::from(stage)
+        }
     }
 }
 
-impl Remedy for RetryStage {
-    fn drives_attempts(&self) -> bool {
-        true
+impl Attempts for RetryStage {
+    fn keeps(&self, x: &Exchange) -> bool {
+        x.locals.get::<Tries>().is_some_and(|t| t.replayable)
     }
 
     fn again<'a>(
@@ -249,9 +266,37 @@ impl Remedy for RetryStage {
         x: &'a mut Exchange,
         o: Result<(u16, Option<Duration>), &'a ProxyError>,
     ) -> BoxFuture<'a, Option<Duration>> {
-        Box::pin(self.0.again(x, o))
+        Box::pin(async move {
+            let wait = self.0.again(x, o).await;
+            if wait.is_some() {
+                x.locals.get_or_default::<Tries>().retries += 1;
+            }
+            wait
+        })
     }
 
+    fn resend_lost(&self) -> bool {
+        // The request may have reached the provider: retry decides, counting the attempt
+        // through its breaker and budget.
+        false
+    }
+
+    /// Tells the client what retry did, on tollgate's own error too.
+    fn answer(&self, x: &Exchange, error: ProxyError) -> ProxyError {
+        match x.locals.get::<Tries>() {
+            Some(t) if t.retries > 0 || t.declined => {
+                ProxyError::Retried(Box::new(crate::error::Retried {
+                    error,
+                    retries: t.retries,
+                    declined: t.declined,
+                }))
+            }
+            _ => error,
+        }
+    }
+}
+
+impl Remedy for RetryStage {
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         let a = &self.0.actions;
         Some(Box::pin(std::future::ready(serde_json::json!({
@@ -268,17 +313,19 @@ impl Remedy for RetryStage {
                 x.locals.insert(Deadline(tokio::time::Instant::now() + d));
             }
             // A body over the cap is sent once; a smaller one is kept for replay.
-            x.replayable = x.buffer(r.spec.max_body).await?.is_some();
+            let replayable = x.buffer(r.spec.max_body).await?.is_some();
+            x.locals.get_or_default::<Tries>().replayable = replayable;
             Ok(Flow::Continue)
         })
     }
 
     fn response(&self, x: &mut Exchange, mut resp: Response<Body>) -> Response<Body> {
-        if x.retries > 0 {
+        let tries = x.locals.get::<Tries>().copied().unwrap_or_default();
+        if tries.retries > 0 {
             resp.headers_mut()
-                .insert(X_TOLLGATE_RETRIES, x.retries.into());
+                .insert(X_TOLLGATE_RETRIES, tries.retries.into());
         }
-        if x.retry_declined && self.0.spec.statuses.contains(resp.status().as_u16()) {
+        if tries.declined && self.0.spec.statuses.contains(resp.status().as_u16()) {
             resp.headers_mut()
                 .insert(X_SHOULD_RETRY, http::HeaderValue::from_static("false"));
         }

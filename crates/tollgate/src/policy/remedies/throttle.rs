@@ -9,7 +9,9 @@ use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Outcome, Remedy};
+use crate::policy::chain::{
+    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
+};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::store::{Key, Store};
@@ -53,9 +55,8 @@ impl Throttle {
             return Ok(());
         }
         let left = Duration::from_millis(until - now);
-        let fits = x
-            .deadline
-            .is_none_or(|d| tokio::time::Instant::now() + left <= d);
+        let fits =
+            super::timeouts::deadline(x).is_none_or(|d| tokio::time::Instant::now() + left <= d);
         if may_wait && self.spec.wait && left <= self.spec.max_wait && fits {
             self.actions.record(x, Action::Waited);
             tokio::time::sleep(left).await;
@@ -122,16 +123,16 @@ impl RemedyKind for Kind {
         Some(throttle(cx.errors, &cx.path, raw))
     }
 
-    fn build(spec: &ThrottleSpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(spec: &ThrottleSpec, b: &mut Build<'_>) -> Built {
         // The pause lives in the store under the definition's key: it outlives reloads
         // that keep the definition.
         let id = b.id("throttle", b.policy, spec);
-        Arc::new(Throttle {
+        Built::with_attempts(Arc::new(Throttle {
             spec: spec.clone(),
             store: b.store.clone(),
             key: Key::new(&Arc::from(id.as_str()), &Arc::from("until"), 0),
             actions: b.actions(),
-        })
+        }))
     }
 }
 
@@ -152,16 +153,23 @@ impl Remedy for Throttle {
             Ok(Flow::Continue)
         })
     }
+}
 
-    fn attempts(&self) -> bool {
-        true
-    }
-
-    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
+impl AttemptRemedy for Throttle {
+    /// A retry is refused during a pause (the first attempt was checked by the request
+    /// phase).
+    fn before<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        a: &'a mut Attempt,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        if a.number == 0 {
+            return Box::pin(std::future::ready(Ok(())));
+        }
         Box::pin(self.check(x, false))
     }
 
-    fn after_attempt<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Ok(head) = o
                 && let Some(pause) = self.pause(head)

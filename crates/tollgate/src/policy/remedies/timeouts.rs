@@ -5,13 +5,14 @@
 
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Timeouts {
@@ -26,8 +27,8 @@ pub struct Kind;
 impl RemedyKind for Kind {
     const NAME: &'static str = "timeouts";
     const PHASES: Phases = Phases {
-        request: "sets the policy's connect and response-head timeouts; `total` frames everything below",
-        attempt: "",
+        request: "`total` frames everything below (queue waits, attempts, backoffs)",
+        attempt: "sets the policy's connect and response-head timeouts on each attempt",
         response: "cuts the body at `total`",
     };
     const EXAMPLE: &'static str = "{total: 2m}";
@@ -44,20 +45,45 @@ impl RemedyKind for Kind {
         })
     }
 
-    fn build(spec: &Timeouts, _: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(spec.clone())
+    fn build(spec: &Timeouts, _: &mut Build<'_>) -> Built {
+        Built {
+            total: spec.total,
+            ..Built::with_attempts(Arc::new(spec.clone()))
+        }
     }
 }
 
-impl Remedy for Timeouts {
-    fn total(&self) -> Option<Duration> {
-        self.total
-    }
+/// The end of the whole exchange (`total`), for the remedies whose waits it bounds
+/// (queues, retry's backoffs).
+#[derive(Debug, Clone, Copy)]
+pub struct Total(pub Instant);
 
+/// The end of the exchange `x`, when its policy's `timeouts.total` sets one.
+pub fn deadline(x: &Exchange) -> Option<Instant> {
+    x.locals.get::<Total>().map(|t| t.0)
+}
+
+impl Remedy for Timeouts {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        x.connect_timeout = self.connect;
-        x.response_timeout = self.response;
+        // The first stage: the engine's frame starts with it.
+        if let Some(t) = self.total {
+            x.locals.insert(Total(Instant::now() + t));
+        }
         Box::pin(std::future::ready(Ok(Flow::Continue)))
+    }
+}
+
+impl AttemptRemedy for Timeouts {
+    fn before<'a>(
+        &'a self,
+        _x: &'a mut Exchange,
+        a: &'a mut Attempt,
+    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        a.settings.connect_timeout = self.connect.or(a.settings.connect_timeout);
+        if let Some(r) = self.response {
+            a.settings.response_timeout = r;
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::Errors;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::matcher::PathTemplate;
@@ -122,8 +122,8 @@ impl RemedyKind for RequestKind {
         })
     }
 
-    fn build(spec: &RequestTransform, _: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(spec.clone())
+    fn build(spec: &RequestTransform, _: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(spec.clone()))
     }
 }
 
@@ -317,8 +317,8 @@ impl RemedyKind for ResponseKind {
         })
     }
 
-    fn build(spec: &ResponseTransform, _: &mut Build<'_>) -> Arc<dyn Remedy> {
-        Arc::new(spec.clone())
+    fn build(spec: &ResponseTransform, _: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(spec.clone()))
     }
 }
 

@@ -20,7 +20,7 @@ use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_CACHE;
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -255,7 +255,7 @@ impl RemedyKind for Kind {
         Some(config::cache(cx.errors, &cx.path, raw))
     }
 
-    fn build(spec: &CacheSpec, b: &mut Build<'_>) -> Arc<dyn Remedy> {
+    fn build(spec: &CacheSpec, b: &mut Build<'_>) -> Built {
         let id = b.id("cache", b.policy, spec);
         let actions = b.actions();
         let cache = b.reuse(id, |b| {
@@ -271,7 +271,7 @@ impl RemedyKind for Kind {
                 metrics.bytes.get_or_create(&l).clone(),
             )
         });
-        Arc::new(CacheStage(cache))
+        Built::from(Arc::new(CacheStage(cache)))
     }
 }
 
