@@ -67,12 +67,22 @@ pub struct Attempt {
 /// provider's pause refusing a retry, credentials set on each attempt, a policy's own
 /// timeouts. Runs in registry order before each attempt and after it.
 pub trait AttemptRemedy: Send + Sync + 'static {
-    /// Before the attempt is sent: may refuse it, or change its request or settings.
+    /// Before the attempt is sent: may refuse it, or change its request or settings. By
+    /// default, [`AttemptRemedy::before_retry`] for an attempt after the first.
     fn before<'a>(
         &'a self,
-        _x: &'a mut Exchange,
-        _a: &'a mut Attempt,
+        x: &'a mut Exchange,
+        a: &'a mut Attempt,
     ) -> BoxFuture<'a, Result<(), ProxyError>> {
+        if a.number == 0 {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        self.before_retry(x)
+    }
+
+    /// Before a retry (the first attempt was admitted by the request phase): may refuse
+    /// it.
+    fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
         Box::pin(std::future::ready(Ok(())))
     }
 

@@ -9,9 +9,7 @@ use crate::fields::Errors;
 use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{
-    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
-};
+use crate::policy::chain::{AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -371,16 +369,8 @@ impl Shared for Kind {
 }
 
 impl AttemptRemedy for Breaker {
-    /// A retry is refused while the breaker is open (the first attempt was admitted by the
-    /// request phase).
-    fn before<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
-        if a.number == 0 {
-            return Box::pin(std::future::ready(Ok(())));
-        }
+    /// Refused while the breaker is open.
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
         Box::pin(self.resource.admit(x, &self.actions))
     }
 

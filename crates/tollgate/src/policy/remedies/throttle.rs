@@ -9,9 +9,7 @@ use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{
-    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
-};
+use crate::policy::chain::{AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::store::{Key, Store};
@@ -156,16 +154,8 @@ impl Remedy for Throttle {
 }
 
 impl AttemptRemedy for Throttle {
-    /// A retry is refused during a pause (the first attempt was checked by the request
-    /// phase).
-    fn before<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
-        if a.number == 0 {
-            return Box::pin(std::future::ready(Ok(())));
-        }
+    /// Refused while the provider asked for a pause.
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
         Box::pin(self.check(x, false))
     }
 
