@@ -389,11 +389,11 @@ pub fn error_table() -> String {
             refusals.push(r);
         }
     }
-    for e in crate::error::ProxyError::catalogue(&refusals) {
-        let (status, code) = (e.status().as_u16(), e.code());
+    for k in crate::error::catalogue(&refusals) {
+        let (status, code) = (k.status.as_u16(), k.code);
         match rows.iter_mut().find(|r| r.1 == code && r.0 == status) {
-            Some(r) => r.2.push(e.situation()),
-            None => rows.push((status, code, vec![e.situation()])),
+            Some(r) => r.2.push(k.situation),
+            None => rows.push((status, code, vec![k.situation])),
         }
     }
     let mut out = String::from("| situation | status | code |\n|---|---|---|\n");

@@ -4,11 +4,13 @@
 //! Provider responses never pass through here: a provider's own 4xx/5xx is relayed
 //! untouched and never carries `x-tollgate-error`.
 
-mod catalogue;
+mod kinds;
+
+pub use kinds::{ErrorKind, Failure, Refusal, catalogue};
 
 use crate::body::{Body, full};
 use crate::headers::{X_TOLLGATE_ERROR, X_TOLLGATE_GENERATED, X_TOLLGATE_REQUEST_ID};
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderValue, Response, header};
 use std::time::Duration;
 
 /// Every way tollgate itself can fail a request.
@@ -60,8 +62,9 @@ pub enum ProxyError {
     HeadersTooLarge { size: usize, limit: usize },
     #[error("tollgate is shutting down; retry on another instance")]
     ShuttingDown,
-    #[error("the upstream connection failed: {0}")]
-    Upstream(String),
+    /// Another failure of the upstream exchange (a protocol error after sending).
+    #[error("the upstream connection failed: `{target}`: {detail}")]
+    Upstream { target: String, detail: String },
     /// tollgate's own state failed the request, never the provider: a bug to report.
     #[error("internal error: {0}")]
     Internal(&'static str),
@@ -115,17 +118,6 @@ pub struct Retried {
     pub declined: bool,
 }
 
-/// A kind of refusal, as data: its code (`x-tollgate-error`), its status, and when a
-/// client gets it (README's table of errors). Each remedy declares its own beside its
-/// code and lists them in `RemedyKind::REFUSALS`; the table is made from those lists.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: &'static str,
-    pub status: StatusCode,
-    /// When a client gets it, in README's words.
-    pub situation: &'static str,
-}
-
 /// Which refusal a remedy answered with.
 pub type Reject = &'static Refusal;
 
@@ -141,83 +133,6 @@ pub struct Rejection {
 }
 
 impl ProxyError {
-    /// The stable machine-readable code sent in `x-tollgate-error`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ProxyError::MissingTarget => "missing_target",
-            ProxyError::BadTarget(_) => "bad_target",
-            ProxyError::BadRequest(_) => "bad_request",
-            ProxyError::Misdirected(_) => "misdirected_request",
-            ProxyError::LoopDetected(_) => "loop_detected",
-            ProxyError::AddressDenied(_) => "address_denied",
-            ProxyError::PortDenied { .. } => "port_denied",
-            ProxyError::Dns { .. } => "dns_error",
-            ProxyError::Connect { .. } => "connect_error",
-            ProxyError::Tls { .. } => "tls_error",
-            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::DomainDenied(_) => "domain_denied",
-            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
-            ProxyError::ShuttingDown => "shutting_down",
-            ProxyError::Upstream(_) => "upstream_error",
-            ProxyError::Internal(_) => "internal_error",
-            ProxyError::BackendsFailed {
-                timed_out: true, ..
-            } => "upstream_timeout",
-            ProxyError::BackendsFailed { .. } => "upstream_error",
-            ProxyError::Rejected(r) => r.kind.code,
-            ProxyError::BodyTooLarge { .. } => "body_too_large",
-            ProxyError::Retried(r) => r.error.code(),
-        }
-    }
-
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ProxyError::MissingTarget | ProxyError::BadTarget(_) | ProxyError::BadRequest(_) => {
-                StatusCode::BAD_REQUEST
-            }
-            ProxyError::LoopDetected(_) => StatusCode::LOOP_DETECTED,
-            ProxyError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
-            ProxyError::AddressDenied(_) | ProxyError::PortDenied { .. } => StatusCode::FORBIDDEN,
-            ProxyError::Dns { .. }
-            | ProxyError::Connect { .. }
-            | ProxyError::Tls { .. }
-            | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::UpstreamTimeout { .. }
-            | ProxyError::BackendsFailed {
-                timed_out: true, ..
-            } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::BackendsFailed { .. } => StatusCode::BAD_GATEWAY,
-            ProxyError::DomainDenied(_) => StatusCode::FORBIDDEN,
-            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::Rejected(r) => r.kind.status,
-            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::Retried(r) => r.error.status(),
-        }
-    }
-
-    /// Whether the request's target was refused or never validated: its host is then
-    /// client input that must not become a metric label (it could be anything).
-    pub fn target_rejected(&self) -> bool {
-        if let ProxyError::Retried(r) = self {
-            return r.error.target_rejected();
-        }
-        matches!(
-            self,
-            ProxyError::MissingTarget
-                | ProxyError::BadTarget(_)
-                | ProxyError::BadRequest(_)
-                | ProxyError::Misdirected(_)
-                | ProxyError::LoopDetected(_)
-                | ProxyError::AddressDenied(_)
-                | ProxyError::PortDenied { .. }
-                | ProxyError::DomainDenied(_)
-                | ProxyError::HeadersTooLarge { .. }
-                | ProxyError::ShuttingDown
-        )
-    }
-
     /// The error itself, without what retry added (for callers that classify it).
     pub fn unretried(self) -> ProxyError {
         match self {

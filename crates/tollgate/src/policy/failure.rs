@@ -2,7 +2,7 @@
 //! ranges, or an error that never reached the provider (DNS, connect, TLS, connect
 //! timeout), a timeout waiting for the response, or a failure after sending.
 
-use crate::error::{ProxyError, TimeoutStage};
+use crate::error::ProxyError;
 
 /// Status ranges, inclusive.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -37,38 +37,17 @@ impl Statuses {
     }
 }
 
-/// How an attempt failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The request never reached the provider: safe to send again, whatever the method.
-    NotSent,
-    /// No response head in time; the provider may have acted on the request.
-    Timeout,
-    /// Failed after it was sent (connection reset, protocol error).
-    AfterSending,
-    /// Refused by tollgate itself (a rule, the client's request): not the provider's fault.
-    Ours,
-}
+pub use crate::error::Failure;
 
+/// How an attempt failed: its error's kind says ([`crate::error::ErrorKind`]).
 pub fn classify(e: &ProxyError) -> Failure {
-    match e {
-        ProxyError::Dns { .. } | ProxyError::Tls { .. } => Failure::NotSent,
-        ProxyError::UpstreamTimeout {
-            stage: TimeoutStage::Connect,
-            ..
-        } => Failure::NotSent,
-        ProxyError::UpstreamTimeout { .. } => Failure::Timeout,
-        // A connection that could not be made never carried the request; a reset on an
-        // open one may have.
-        ProxyError::Connect { sent: false, .. } => Failure::NotSent,
-        ProxyError::Connect { .. } | ProxyError::Upstream(_) => Failure::AfterSending,
-        _ => Failure::Ours,
-    }
+    e.kind().failure
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TimeoutStage;
     use std::time::Duration;
 
     #[test]

@@ -29,18 +29,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// A queue that is full.
-pub static QUEUE_FULL: Refusal = Refusal {
-    code: "queue_full",
-    status: StatusCode::TOO_MANY_REQUESTS,
-    situation: "a policy's queue is full",
-};
+pub static QUEUE_FULL: Refusal = Refusal::refusal(
+    "queue_full",
+    StatusCode::TOO_MANY_REQUESTS,
+    "a policy's queue is full",
+);
 
 /// A wait in a queue past its `max_wait`.
-pub static QUEUE_TIMEOUT: Refusal = Refusal {
-    code: "queue_timeout",
-    status: StatusCode::SERVICE_UNAVAILABLE,
-    situation: "waited the queue's `max_wait`",
-};
+pub static QUEUE_TIMEOUT: Refusal = Refusal::refusal(
+    "queue_timeout",
+    StatusCode::SERVICE_UNAVAILABLE,
+    "waited the queue's `max_wait`",
+);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSpec {

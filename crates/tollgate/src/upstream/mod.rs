@@ -275,7 +275,10 @@ fn classify_http(err: &hyper::Error, target: &str) -> ProxyError {
             sent: true,
         }
     } else {
-        ProxyError::Upstream(format!("`{target}`: {detail}"))
+        ProxyError::Upstream {
+            target: target.to_owned(),
+            detail,
+        }
     }
 }
 
@@ -303,7 +306,10 @@ fn classify(err: &hyper_util::client::legacy::Error, target: &str) -> ProxyError
             sent: !err.is_connect(),
         }
     } else {
-        ProxyError::Upstream(format!("`{target}`: {detail}"))
+        ProxyError::Upstream {
+            target: target.to_owned(),
+            detail,
+        }
     }
 }
 

@@ -286,11 +286,11 @@ crate::policy::actions::actions! {
 }
 
 /// A breaker that is open.
-pub static CIRCUIT_OPEN: Refusal = Refusal {
-    code: "circuit_open",
-    status: http::StatusCode::SERVICE_UNAVAILABLE,
-    situation: "circuit breaker open (`Retry-After`)",
-};
+pub static CIRCUIT_OPEN: Refusal = Refusal::refusal(
+    "circuit_open",
+    http::StatusCode::SERVICE_UNAVAILABLE,
+    "circuit breaker open (`Retry-After`)",
+);
 
 /// `tollgate_breaker_state`.
 #[derive(Default)]

@@ -149,11 +149,11 @@ crate::policy::actions::queue_actions! {
 }
 
 /// Too many requests in flight.
-pub static CONCURRENCY_LIMITED: Refusal = Refusal {
-    code: "concurrency_limited",
-    status: http::StatusCode::TOO_MANY_REQUESTS,
-    situation: "too many requests in flight for a policy",
-};
+pub static CONCURRENCY_LIMITED: Refusal = Refusal::refusal(
+    "concurrency_limited",
+    http::StatusCode::TOO_MANY_REQUESTS,
+    "too many requests in flight for a policy",
+);
 
 /// `concurrency:` in a policy.
 pub struct Kind;

@@ -47,11 +47,11 @@ crate::policy::actions::actions! {
 }
 
 /// A quota used up.
-pub static QUOTA_EXCEEDED: Refusal = Refusal {
-    code: "quota_exceeded",
-    status: http::StatusCode::TOO_MANY_REQUESTS,
-    situation: "a quota used up (`Retry-After` to the renewal)",
-};
+pub static QUOTA_EXCEEDED: Refusal = Refusal::refusal(
+    "quota_exceeded",
+    http::StatusCode::TOO_MANY_REQUESTS,
+    "a quota used up (`Retry-After` to the renewal)",
+);
 
 /// `tollgate_quota_remaining`.
 #[derive(Default)]

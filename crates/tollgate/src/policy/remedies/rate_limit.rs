@@ -139,11 +139,11 @@ pub async fn take_or_wait(
 }
 
 /// Over a rate limit.
-pub static RATE_LIMITED: Refusal = Refusal {
-    code: "rate_limited",
-    status: StatusCode::TOO_MANY_REQUESTS,
-    situation: "a policy's rate limit reached, or its queue cannot serve before `max_wait` (`Retry-After` to the next window, `RateLimit-*`)",
-};
+pub static RATE_LIMITED: Refusal = Refusal::refusal(
+    "rate_limited",
+    StatusCode::TOO_MANY_REQUESTS,
+    "a policy's rate limit reached, or its queue cannot serve before `max_wait` (`Retry-After` to the next window, `RateLimit-*`)",
+);
 
 /// `rate_limit:` in a policy.
 pub struct Kind;

@@ -97,11 +97,11 @@ impl Throttle {
 pub struct Kind;
 
 /// The provider asked for a pause.
-pub static PROVIDER_THROTTLED: Refusal = Refusal {
-    code: "provider_throttled",
-    status: http::StatusCode::TOO_MANY_REQUESTS,
-    situation: "the provider asked for a pause (`Retry-After`, `RateLimit-Remaining: 0`)",
-};
+pub static PROVIDER_THROTTLED: Refusal = Refusal::refusal(
+    "provider_throttled",
+    http::StatusCode::TOO_MANY_REQUESTS,
+    "the provider asked for a pause (`Retry-After`, `RateLimit-Remaining: 0`)",
+);
 
 impl RemedyKind for Kind {
     const NAME: &'static str = "provider_throttling";
