@@ -3,6 +3,7 @@
 //! free account, `refund_on` gives back what the provider did not charge, and tollgate's
 //! own errors and mocks say what retry and the mock did.
 
+use crate::support::config::config;
 use crate::support::*;
 use std::sync::atomic::Ordering;
 
@@ -59,7 +60,15 @@ async fn a_retry_after_an_accounts_429_goes_to_a_free_account_at_once() {
     // A's Retry-After (30 s) is past max_delay (1 s): waiting for A is never an option,
     // so only going to B at once can succeed.
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    credentials:\n      accounts:\n        - bearer: key-a\n        - bearer: key-b\n    retry: {attempts: 3, statuses: ['429'], max_delay: 1s}\n",
+        &config()
+            .local_policy(&[
+                (
+                    "credentials",
+                    "{accounts: [{bearer: key-a}, {bearer: key-b}]}",
+                ),
+                ("retry", "{attempts: 3, statuses: ['429'], max_delay: 1s}"),
+            ])
+            .yaml(),
     )
     .await;
     let got = get_via(&gw, up.addr, "/v1/chat", &[]).await;
@@ -82,7 +91,15 @@ async fn with_every_account_cooling_the_retry_honours_retry_after() {
         counting_upstream(|_, _| async { answer(429, &[("retry-after", "30")], "all tired") })
             .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    credentials:\n      accounts:\n        - bearer: key-a\n        - bearer: key-b\n    retry: {attempts: 3, statuses: ['429'], max_delay: 1s}\n",
+        &config()
+            .local_policy(&[
+                (
+                    "credentials",
+                    "{accounts: [{bearer: key-a}, {bearer: key-b}]}",
+                ),
+                ("retry", "{attempts: 3, statuses: ['429'], max_delay: 1s}"),
+            ])
+            .yaml(),
     )
     .await;
     let got = get_via(&gw, up.addr, "/", &[]).await;
@@ -157,7 +174,9 @@ async fn tollgates_own_error_after_retries_says_so() {
         .local_addr()
         .unwrap();
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    retry: {attempts: 3, base_delay: 1ms, max_delay: 2ms}\n",
+        &config()
+            .local_policy(&[("retry", "{attempts: 3, base_delay: 1ms, max_delay: 2ms}")])
+            .yaml(),
     )
     .await;
     let got = get_via(&gw, closed, "/", &[]).await;
@@ -211,7 +230,9 @@ async fn a_retry_after_too_large_for_64_bits_pauses_for_max_throttle() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    provider_throttling: {max_throttle: 2m}\n",
+        &config()
+            .local_policy(&[("provider_throttling", "{max_throttle: 2m}")])
+            .yaml(),
     )
     .await;
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 429);

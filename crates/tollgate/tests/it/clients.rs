@@ -2,6 +2,7 @@
 //! `-p`) and Python `requests` through `HTTP_PROXY` and `proxies=`. Both must be
 //! installed (CI installs them); a missing client fails the test loudly.
 
+use crate::support::config::config;
 use crate::support::*;
 use std::process::Command;
 
@@ -115,7 +116,12 @@ print("ok")
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_sees_the_rate_limit_and_retry_after() {
     let up = echo_upstream().await;
-    let gw = gateway("policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    rate_limit: {limit: 2, window: day}\n").await;
+    let gw = gateway(
+        &config()
+            .local_policy(&[("rate_limit", "{limit: 2, window: day}")])
+            .yaml(),
+    )
+    .await;
     let mut c = Command::new("python3");
     c.args(["-c", PY_LIMITED, &up.addr.to_string()])
         .env("HTTP_PROXY", format!("http://{}", gw.proxy_addr))

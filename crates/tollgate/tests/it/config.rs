@@ -684,3 +684,15 @@ fn errors_found_after_parsing_have_lines_and_every_bad_value_is_reported() {
     assert_eq!(e[0].location, Some((3, 17)), "{e:?}");
     assert!(e[0].message.contains("never closed"), "{e:?}");
 }
+
+/// The tests' config builder writes the YAML it stands for.
+#[test]
+fn a_built_config_is_the_yaml_it_stands_for() {
+    let built = crate::support::config::config()
+        .section("breakers", "{b: {consecutive_failures: 3}}")
+        .local_policy(&[("breaker", "b"), ("retry", "{attempts: 2}")])
+        .yaml();
+    let c = tollgate::Config::from_yaml(&built).unwrap_or_else(|e| panic!("{e:?}\n{built}"));
+    assert_eq!(c.policies.policies.len(), 1);
+    assert_eq!(c.policies.policies[0].spec.remedies(), ["breaker", "retry"]);
+}

@@ -4,6 +4,7 @@
 //! Windows are `day` here, so a test never straddles a window boundary it did not ask
 //! for (the windows themselves are unit-tested on fixed instants in `window.rs`).
 
+use crate::support::config::config;
 use crate::support::*;
 use http::Request;
 use std::sync::Arc;
@@ -15,7 +16,12 @@ use tokio::sync::Semaphore;
 async fn exactly_the_limit_passes_under_concurrency() {
     let (up, hits) = counting_upstream(|_, _| async { answer(200, &[], "ok") }).await;
     let gw = Arc::new(
-        gateway("policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    rate_limit: {limit: 10, window: day}\n").await,
+        gateway(
+            &config()
+                .local_policy(&[("rate_limit", "{limit: 10, window: day}")])
+                .yaml(),
+        )
+        .await,
     );
     let mut tasks = Vec::new();
     for _ in 0..200 {
@@ -136,7 +142,10 @@ async fn queue_releases_by_priority_then_fifo() {
     let (up, gate, order) = gated_upstream().await;
     let gw = Arc::new(
         gateway(
-            "concurrency_limits:\n  one:\n    max: 1\n    queue:\n      size: 10\n      max_wait: 30s\n      priority_header: x-priority\n      priorities: {high: 0, low: 200}\npolicies:\n  - name: p\n    match: {host: 127.0.0.1}\n    concurrency: one\n",
+            &config()
+            .section("concurrency_limits", "{one: {max: 1, queue: {size: 10, max_wait: 30s, priority_header: x-priority, priorities: {high: 0, low: 200}}}}")
+            .local_policy(&[("concurrency", "one")])
+            .yaml(),
         )
         .await,
     );
@@ -184,7 +193,9 @@ async fn queue_full_timeout_and_client_gone() {
     let (up, gate, _) = gated_upstream().await;
     let gw = Arc::new(
         gateway(
-            "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    concurrency:\n      max: 1\n      queue: {size: 1, max_wait: 300ms}\n",
+            &config()
+                .local_policy(&[("concurrency", "{max: 1, queue: {size: 1, max_wait: 300ms}}")])
+                .yaml(),
         )
         .await,
     );
@@ -251,10 +262,7 @@ async fn concurrency_slots_are_released_when_the_client_goes_away() {
         }
     })
     .await;
-    let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    concurrency: {max: 1}\n",
-    )
-    .await;
+    let gw = gateway(&config().local_policy(&[("concurrency", "{max: 1}")]).yaml()).await;
     let c = client();
     let resp = c
         .request(via_header(&gw, up.addr, "/").body(empty()).unwrap())
@@ -291,7 +299,12 @@ async fn concurrency_slots_are_released_when_the_client_goes_away() {
 async fn rate_limit_queue_waits_for_the_next_window() {
     let up = echo_upstream().await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    rate_limit:\n      limit: 1\n      window: second\n      queue: {size: 5, max_wait: 5s}\n",
+        &config()
+            .local_policy(&[(
+                "rate_limit",
+                "{limit: 1, window: second, queue: {size: 5, max_wait: 5s}}",
+            )])
+            .yaml(),
     )
     .await;
     let (a, b) = tokio::join!(

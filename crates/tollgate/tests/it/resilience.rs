@@ -2,6 +2,7 @@
 //! Idempotency-Key, budget, x-tollgate-retries), circuit breaking (consecutive, ratio,
 //! half-open, every retry through it) and per-policy timeouts.
 
+use crate::support::config::config;
 use crate::support::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,7 +18,9 @@ async fn provider_retry_after_pauses_the_policy() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    provider_throttling: {}\n",
+        &config()
+            .local_policy(&[("provider_throttling", "{}")])
+            .yaml(),
     )
     .await;
     let first = get_via(&gw, up.addr, "/", &[]).await;
@@ -60,7 +63,9 @@ async fn ratelimit_remaining_zero_pauses_until_the_reset_or_waits() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    provider_throttling: {action: wait, max_wait: 5s}\n",
+        &config()
+            .local_policy(&[("provider_throttling", "{action: wait, max_wait: 5s}")])
+            .yaml(),
     )
     .await;
     assert_eq!(get_via(&gw, up.addr, "/", &[]).await.status, 200);
@@ -86,7 +91,12 @@ async fn retries_recover_and_say_so() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    retry: {attempts: 3, base_delay: 1ms, max_delay: 10ms, statuses: ['500-599']}\n",
+        &config()
+            .local_policy(&[(
+                "retry",
+                "{attempts: 3, base_delay: 1ms, max_delay: 10ms, statuses: ['500-599']}",
+            )])
+            .yaml(),
     )
     .await;
     let got = get_via(&gw, up.addr, "/", &[]).await;
@@ -106,7 +116,9 @@ async fn only_idempotent_requests_are_retried_and_bodies_are_replayed() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    retry: {attempts: 2, base_delay: 1ms, statuses: [503]}\n",
+        &config()
+            .local_policy(&[("retry", "{attempts: 2, base_delay: 1ms, statuses: [503]}")])
+            .yaml(),
     )
     .await;
     let post = |key: Option<&'static str>| {
@@ -140,7 +152,9 @@ async fn connect_failures_are_retried_whatever_the_method() {
         l.local_addr().unwrap()
     };
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    retry: {attempts: 3, base_delay: 1ms}\n",
+        &config()
+            .local_policy(&[("retry", "{attempts: 3, base_delay: 1ms}")])
+            .yaml(),
     )
     .await;
     let got = send_owned(
@@ -159,7 +173,9 @@ async fn connect_failures_are_retried_whatever_the_method() {
 async fn the_retry_budget_stops_a_storm() {
     let (up, hits) = counting_upstream(|_, _| async { answer(503, &[], "down") }).await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    retry: {attempts: 5, base_delay: 0s, statuses: [503], budget: 10%, budget_min: 2, budget_window: 1h}\n",
+        &config()
+            .local_policy(&[("retry", "{attempts: 5, base_delay: 0s, statuses: [503], budget: 10%, budget_min: 2, budget_window: 1h}")])
+            .yaml(),
     )
     .await;
     for _ in 0..20 {
@@ -176,7 +192,16 @@ async fn the_retry_budget_stops_a_storm() {
 async fn breaker_opens_and_every_retry_passes_through_it() {
     let (up, hits) = counting_upstream(|_, _| async { answer(500, &[], "broken") }).await;
     let gw = gateway(
-        "breakers:\n  b: {consecutive_failures: 3, open_for: 1h}\npolicies:\n  - name: p\n    match: {host: 127.0.0.1}\n    breaker: b\n    retry: {attempts: 10, base_delay: 0s, statuses: ['500-599']}\n",
+        &config()
+            .section("breakers", "{b: {consecutive_failures: 3, open_for: 1h}}")
+            .local_policy(&[
+                ("breaker", "b"),
+                (
+                    "retry",
+                    "{attempts: 10, base_delay: 0s, statuses: ['500-599']}",
+                ),
+            ])
+            .yaml(),
     )
     .await;
     // Attempts 1–3 fail and open the breaker; the 4th attempt is refused by it.
@@ -216,7 +241,9 @@ async fn breaker_ratio_half_open_and_close() {
     })
     .await;
     let gw = gateway(
-        "policies:\n  - name: p\n    match: {host: 127.0.0.1}\n    breaker: {consecutive_failures: 0, failure_ratio: 50%, min_requests: 4, window: 1h, open_for: 300ms, half_open_probes: 1}\n",
+        &config()
+            .local_policy(&[("breaker", "{consecutive_failures: 0, failure_ratio: 50%, min_requests: 4, window: 1h, open_for: 300ms, half_open_probes: 1}")])
+            .yaml(),
     )
     .await;
     let mut statuses = Vec::new();

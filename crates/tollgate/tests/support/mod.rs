@@ -2,6 +2,7 @@
 //! injection, TLS with an rcgen CA), and real HTTP clients.
 #![allow(dead_code)]
 
+pub mod config;
 pub mod redis_procs;
 
 use bytes::Bytes;
