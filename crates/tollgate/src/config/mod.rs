@@ -150,9 +150,7 @@ impl Config {
     pub fn diagnosis_given(&self) -> crate::diagnosis::Given<'_> {
         let (mut names, mut values) = (Vec::new(), Vec::new());
         for p in &self.policies.policies {
-            if let Some((accounts, _)) = &p.spec.credentials {
-                crate::policy::remedies::credentials::secrets(accounts, &mut names, &mut values);
-            }
+            p.spec.secrets(&mut names, &mut values);
         }
         if let Some(t) = &self.admin.token {
             values.push(t.expose().to_owned());

@@ -5,7 +5,3 @@ pub use crate::policy::config::RawRef;
 pub use crate::policy::matcher::RawMatch;
 pub use crate::policy::queue::RawQueue;
 pub use crate::policy::remedies::RawPolicy;
-pub use crate::policy::remedies::breaker::RawBreaker;
-pub use crate::policy::remedies::concurrency::RawConcurrency;
-pub use crate::policy::remedies::quota::RawQuota;
-pub use crate::policy::remedies::rate_limit::RawRateLimit;

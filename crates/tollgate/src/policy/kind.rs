@@ -52,6 +52,10 @@ pub trait RemedyKind: 'static {
         Self::Metrics::default()
     }
 
+    /// The secrets its config holds (header or parameter names, and values), which
+    /// diagnosis redacts wherever they appear.
+    fn secrets(_spec: &Self::Spec, _names: &mut Vec<String>, _values: &mut Vec<String>) {}
+
     /// Checks the config as written, reporting each problem at its field path through
     /// `cx`; `None` when it cannot be built.
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec>;
@@ -334,6 +338,13 @@ macro_rules! remedies {
                         <$m::$k as $crate::policy::kind::RemedyKind>::validate(r, &mut cx)
                     }),)+
                 }
+            }
+
+            /// The secrets the policy's remedies hold (names, values), for redaction.
+            pub fn secrets(&self, names: &mut Vec<String>, values: &mut Vec<String>) {
+                $(if let Some(s) = &self.$key {
+                    <$m::$k as $crate::policy::kind::RemedyKind>::secrets(s, names, values);
+                })+
             }
 
             /// The remedies this policy applies, by name in chain order.

@@ -294,3 +294,46 @@ fn no_file_circle_inside_policy_or_config() {
         }
     }
 }
+
+/// A remedy is its module and its registry line: no file outside `policy/remedies/`
+/// names a remedy's module (what the rest of tollgate needs of a remedy comes through
+/// the registry's generated types and the `RemedyKind` traits), and the registry names
+/// every one. CONTRIBUTING.md's count of hand edits for a new remedy rests on this.
+#[test]
+fn a_remedy_is_named_only_in_its_module_and_the_registry() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let folder = src.join("policy/remedies");
+    let remedies: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|n| n != "mod")
+        .collect();
+    assert!(remedies.len() >= 12, "{remedies:?}");
+    let registry = std::fs::read_to_string(folder.join("mod.rs")).unwrap();
+    let mut offenders = Vec::new();
+    let mut todo = vec![src.clone()];
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            if p != folder {
+                todo.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            }
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for r in &remedies {
+            if text.contains(&format!("remedies::{r}::"))
+                || text.contains(&format!("remedies::{r};"))
+            {
+                offenders.push(format!("{} names `{r}`", p.display()));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:#?}");
+    for r in &remedies {
+        assert!(
+            registry.contains(&format!(" {r}::")),
+            "`{r}` has no registry line"
+        );
+    }
+}

@@ -202,6 +202,10 @@ impl RemedyKind for Kind {
     type Action = crate::policy::kind::NoActions;
     type Metrics = ();
 
+    fn secrets((accounts, _): &Self::Spec, names: &mut Vec<String>, values: &mut Vec<String>) {
+        secrets(accounts, names, values);
+    }
+
     fn validate(c: &RawCredentials, cx: &mut Check<'_>) -> Option<Self::Spec> {
         let e = &mut *cx.errors;
         let at = |f: &str| format!("{}.{f}", cx.path);
