@@ -184,7 +184,7 @@ impl Shared {
         let observers = Observer::start(
             metrics.clone(),
             &runtime.config.log,
-            runtime.config.metrics.max_hosts,
+            runtime.config.metrics.max_hosts.usize(),
             diagnostics.clone(),
             clients.len(),
         )?;

@@ -47,9 +47,11 @@ pub struct Config {
     pub endpoints: crate::aggregate::Endpoints,
     pub policies: PolicySet,
     pub log: Log,
-    pub metrics: MetricsSettings,
+    /// As written: nothing to resolve.
+    pub metrics: raw::RawMetrics,
     pub diagnosis: crate::diagnosis::settings::Diagnosis,
-    pub shutdown: Shutdown,
+    /// As written: nothing to resolve.
+    pub shutdown: raw::RawShutdown,
     /// The policies and shared limits as written (defaults filled in, secrets masked),
     /// for `GET /config` and the reload diff.
     pub written: serde_json::Value,
@@ -71,16 +73,6 @@ pub struct Listen {
 pub struct Admin {
     pub address: SocketAddr,
     pub token: Option<Secret>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricsSettings {
-    pub max_hosts: usize,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Shutdown {
-    pub drain_timeout: Duration,
 }
 
 impl Default for Config {

@@ -356,7 +356,7 @@ pub struct RawCaFiles {
     pub key_file: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawMetrics {
     /// Most distinct upstream hosts used as `host` labels. Past it, requests count under `host="other"` and in `tollgate_metric_hosts_folded_total`. Read at start-up.
@@ -415,7 +415,7 @@ impl Default for RawLog {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawShutdown {
     /// On SIGTERM/SIGINT, in-flight requests, CONNECT tunnels and upgraded connections get this long to finish. At the deadline, requests still waiting in a queue (rate limit, quota, concurrency) answer **503 `shutting_down`**: they were never sent, so the client may send them again elsewhere; what is left a second later (requests sent upstream and still waiting, tunnels) is cut.

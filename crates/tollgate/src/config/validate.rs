@@ -2,7 +2,7 @@
 
 use super::raw::RawConfig;
 use super::raw::RawPort;
-use super::{Admin, Config, ConfigError, Listen, Log, MetricsSettings, Shutdown, Upstream};
+use super::{Admin, Config, ConfigError, Listen, Log, Upstream};
 use crate::domains::DomainRules;
 use crate::egress::{EgressRules, METADATA, PRIVATE, PortSet};
 pub(super) use crate::fields::Errors;
@@ -138,12 +138,6 @@ pub(super) fn validate_env(
         access_log_file: raw.log.access_log_file.as_ref().map(Into::into),
         queue_capacity: raw.log.queue_capacity.usize(),
     };
-    let shutdown = Shutdown {
-        drain_timeout: raw.shutdown.drain_timeout.get(),
-    };
-    let metrics = MetricsSettings {
-        max_hosts: raw.metrics.max_hosts.usize(),
-    };
     let names: Vec<&str> = raw.policies.iter().map(|p| p.name.as_str()).collect();
     let diagnosis = super::validate_diagnosis::diagnosis(&mut e, &raw.diagnosis, &names);
 
@@ -163,9 +157,9 @@ pub(super) fn validate_env(
         endpoints,
         policies,
         log,
-        metrics,
+        metrics: raw.metrics.clone(),
         diagnosis,
-        shutdown,
+        shutdown: raw.shutdown.clone(),
         written: super::written::written(raw),
         fingerprints: crate::fields::fingerprinting(|| super::written::everything(raw)),
     };

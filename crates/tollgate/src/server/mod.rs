@@ -213,7 +213,7 @@ const GIVE_UP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// still queued answer 503 `shutting_down`, and what is left after a moment is cut.
 async fn drain(shared: &Arc<Shared>) {
     shared.tasks.close();
-    let deadline = shared.runtime.load().config.shutdown.drain_timeout;
+    let deadline = shared.runtime.load().config.shutdown.drain_timeout.get();
     tracing::info!(open = shared.tasks.len(), ?deadline, "draining");
     if tokio::time::timeout(deadline, shared.tasks.wait())
         .await
