@@ -26,18 +26,19 @@ async fn json_access_log_lines_carry_request_facts() {
             .unwrap(),
     )
     .await;
-    let mut lines = Vec::new();
-    for _ in 0..200 {
-        lines = std::fs::read_to_string(&path)
+    let lines: Vec<String> = eventually("two access log lines", || async {
+        let lines: Vec<String> = std::fs::read_to_string(&path)
             .unwrap_or_default()
             .lines()
             .map(str::to_owned)
             .collect();
         if lines.len() >= 2 {
-            break;
+            Ok(lines)
+        } else {
+            Err(lines)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert_eq!(lines.len(), 2, "{lines:?}");
     let ok: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
     assert_eq!(ok["request_id"], "rid-1");

@@ -209,14 +209,15 @@ async fn mock_answers_are_remedy_actions() {
         ),
         "{m}"
     );
-    let mut text = String::new();
-    for _ in 0..300 {
-        text = admin_get(&gw, "/remedy-stats").await.json().to_string();
+    let text = eventually("three requests in /remedy-stats", || async {
+        let text = admin_get(&gw, "/remedy-stats").await.json().to_string();
         if text.contains(r#""requests":3"#) {
-            break;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     assert!(
         text.contains(r#""remedy":"mock""#) && text.contains(r#""action":"answered""#),
         "{text}"

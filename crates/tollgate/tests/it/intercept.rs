@@ -297,12 +297,10 @@ async fn a_tunnel_to_a_host_not_intercepted_is_relayed_byte_for_byte() {
     let mut back = [0u8; 17];
     c.read_exact(&mut back).await.unwrap();
     assert_eq!(&back, b"\x16\x03\x01 not decrypted");
-    for _ in 0..500 {
-        if seen.lock().unwrap().len() >= sent.len() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_until("every byte reaches the upstream", || {
+        seen.lock().unwrap().len() >= sent.len()
+    })
+    .await;
     assert_eq!(*seen.lock().unwrap(), sent);
     let text = admin_get(&gw, "/metrics").await;
     let body = String::from_utf8_lossy(&text.body);

@@ -128,13 +128,13 @@ async fn queued(gw: &tollgate::Gateway) -> u64 {
 }
 
 async fn wait_queued(gw: &tollgate::Gateway, n: u64) {
-    for _ in 0..500 {
-        if queued(gw).await == n {
-            return;
+    eventually(&format!("{n} queued"), || async {
+        match queued(gw).await {
+            q if q == n => Ok(()),
+            q => Err(q),
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("queue never reached {n}");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -159,9 +159,10 @@ async fn queue_releases_by_priority_then_fifo() {
         })
     };
     let first = spawn("first", "low");
-    while order.lock().unwrap().is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until("the first request reaches the upstream", || {
+        !order.lock().unwrap().is_empty()
+    })
+    .await;
     // Queued in this order; released by priority, FIFO within one.
     let mut waiting = Vec::new();
     for (i, (who, prio)) in [
@@ -204,11 +205,16 @@ async fn queue_full_timeout_and_client_gone() {
         let addr = up.addr;
         tokio::spawn(async move { get_via(&gw, addr, "/", &[]).await.status })
     };
-    while admin_get(&gw, "/policies").await.json()["policies"][0]["state"]["concurrency"]["in_flight"]
-        != 1
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("one request in flight", || async {
+        let state = admin_get(&gw, "/policies").await.json();
+        let in_flight = state["policies"][0]["state"]["concurrency"]["in_flight"].clone();
+        if in_flight == 1 {
+            Ok(())
+        } else {
+            Err(in_flight)
+        }
+    })
+    .await;
     // One waits (and times out); the next finds the queue full.
     let waiter = {
         let gw = gw.clone();

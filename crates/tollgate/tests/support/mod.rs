@@ -305,6 +305,26 @@ pub async fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     panic!("{what}: never happened within 10 s");
 }
 
+/// Polls `probe` every 10 ms until it gives `Ok`, and returns what it gave; fails the
+/// test, naming `what` and the last `Err` it gave, when it has not within 10 s (a
+/// deadline for a condition, not a speed assertion).
+pub async fn eventually<T, E, F, Fut>(what: &str, mut probe: F) -> T
+where
+    E: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut last = None;
+    for _ in 0..1000 {
+        match probe().await {
+            Ok(v) => return v,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what}: never happened within 10 s; last seen: {last:?}");
+}
+
 /// Writes raw bytes to the proxy and reads the whole answer until the server closes.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
