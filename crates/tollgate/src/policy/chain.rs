@@ -130,11 +130,26 @@ impl Attempts for Once {
         _x: &'a mut Exchange,
         _o: Result<(u16, Option<Duration>), &'a ProxyError>,
     ) -> BoxFuture<'a, Option<Duration>> {
-        Box::pin(std::future::ready(None))
+        Box::pin(NoMore)
     }
 
     fn resend_lost(&self) -> bool {
         true
+    }
+}
+
+/// [`Once`]'s answer: no further attempt. Of no size, so boxing it allocates nothing on
+/// every matched request.
+struct NoMore;
+
+impl Future for NoMore {
+    type Output = Option<Duration>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Duration>> {
+        std::task::Poll::Ready(None)
     }
 }
 
