@@ -99,12 +99,12 @@ pub trait Attempts: Send + Sync + 'static {
     /// Whether the request is kept to be sent again (each attempt gets a copy).
     fn keeps(&self, x: &Exchange) -> bool;
 
-    /// After an attempt (its status and the provider's `Retry-After`, or the error): how
-    /// long to wait before sending it again, or `None` to answer with it.
+    /// After an attempt (the provider's response, or the error): how long to wait
+    /// before sending it again, or `None` to answer with it.
     fn again<'a>(
         &'a self,
         x: &'a mut Exchange,
-        o: Result<(u16, Option<Duration>), &'a ProxyError>,
+        o: Result<&'a Response<Body>, &'a ProxyError>,
     ) -> BoxFuture<'a, Option<Duration>>;
 
     /// Whether the HTTP/1.1 pool may resend a request a stale keep-alive connection lost
@@ -128,7 +128,7 @@ impl Attempts for Once {
     fn again<'a>(
         &'a self,
         _x: &'a mut Exchange,
-        _o: Result<(u16, Option<Duration>), &'a ProxyError>,
+        _o: Result<&'a Response<Body>, &'a ProxyError>,
     ) -> BoxFuture<'a, Option<Duration>> {
         Box::pin(NoMore)
     }

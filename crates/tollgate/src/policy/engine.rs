@@ -4,7 +4,6 @@
 //! future; unmatched traffic never does.
 
 use super::chain::{Attempt, Exchange, Flow};
-use super::provider_hints;
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
@@ -80,14 +79,7 @@ async fn phases(
     let (mut upstream, mut number) = (None, 0);
     let resp = loop {
         let attempt = attempt(x, client, timer, number, &mut upstream).await;
-        let summary = match &attempt {
-            Ok(r) => Ok((
-                r.status().as_u16(),
-                provider_hints::retry_after(r.headers()),
-            )),
-            Err(e) => Err(e),
-        };
-        match chain.attempts.again(x, summary).await {
+        match chain.attempts.again(x, attempt.as_ref()).await {
             Some(wait) => {
                 drop(attempt);
                 number += 1;

@@ -264,8 +264,15 @@ impl Attempts for RetryStage {
     fn again<'a>(
         &'a self,
         x: &'a mut Exchange,
-        o: Result<(u16, Option<Duration>), &'a ProxyError>,
+        o: Result<&'a Response<Body>, &'a ProxyError>,
     ) -> BoxFuture<'a, Option<Duration>> {
+        // The status and the provider's `Retry-After`, read only where retry decides.
+        let o = o.map(|r| {
+            (
+                r.status().as_u16(),
+                crate::policy::provider_hints::retry_after(r.headers()),
+            )
+        });
         Box::pin(async move {
             let wait = self.0.again(x, o).await;
             if wait.is_some() {
