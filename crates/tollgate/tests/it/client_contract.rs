@@ -16,6 +16,22 @@ fn secs_to_next_hour() -> u64 {
     3600 - now % 3600
 }
 
+/// Two accounts, and retry on 429 with a `Retry-After` cap of 1 s.
+async fn two_accounts_retrying_429() -> tollgate::Gateway {
+    gateway(
+        &config()
+            .local_policy(&[
+                (
+                    "credentials",
+                    "{accounts: [{bearer: key-a}, {bearer: key-b}]}",
+                ),
+                ("retry", "{attempts: 3, statuses: ['429'], max_delay: 1s}"),
+            ])
+            .yaml(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_queue_that_cannot_serve_in_time_refuses_at_once_with_the_real_retry_after() {
     let (up, hits) = counting_upstream(|_, _| async { answer(200, &[], "ok") }).await;
@@ -59,18 +75,7 @@ async fn a_retry_after_an_accounts_429_goes_to_a_free_account_at_once() {
     .await;
     // A's Retry-After (30 s) is past max_delay (1 s): waiting for A is never an option,
     // so only going to B at once can succeed.
-    let gw = gateway(
-        &config()
-            .local_policy(&[
-                (
-                    "credentials",
-                    "{accounts: [{bearer: key-a}, {bearer: key-b}]}",
-                ),
-                ("retry", "{attempts: 3, statuses: ['429'], max_delay: 1s}"),
-            ])
-            .yaml(),
-    )
-    .await;
+    let gw = two_accounts_retrying_429().await;
     let got = get_via(&gw, up.addr, "/v1/chat", &[]).await;
     assert_eq!(got.status, 200, "{:?}", got.body);
     assert_eq!(got.body, "served with Bearer key-b".as_bytes());
@@ -90,18 +95,7 @@ async fn with_every_account_cooling_the_retry_honours_retry_after() {
     let (up, hits) =
         counting_upstream(|_, _| async { answer(429, &[("retry-after", "30")], "all tired") })
             .await;
-    let gw = gateway(
-        &config()
-            .local_policy(&[
-                (
-                    "credentials",
-                    "{accounts: [{bearer: key-a}, {bearer: key-b}]}",
-                ),
-                ("retry", "{attempts: 3, statuses: ['429'], max_delay: 1s}"),
-            ])
-            .yaml(),
-    )
-    .await;
+    let gw = two_accounts_retrying_429().await;
     let got = get_via(&gw, up.addr, "/", &[]).await;
     // A, then B at once; both cooling for 30 s, past max_delay: relayed, not retried.
     assert_eq!(got.status, 429);
