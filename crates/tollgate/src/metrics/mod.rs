@@ -146,7 +146,7 @@ macro_rules! metrics {
             fn new(describe: bool) -> Self {
                 let mut registry = Registry::with_prefix("tollgate");
                 let mut f = Families { registry: &mut registry, describe };
-                $(let $field: $ty = f.add($name, $help, Make::make());)+
+                $(let $field: $ty = f.add($name, $help);)+
                 Metrics {
                     registry: Arc::new(Mutex::new(registry)),
                     extensions: Arc::default(),
@@ -214,8 +214,10 @@ pub struct Families<'a> {
 }
 
 impl Families<'_> {
-    /// Registers `metric` as `name` with `help`, and returns it.
-    pub fn add<M: Registered + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+    /// Makes a metric of type `M` (a histogram with the latency buckets), registers it
+    /// as `name` with `help`, and returns it.
+    pub fn add<M: Registered + Make + Clone>(&mut self, name: &str, help: &str) -> M {
+        let metric = M::make();
         if self.describe {
             metric.describe();
         }
@@ -264,7 +266,7 @@ where
 }
 
 /// How each kind of metric is made: histograms with the latency buckets.
-trait Make {
+pub trait Make {
     fn make() -> Self;
 }
 
@@ -302,12 +304,6 @@ impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Histogram> {
     fn make() -> Self {
         Family::new_with_constructor(|| Histogram::new(latency_buckets()))
     }
-}
-
-/// A latency histogram family (the buckets of every `_seconds` family here), for a
-/// capability's own families.
-pub fn latency_family<L: Clone + std::hash::Hash + Eq>() -> Family<L, Histogram> {
-    Make::make()
 }
 
 impl Metrics {

@@ -320,7 +320,6 @@ impl RemedyKind for Kind {
             state: f.add(
                 "breaker_state",
                 "Circuit breaker state by breaker name: 0 closed, 1 open, 2 half-open",
-                Family::default(),
             ),
         }
     }

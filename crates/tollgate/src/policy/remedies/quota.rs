@@ -81,7 +81,6 @@ impl RemedyKind for Kind {
             remaining: f.add(
                 "quota_remaining",
                 "Requests left in a quota's current period, by quota name",
-                Family::default(),
             ),
         }
     }

@@ -238,16 +238,8 @@ impl RemedyKind for Kind {
 
     fn register(f: &mut Families<'_>) -> Metrics {
         Metrics {
-            entries: f.add(
-                "cache_entries",
-                "Cached responses, by policy",
-                Family::default(),
-            ),
-            bytes: f.add(
-                "cache_bytes",
-                "Bytes held by a policy's cache",
-                Family::default(),
-            ),
+            entries: f.add("cache_entries", "Cached responses, by policy"),
+            bytes: f.add("cache_bytes", "Bytes held by a policy's cache"),
         }
     }
 
