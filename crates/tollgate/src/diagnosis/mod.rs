@@ -149,6 +149,8 @@ pub struct RequestDiag {
     pub policy: Option<Arc<str>>,
     /// When the (last) attempt was sent.
     pub sent_at: Option<tokio::time::Instant>,
+    /// An LLM call's usage, as its answer tells it.
+    pub llm: Option<std::sync::Arc<crate::llm::Meter>>,
 }
 
 impl RequestDiag {

@@ -62,6 +62,8 @@ pub struct Limit {
     seen: Arc<str>,
     /// The store part of each listed group, made once.
     share_parts: Vec<Arc<str>>,
+    /// Counts amounts ([`Limit::reserve`]), never batched.
+    pub amounts: bool,
 }
 
 /// The group a request counts in: its part name and limit.
@@ -93,6 +95,7 @@ impl Limit {
             total: Arc::from("total"),
             other: Arc::from("g:other"),
             seen: Arc::from("groups"),
+            amounts: false,
         }
     }
 
@@ -130,7 +133,37 @@ impl Limit {
     /// Counts one request if it fits its group's share, the total and the parent's.
     /// With `refund_on`, what it was counted in comes back in [`Taken::counted`].
     pub async fn take(&self, h: &HeaderMap) -> Result<Taken, OverLimit> {
-        self.take_keeping(h, !self.spec.refund_on.is_empty()).await
+        self.take_keeping(h, 1, !self.spec.refund_on.is_empty())
+            .await
+    }
+
+    /// Counts `n` (tokens, nano-dollars) if they fit, exactly (never through a batching
+    /// store's blocks: what is reserved is corrected later by [`Limit::adjust`]); what
+    /// they were counted in comes back in [`Taken::counted`].
+    pub async fn reserve(&self, h: &HeaderMap, n: u64) -> Result<Taken, OverLimit> {
+        self.take_keeping(h, n, true).await
+    }
+
+    /// Corrects what [`Limit::reserve`] counted in `counted` by `delta` (the real amount
+    /// less the reserved one), in the window it was reserved in; an increase is added
+    /// whatever the limit (the call was made), in the background.
+    pub fn adjust(&self, counted: &[Key], delta: i64, expires_ms: u64) {
+        for k in counted {
+            match delta {
+                0 => {}
+                d if d < 0 => self.store.release(k, d.unsigned_abs()),
+                d => {
+                    let (store, k) = (self.store.clone(), k.clone());
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        rt.spawn(async move {
+                            if let Err(e) = store.add(&k, d as u64, u64::MAX, expires_ms).await {
+                                tracing::warn!("{e}; a reservation's correction was lost");
+                            }
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// Gives back a request [`Limit::take`] counted (the provider did not charge it).
@@ -140,7 +173,7 @@ impl Limit {
         }
     }
 
-    async fn take_keeping(&self, h: &HeaderMap, keep: bool) -> Result<Taken, OverLimit> {
+    async fn take_keeping(&self, h: &HeaderMap, n: u64, keep: bool) -> Result<Taken, OverLimit> {
         let now = clock::now_ms();
         let (window, end) = self.spec.window.bounds(now);
         let refused = |limit, blocked| OverLimit {
@@ -153,7 +186,7 @@ impl Limit {
             Group::None => None,
             Group::Counted(part, limit) => {
                 let key = Key::new(&self.resource, &part, window);
-                match self.store.take(&key, 1, limit, end).await {
+                match self.admit(&key, n, limit, end).await {
                     Ok(a) if !a.taken => return Err(refused(limit, false)),
                     Ok(_) => Some(key),
                     // A store that cannot answer lets the request through (fail open).
@@ -165,7 +198,7 @@ impl Limit {
             }
         };
         let total = Key::new(&self.resource, &self.total, window);
-        let added = match self.store.take(&total, 1, self.spec.limit, end).await {
+        let added = match self.admit(&total, n, self.spec.limit, end).await {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("{e}; request let through");
@@ -177,18 +210,18 @@ impl Limit {
         };
         if !added.taken {
             if let Some(k) = &group {
-                let _ = self.store.sub(k, 1).await;
+                let _ = self.store.sub(k, n).await;
             }
             return Err(refused(self.spec.limit, false));
         }
         let mut counted = Vec::new();
         if let Some(parent) = &self.parent {
-            match Box::pin(parent.take_keeping(h, keep)).await {
+            match Box::pin(parent.take_keeping(h, n, keep)).await {
                 Ok(t) => counted = t.counted,
                 Err(r) => {
-                    let _ = self.store.sub(&total, 1).await;
+                    let _ = self.store.sub(&total, n).await;
                     if let Some(k) = &group {
-                        let _ = self.store.sub(k, 1).await;
+                        let _ = self.store.sub(k, n).await;
                     }
                     return Err(r);
                 }
@@ -199,9 +232,24 @@ impl Limit {
             counted.extend(group);
         }
         Ok(Taken {
-            remaining: self.spec.limit - added.count,
+            remaining: self.spec.limit.saturating_sub(added.count),
             counted,
         })
+    }
+
+    /// An admission of `n`: one request through the store's `take` (which a shared
+    /// store may batch), an amount exactly through `add`.
+    fn admit(
+        &self,
+        key: &Key,
+        n: u64,
+        limit: u64,
+        end: u64,
+    ) -> super::store::StoreFuture<'_, super::store::Added> {
+        match n {
+            1 if !self.amounts => self.store.take(key, n, limit, end),
+            _ => self.store.add(key, n, limit, end),
+        }
     }
 
     /// The current window's count and end, for `GET /policies` and metrics.

@@ -19,6 +19,7 @@ pub mod matcher;
 pub mod provider_hints;
 pub mod queue;
 pub mod remedies;
+pub mod reserve;
 pub mod spec;
 pub mod state;
 pub mod store;

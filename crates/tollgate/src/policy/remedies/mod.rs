@@ -7,16 +7,19 @@
 //! (CONTRIBUTING.md).
 
 pub mod breaker;
+pub mod budget;
 pub mod cache;
 pub mod concurrency;
 pub mod credentials;
 pub mod header_guard;
+pub mod llm;
 pub mod mock;
 pub mod quota;
 pub mod rate_limit;
 pub mod retry;
 pub mod throttle;
 pub mod timeouts;
+pub mod token_limit;
 pub mod transform;
 
 /// The registry: every remedy in chain order, its policy key, its doc (the schema's and
@@ -50,6 +53,16 @@ macro_rules! registry {
             rate_limit: rate_limit::Kind,
                 /// Rate limits shared by name: `rate_limit: NAME` in any number of policies counts against one limit.
                 rate_limits;
+            /// LLM calls read: model, stream, prompt tokens estimated, and the answer's usage as it streams (docs/llm.md).
+            llm: llm::Kind;
+            /// Tokens per window for LLM calls: the name of one declared under `token_limits`, or its definition.
+            token_limit: token_limit::Kind,
+                /// Token limits shared by name (`token_limit: NAME`).
+                token_limits;
+            /// Money per day or month for LLM calls: the name of one declared under `budgets`, or its definition.
+            budget: budget::Kind,
+                /// Budgets shared by name (`budget: NAME`).
+                budgets;
             /// A limit on requests in flight: the name of one declared under `concurrency_limits`, or its definition.
             concurrency: concurrency::Kind,
                 /// Concurrency limits shared by name (`concurrency: NAME`).

@@ -242,33 +242,7 @@ pub fn quota(
     declared: &BTreeMap<String, RawQuota>,
     depth: usize,
 ) -> QuotaSpec {
-    let tz = match jiff::tz::TimeZone::get(q.time_zone.trim()) {
-        Ok(tz) => tz,
-        Err(_) => {
-            e.fail(
-                &format!("{path}.time_zone"),
-                format!(
-                    "`{}` is not a time zone; write an IANA name such as `Europe/Paris` or `UTC`",
-                    q.time_zone
-                ),
-            );
-            jiff::tz::TimeZone::UTC
-        }
-    };
-    let window = match q.per.as_str() {
-        "day" => Window::Day(tz),
-        "month" => Window::Month {
-            renews_on: q.renews_on.get() as i8,
-            tz,
-        },
-        other => {
-            e.fail(
-                &format!("{path}.per"),
-                format!("`{other}`: write `day` or `month`"),
-            );
-            Window::Day(tz)
-        }
-    };
+    let window = period(e, path, &q.per, q.renews_on.get() as i8, &q.time_zone);
     let parent = match (&q.parent, &q.share) {
         (None, None) => None,
         (Some(_), None) | (None, Some(_)) => {
@@ -347,6 +321,38 @@ pub fn quota(
                 shared: q.shared,
                 parent: None,
             }
+        }
+    }
+}
+
+/// A period as written (`per`, `renews_on`, `time_zone`): a day, or a calendar month
+/// renewing on a given day, starting at midnight in the time zone (quotas, budgets).
+pub fn period(e: &mut Errors, path: &str, per: &str, renews_on: i8, time_zone: &str) -> Window {
+    let tz = match jiff::tz::TimeZone::get(time_zone.trim()) {
+        Ok(tz) => tz,
+        Err(_) => {
+            e.fail(
+                &format!("{path}.time_zone"),
+                format!(
+                    "`{}` is not a time zone; write an IANA name such as `Europe/Paris` or `UTC`",
+                    time_zone
+                ),
+            );
+            jiff::tz::TimeZone::UTC
+        }
+    };
+    match per {
+        "day" => Window::Day(tz),
+        "month" => Window::Month {
+            renews_on: renews_on,
+            tz,
+        },
+        other => {
+            e.fail(
+                &format!("{path}.per"),
+                format!("`{other}`: write `day` or `month`"),
+            );
+            Window::Day(tz)
         }
     }
 }

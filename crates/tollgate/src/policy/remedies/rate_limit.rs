@@ -299,7 +299,41 @@ fn max_groups() -> crate::fields::units::Int<1, 1_000_000> {
 
 pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec {
     let limit = r.limit.get();
-    let groups = match &r.group_by {
+    let groups = groups(
+        e,
+        path,
+        limit,
+        GroupFields {
+            group_by: &r.group_by,
+            groups: &r.groups,
+            default_group: &r.default_group,
+            max_groups: r.max_groups.get(),
+        },
+    );
+    RateLimitSpec {
+        limit: LimitSpec {
+            limit,
+            window: window(e, &format!("{path}.window"), &r.window),
+            groups,
+            refund_on: refund_on(e, path, &r.refund_on),
+        },
+        queue: queue(e, &format!("{path}.queue"), &r.queue),
+        shared: r.shared,
+    }
+}
+
+/// A limit's consumer groups as written (rate limits, token limits, budgets).
+pub struct GroupFields<'a> {
+    pub group_by: &'a Option<String>,
+    pub groups: &'a BTreeMap<String, crate::fields::units::Percent>,
+    pub default_group: &'a str,
+    pub max_groups: u64,
+}
+
+/// Validates a limit's consumer groups: each listed group's share of `limit`, the
+/// default group's treatment.
+pub fn groups(e: &mut Errors, path: &str, limit: u64, r: GroupFields<'_>) -> Option<Groups> {
+    match &r.group_by {
         None => {
             if !r.groups.is_empty() {
                 e.fail(&format!("{path}.groups"), "groups need `group_by: HEADER` (the request header whose value names the group)".into());
@@ -346,18 +380,8 @@ pub fn rate_limit(e: &mut Errors, path: &str, r: &RawRateLimit) -> RateLimitSpec
                 header,
                 shares,
                 default,
-                max_groups: r.max_groups.get(),
+                max_groups: r.max_groups,
             })
         }
-    };
-    RateLimitSpec {
-        limit: LimitSpec {
-            limit,
-            window: window(e, &format!("{path}.window"), &r.window),
-            groups,
-            refund_on: refund_on(e, path, &r.refund_on),
-        },
-        queue: queue(e, &format!("{path}.queue"), &r.queue),
-        shared: r.shared,
     }
 }

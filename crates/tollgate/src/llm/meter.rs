@@ -1,0 +1,110 @@
+//! What one LLM call used, as its answer streams: the [`Meter`] is shared by the body that
+//! reads the answer, the remedies that reconcile their reservations when the call ends and
+//! diagnosis, and updated as each event passes, so a stream cut by either side still
+//! tells what was counted until then.
+
+use super::Api;
+use super::usage::{Reported, Usage};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One call's usage, as far as its answer has told it.
+#[derive(Debug, Default, Clone)]
+pub struct Metered {
+    /// The model the request asked for.
+    pub requested: Option<Arc<str>>,
+    /// The model the answer names (a dated snapshot of the one asked for).
+    pub answered: Option<Arc<str>>,
+    pub reported: Reported,
+    /// A successful answer is being relayed from the provider (else nothing was used: an
+    /// error, a refusal, an answer made by tollgate).
+    pub relayed: bool,
+    /// The answer's own usage arrived whole (a complete JSON answer, a stream's final
+    /// usage): nothing is estimated.
+    pub whole: bool,
+    /// Content events streamed (about a token each): the output of a stream cut before
+    /// its usage arrived.
+    pub chunks: u64,
+    /// The prompt's tokens as estimated on admission (the input of a stream cut before
+    /// it told them).
+    pub input_estimate: u64,
+    /// From the request's send to the answer's first body bytes.
+    pub first_byte: Option<Duration>,
+    /// Which entry of the `fallback:` list answered (0: the request as sent).
+    pub fallback: u32,
+}
+
+impl Metered {
+    /// The usage to count: the answer's, with what it did not tell estimated (a stream
+    /// cut early: the admission's prompt estimate, a token per content event).
+    pub fn usage(&self) -> Usage {
+        if !self.relayed {
+            return Usage::default();
+        }
+        let r = &self.reported;
+        let output = match (self.whole, r.output) {
+            (true, Some(o)) => o,
+            (_, o) => o.unwrap_or(0).max(self.chunks),
+        };
+        Usage {
+            input: r.input.unwrap_or(self.input_estimate),
+            output,
+            cached: r.cached.unwrap_or(0),
+            cache_write: r.cache_write.unwrap_or(0),
+            reasoning: r.reasoning.unwrap_or(0),
+        }
+    }
+
+    /// Whether any of it is estimated rather than told by the provider.
+    pub fn estimated(&self) -> bool {
+        !self.whole && (self.reported.input.is_none() || self.reported.output.is_none())
+    }
+
+    /// The model to price and label: the answer's, else the request's.
+    pub fn model(&self) -> Option<&Arc<str>> {
+        self.answered.as_ref().or(self.requested.as_ref())
+    }
+}
+
+/// The shared record of one call. Its lock is the call's own (never contended across
+/// requests).
+#[derive(Debug)]
+pub struct Meter {
+    pub api: Api,
+    state: Mutex<Metered>,
+}
+
+impl Meter {
+    pub fn new(api: Api, m: Metered) -> Arc<Self> {
+        Arc::new(Self {
+            api,
+            state: Mutex::new(m),
+        })
+    }
+
+    pub fn read(&self) -> Metered {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut Metered)) {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// A usage object (`usage`, `usageMetadata`) of the answer; `whole` when it is the
+    /// answer's final word.
+    pub fn usage_value(&self, v: &serde_json::Value, whole: bool) {
+        if let Some(r) = Reported::read(self.api, v) {
+            self.update(|m| {
+                m.reported.merge(r);
+                m.whole |= whole;
+            });
+        }
+    }
+
+    /// The model the answer names.
+    pub fn model_value(&self, v: &serde_json::Value) {
+        if let Some(s) = v.as_str().filter(|s| !s.is_empty() && s.len() <= 256) {
+            self.update(|m| m.answered = Some(Arc::from(s)));
+        }
+    }
+}

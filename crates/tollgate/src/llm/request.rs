@@ -1,0 +1,202 @@
+//! What an LLM request asks, read once from its JSON body on admission: the model, whether
+//! it streams, its output cap, and an estimate of its prompt's tokens; and, for an OpenAI
+//! chat stream that does not ask for its usage, `stream_options.include_usage` added.
+
+use super::meter::{Meter, Metered};
+use super::{Api, tokens};
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// One LLM call, as its request phase found it (a per-request local of the exchange).
+pub struct Call {
+    pub api: Api,
+    pub model: Option<Arc<str>>,
+    pub stream: bool,
+    /// `max_tokens`, `max_completion_tokens`, `max_output_tokens` or Gemini's
+    /// `generationConfig.maxOutputTokens`.
+    pub max_output: Option<u64>,
+    /// The prompt's tokens, estimated ([`tokens`]).
+    pub input_estimate: u64,
+    /// `include_usage` was added: the usage chunk is removed from what the client gets.
+    pub strip_usage: bool,
+    pub meter: Arc<Meter>,
+    /// When the request phase read it (time to first byte counts from here).
+    pub started: Instant,
+    /// The answer's body is read for usage already (one reader whichever remedy set it).
+    pub metering: bool,
+    /// Output tokens reserved when the request sets no cap (`llm.output_estimate`).
+    pub output_estimate: u64,
+    /// The policy's price table.
+    pub prices: Arc<super::prices::Prices>,
+}
+
+impl Call {
+    /// The usage to reserve on admission: the prompt's estimate and the output cap (or
+    /// `llm.output_estimate` when the request sets none).
+    pub fn reserve(&self) -> super::Usage {
+        super::Usage {
+            input: self.input_estimate,
+            output: self.max_output.unwrap_or(self.output_estimate),
+            ..Default::default()
+        }
+    }
+}
+
+/// What reading a request gave: the call, and the body to send instead when
+/// `include_usage` was added.
+pub struct Read {
+    pub call: Call,
+    pub body: Option<Bytes>,
+}
+
+/// Reads the request `body` of a call to `api` at `path`. `add_usage`: add
+/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `estimate`:
+/// count the prompt's tokens.
+pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, estimate: bool) -> Read {
+    let v: Value = body
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    let gemini_model = || {
+        let name = path.rsplit('/').next()?;
+        let model = name.split(':').next()?;
+        Some(model)
+    };
+    let model: Option<Arc<str>> = match api {
+        Api::Gemini => gemini_model().map(Arc::from),
+        _ => v.get("model").and_then(|m| m.as_str()).map(Arc::from),
+    };
+    let stream = match api {
+        Api::Gemini => path.ends_with(":streamGenerateContent"),
+        _ => v.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
+    };
+    let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| v.get(k).and_then(|n| n.as_u64()))
+        .or_else(|| {
+            v.get("generationConfig")
+                .and_then(|g| g.get("maxOutputTokens"))
+                .and_then(|n| n.as_u64())
+        });
+    let input_estimate = if estimate {
+        tokens::estimate(model.as_deref(), &v)
+    } else {
+        0
+    };
+    let asks_usage = v
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(|u| u.as_bool())
+        .unwrap_or(false);
+    let add = add_usage && api == Api::OpenAiChat && stream && !asks_usage;
+    let new_body = add.then(|| with_usage(body?, &v)).flatten();
+    let meter = Meter::new(
+        api,
+        Metered {
+            requested: model.clone(),
+            input_estimate,
+            ..Metered::default()
+        },
+    );
+    Read {
+        call: Call {
+            api,
+            model,
+            stream,
+            max_output,
+            input_estimate,
+            strip_usage: new_body.is_some(),
+            meter,
+            started: Instant::now(),
+            metering: false,
+            output_estimate: 0,
+            prices: Default::default(),
+        },
+        body: new_body,
+    }
+}
+
+/// The body with `"stream_options":{"include_usage":true}`: written in front of the
+/// object's first key when the request has no `stream_options` (every other byte kept as
+/// sent), else the object written again with the option set.
+fn with_usage(body: &Bytes, v: &Value) -> Option<Bytes> {
+    if v.get("stream_options").is_none() {
+        let open = body.iter().position(|&c| c == b'{')?;
+        let empty = body[open + 1..]
+            .iter()
+            .find(|c| !c.is_ascii_whitespace())
+            .is_some_and(|&c| c == b'}');
+        let mut out = Vec::with_capacity(body.len() + 40);
+        out.extend_from_slice(&body[..=open]);
+        out.extend_from_slice(br#""stream_options":{"include_usage":true}"#);
+        if !empty {
+            out.push(b',');
+        }
+        out.extend_from_slice(&body[open + 1..]);
+        return Some(out.into());
+    }
+    let mut v = v.clone();
+    let opts = v.get_mut("stream_options")?.as_object_mut()?;
+    opts.insert("include_usage".into(), Value::Bool(true));
+    serde_json::to_vec(&v).ok().map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_stream_gets_include_usage_and_keeps_its_bytes() {
+        let body = Bytes::from_static(
+            br#"{ "model" : "gpt-4o-mini", "stream": true, "max_tokens": 50, "n": 1.50}"#,
+        );
+        let r = read(
+            Api::OpenAiChat,
+            "/v1/chat/completions",
+            Some(&body),
+            true,
+            false,
+        );
+        assert_eq!(r.call.model.as_deref(), Some("gpt-4o-mini"));
+        assert!(r.call.stream && r.call.strip_usage);
+        assert_eq!(r.call.max_output, Some(50));
+        assert_eq!(
+            &r.body.unwrap()[..],
+            br#"{"stream_options":{"include_usage":true}, "model" : "gpt-4o-mini", "stream": true, "max_tokens": 50, "n": 1.50}"#
+        );
+        // Asked already, or not a stream: left alone.
+        let asks = Bytes::from_static(
+            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
+        );
+        let r = read(
+            Api::OpenAiChat,
+            "/v1/chat/completions",
+            Some(&asks),
+            true,
+            false,
+        );
+        assert!(r.body.is_none() && !r.call.strip_usage);
+        let whole = Bytes::from_static(br#"{"model":"m"}"#);
+        assert!(
+            read(Api::OpenAiChat, "/", Some(&whole), true, false)
+                .body
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn gemini_names_its_model_and_stream_in_the_path() {
+        let body = Bytes::from_static(br#"{"generationConfig":{"maxOutputTokens":64}}"#);
+        let r = read(
+            Api::Gemini,
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            Some(&body),
+            true,
+            false,
+        );
+        assert_eq!(r.call.model.as_deref(), Some("gemini-2.5-flash"));
+        assert!(r.call.stream && !r.call.strip_usage);
+        assert_eq!(r.call.max_output, Some(64));
+    }
+}

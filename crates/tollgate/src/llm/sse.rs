@@ -1,0 +1,143 @@
+//! Server-sent events as they pass: lines split across pieces are joined, and each event
+//! (its `event:` name and its `data:`, lines joined by `\n`) is handed on when the blank
+//! line ending it arrives, with where it ends in the stream (WHATWG HTML §9.2.6, the
+//! `text/event-stream` interpretation; lines end in `\n` or `\r\n`).
+
+/// One event.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub name: Vec<u8>,
+    pub data: Vec<u8>,
+    /// Where the event (its blank line included) ends, in bytes from the stream's start.
+    pub end: u64,
+}
+
+/// The splitter. A line or an event's data longer than the cap is dropped (the event is
+/// still handed on, its data empty), so a hostile stream cannot grow it.
+pub struct Events {
+    line: Vec<u8>,
+    line_long: bool,
+    event: Event,
+    /// Bytes fed so far.
+    offset: u64,
+    cap: usize,
+}
+
+impl Events {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            line_long: false,
+            event: Event::default(),
+            offset: 0,
+            cap,
+        }
+    }
+
+    /// Bytes fed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Feeds the next piece; `each` gets every event it completes.
+    pub fn feed(&mut self, data: &[u8], mut each: impl FnMut(Event)) {
+        let mut rest = data;
+        while !rest.is_empty() {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                self.keep(rest);
+                self.offset += rest.len() as u64;
+                return;
+            };
+            self.keep(&rest[..nl]);
+            self.offset += nl as u64 + 1;
+            rest = &rest[nl + 1..];
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let long = std::mem::take(&mut self.line_long);
+            if line.is_empty() && !long {
+                let mut e = std::mem::take(&mut self.event);
+                e.end = self.offset;
+                each(e);
+            } else if !long {
+                self.field(&line);
+            }
+            line.clear();
+            self.line = line;
+        }
+    }
+
+    fn keep(&mut self, part: &[u8]) {
+        if self.line_long || self.line.len() + part.len() > self.cap {
+            self.line_long = true;
+            self.line.clear();
+        } else {
+            self.line.extend_from_slice(part);
+        }
+    }
+
+    fn field(&mut self, line: &[u8]) {
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"data" => {
+                if self.event.data.len() + value.len() < self.cap {
+                    if !self.event.data.is_empty() {
+                        self.event.data.push(b'\n');
+                    }
+                    self.event.data.extend_from_slice(value);
+                }
+            }
+            b"event" => self.event.name = value.to_vec(),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_whole_whatever_the_pieces() {
+        let stream = b"event: message_start\r\ndata: {\"a\":1}\r\n\r\n: comment\n\ndata: x\ndata: y\n\ndata: [DONE]\n\n";
+        for piece in [1, 2, 5, 100] {
+            let mut got = Vec::new();
+            let mut ev = Events::new(1024);
+            for c in stream.chunks(piece) {
+                ev.feed(c, |e| got.push(e));
+            }
+            let names: Vec<_> = got.iter().map(|e| e.name.clone()).collect();
+            let data: Vec<_> = got.iter().map(|e| e.data.clone()).collect();
+            assert_eq!(names[0], b"message_start");
+            assert_eq!(
+                data,
+                vec![
+                    b"{\"a\":1}".to_vec(),
+                    b"".to_vec(),
+                    b"x\ny".to_vec(),
+                    b"[DONE]".to_vec()
+                ]
+            );
+            assert_eq!(got[0].end, 39);
+            assert_eq!(got[3].end, stream.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_long_line_is_dropped_not_kept() {
+        let mut ev = Events::new(16);
+        let mut got = Vec::new();
+        ev.feed(
+            b"data: 0123456789012345678901234567890\n\ndata: ok\n\n",
+            |e| got.push(e.data),
+        );
+        assert_eq!(got, vec![b"".to_vec(), b"ok".to_vec()]);
+    }
+}

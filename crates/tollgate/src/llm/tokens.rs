@@ -1,0 +1,107 @@
+//! A prompt's tokens, estimated on admission (the answer's usage corrects it): the text of
+//! the request's JSON (every string but names, roles, ids and binary data) counted with
+//! the model's tokenizer where one is public (OpenAI's, through `tiktoken-rs`), else
+//! approximated as one token per 4 bytes; plus 3 tokens per message for its framing, as
+//! OpenAI's cookbook counts chat messages.
+
+use serde_json::Value;
+
+/// Keys whose string values are not prompt text.
+const NOT_TEXT: &[&str] = &[
+    "model",
+    "role",
+    "type",
+    "id",
+    "name",
+    "tool_call_id",
+    "tool_use_id",
+    "url",
+    "data",
+    "mime_type",
+    "mimeType",
+    "media_type",
+    "encoding_format",
+    "user",
+    "service_tier",
+    "reasoning_effort",
+];
+
+/// Tokens per message for its framing (role, separators).
+const PER_MESSAGE: u64 = 3;
+
+/// The estimate for a request to `model` with body `v`.
+pub fn estimate(model: Option<&str>, v: &Value) -> u64 {
+    let mut text = String::new();
+    let mut messages = 0;
+    collect(v, &mut text, &mut messages);
+    count(model, &text) + messages * PER_MESSAGE
+}
+
+/// The tokens of `text` for `model`.
+pub fn count(model: Option<&str>, text: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    match model.and_then(|m| tiktoken_rs::bpe_for_model(m).ok()) {
+        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
+        None => approximate(text),
+    }
+}
+
+/// One token per 4 bytes, rounded up: the rule of thumb OpenAI and Anthropic give for
+/// English text.
+pub fn approximate(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}
+
+fn collect(v: &Value, text: &mut String, messages: &mut u64) {
+    match v {
+        Value::String(s) => {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(s);
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect(v, text, messages)),
+        Value::Object(o) => {
+            if o.contains_key("role") {
+                *messages += 1;
+            }
+            for (k, v) in o {
+                if !NOT_TEXT.contains(&k.as_str()) {
+                    collect(v, text, messages);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Loads the public tokenizers now (about 0.2 s each), so the first request does not
+/// wait for them.
+pub fn warm_up() {
+    for m in ["gpt-4o", "gpt-4"] {
+        let _ = tiktoken_rs::bpe_for_model(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn openai_models_are_counted_with_their_tokenizer() {
+        let body = json!({"model": "gpt-4o-mini", "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Hello world"}]});
+        // o200k_base: "You are a helpful assistant.\nHello world" is 8 tokens.
+        assert_eq!(estimate(Some("gpt-4o-mini"), &body), 8 + 2 * PER_MESSAGE);
+        // Elsewhere, a quarter of the bytes.
+        let text = "You are a helpful assistant.\nHello world";
+        assert_eq!(
+            estimate(Some("claude-sonnet-4-5"), &body),
+            approximate(text) + 2 * PER_MESSAGE
+        );
+    }
+}

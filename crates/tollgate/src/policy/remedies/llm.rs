@@ -1,0 +1,182 @@
+//! LLM calls: recognises the request (OpenAI-compatible, Anthropic, Gemini), reads what it
+//! asks (model, stream, output cap, its prompt's tokens estimated), adds
+//! `stream_options.include_usage` to an OpenAI chat stream lacking it, and reads the
+//! answer's usage as it streams past (crate::llm). `token_limit` and `budget` count
+//! what it reads, and do the same with the defaults when a policy has no `llm:` key.
+
+use crate::body::Body;
+use crate::error::ProxyError;
+use crate::fields::units::{Int, Size};
+use crate::llm::prices::{Price, Prices};
+use crate::llm::{Api, Call, request};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::compile::Build;
+use crate::policy::kind::{Check, Phases, RemedyKind};
+use http::{Method, Response, header};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How a policy reads its LLM calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub add_stream_usage: bool,
+    pub tokenizer: bool,
+    pub output_estimate: u64,
+    pub max_body: usize,
+    pub prices: Arc<Prices>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        spec(&RawLlm::default())
+    }
+}
+
+/// `llm:` in a policy.
+pub struct Kind;
+
+impl RemedyKind for Kind {
+    const NAME: &'static str = "llm";
+    const PHASES: Phases = Phases {
+        request: "reads an LLM request (model, stream, output cap, prompt tokens estimated); adds `include_usage` to an OpenAI chat stream",
+        attempt: "",
+        response: "reads the answer's usage as it streams (removing the usage chunk it asked for)",
+    };
+    const EXAMPLE: &'static str = "{prices: {my-finetune: {input: 3.0, output: 12.0}}}";
+    type Raw = RawLlm;
+    type Spec = Settings;
+    type Action = crate::policy::kind::NoActions;
+    type Metrics = ();
+
+    fn validate(raw: &RawLlm, cx: &mut Check<'_>) -> Option<Settings> {
+        for (model, p) in &raw.prices {
+            let prices = [
+                ("input", Some(p.input)),
+                ("output", Some(p.output)),
+                ("cached_input", p.cached_input),
+                ("cache_write", p.cache_write),
+            ];
+            for (field, v) in prices {
+                if let Some(v) = v.filter(|v| !v.is_finite() || *v < 0.0) {
+                    cx.errors.fail(
+                        &cx.at(&format!("prices.{model}.{field}")),
+                        format!("`{v}`: write USD per million tokens, 0 or more (e.g. 2.5)"),
+                    );
+                }
+            }
+        }
+        if raw.tokenizer {
+            crate::llm::tokens::warm_up();
+        }
+        Some(spec(raw))
+    }
+
+    fn build(s: &Settings, _: &mut Build<'_>) -> Built {
+        Built::from(Arc::new(Llm(s.clone())))
+    }
+}
+
+fn spec(raw: &RawLlm) -> Settings {
+    Settings {
+        add_stream_usage: raw.add_stream_usage,
+        tokenizer: raw.tokenizer,
+        output_estimate: raw.output_estimate.get(),
+        max_body: raw.max_body.get(),
+        prices: Arc::new(Prices::new(raw.prices.clone())),
+    }
+}
+
+struct Llm(Settings);
+
+impl Remedy for Llm {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            call(x, &self.0).await?;
+            Ok(Flow::Continue)
+        })
+    }
+
+    fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        meter(x, resp)
+    }
+}
+
+/// The LLM call `x` makes, read once (by the first remedy that needs it) with
+/// `settings` into its locals; whether it is one.
+pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyError> {
+    if x.locals.get::<Call>().is_none() {
+        let Some(api) = (x.method == Method::POST)
+            .then(|| Api::of_path(x.parts.uri.path()))
+            .flatten()
+        else {
+            return Ok(false);
+        };
+        let path = x.parts.uri.path().to_owned();
+        let body = x.buffer(settings.max_body).await?;
+        let read = request::read(
+            api,
+            &path,
+            body,
+            settings.add_stream_usage,
+            settings.tokenizer,
+        );
+        if let Some(b) = read.body {
+            x.parts
+                .headers
+                .insert(header::CONTENT_LENGTH, b.len().into());
+            crate::headers::remove_in_order(&mut x.parts.headers, |n| {
+                n == header::TRANSFER_ENCODING
+            });
+            x.buffered = Some(b);
+        }
+        let mut call = read.call;
+        call.output_estimate = settings.output_estimate;
+        call.prices = settings.prices.clone();
+        if let Some(d) = &mut x.diag {
+            d.llm = Some(call.meter.clone());
+        }
+        x.locals.insert(call);
+    }
+    Ok(true)
+}
+
+/// The answer, its body read for usage (once, whichever remedy asks first).
+pub fn meter(x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+    match x.locals.get_mut::<Call>() {
+        Some(call) if !call.metering => {
+            call.metering = true;
+            crate::llm::body::meter(call, resp)
+        }
+        _ => resp,
+    }
+}
+
+/// Read LLM calls: their usage, counted by `token_limit` and `budget` and shown by diagnosis (docs/llm.md).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLlm {
+    /// Add `stream_options: {include_usage: true}` to an OpenAI chat completion stream that lacks it, so its usage is counted exactly, and remove the usage chunk it brings from what the client gets (the stream is then relayed an event at a time; its other chunks carry `"usage": null`, as OpenAI sends them). `false`: such a stream's output is estimated as a token per content chunk.
+    pub add_stream_usage: bool,
+    /// Estimate prompt tokens on admission with the model's public tokenizer (OpenAI's encodings); `false`, or a model without a public one: 1 token per 4 bytes of text.
+    pub tokenizer: bool,
+    /// Output tokens reserved on admission for a request that sets no `max_tokens` (or `max_completion_tokens`, `max_output_tokens`, `maxOutputTokens`); the answer's usage corrects it.
+    pub output_estimate: Int<0, 10_000_000>,
+    /// The largest request body read to find the model and estimate the prompt; a larger one is sent as it is, its prompt estimated as 0.
+    pub max_body: Size<0, { 64 << 20 }>,
+    /// Prices in USD per million tokens by model name, over the shipped table (docs/llm.md#prices); a model is found by its exact name, else the longest name it starts with.
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl Default for RawLlm {
+    fn default() -> Self {
+        Self {
+            add_stream_usage: true,
+            tokenizer: true,
+            output_estimate: Int::of(1024),
+            max_body: Size::bytes(4 << 20),
+            prices: BTreeMap::new(),
+        }
+    }
+}
