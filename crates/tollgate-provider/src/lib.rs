@@ -6,6 +6,7 @@
 
 pub mod body;
 mod echo;
+pub mod llm;
 mod streams;
 pub mod timer;
 pub mod tls;
@@ -141,6 +142,13 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let mut segs = path.trim_start_matches('/').splitn(2, '/');
     let (head, rest) = (segs.next().unwrap_or(""), segs.next());
+    if req.method() == Method::POST && (head == "v1" || head == "v1beta") {
+        let path = path.clone();
+        return match llm::route(req, &path).await {
+            Some(r) => r,
+            None => not_found("not an LLM API path: /v1/chat/completions /v1/responses /v1/embeddings /v1/messages /v1beta/models/{m}:generateContent"),
+        };
+    }
     match (head, rest) {
         ("static", None) => fixed(&req, &STATIC_BODY[..]).await,
         ("static", Some("data")) => fixed(&req, STATIC_DATA_BODY).await,

@@ -17,7 +17,7 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
         .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
 }
 
-fn streamed(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
+pub(crate) fn streamed(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await

@@ -94,6 +94,7 @@ impl Ctx {
             total: self.start.elapsed(),
             wait: self.upstream,
             completed,
+            llm: d.llm.clone(),
         }));
     }
 }

@@ -118,6 +118,7 @@ fn consume(
         handles: rustc_hash::FxHashMap::default(),
         hosts: rustc_hash::FxHashSet::default(),
         max_hosts,
+        models: rustc_hash::FxHashSet::default(),
     };
     loop {
         let mut open = 0;
@@ -178,6 +179,8 @@ struct Labels {
     /// exported, stays in the registry anyway).
     hosts: rustc_hash::FxHashSet<Arc<str>>,
     max_hosts: usize,
+    /// LLM models that are labels (at most [`MAX_MODELS`]).
+    models: rustc_hash::FxHashSet<Arc<str>>,
 }
 
 /// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
@@ -197,6 +200,62 @@ fn record(m: &Metrics, cache: &mut Labels, ev: &Event) {
     }
     if let Some(code) = ev.error {
         m.errors.get_or_create(&ErrorLabels { code }).inc();
+    }
+    if let Some(d) = &ev.diag
+        && let Some(meter) = &d.llm
+    {
+        record_llm(m, &mut cache.models, d, &meter.read());
+    }
+}
+
+/// Distinct model names that are metric labels; past them, `other`.
+const MAX_MODELS: usize = 100;
+
+/// An LLM call's tokens, cost and time to first byte, by policy and model.
+fn record_llm(
+    m: &Metrics,
+    models: &mut rustc_hash::FxHashSet<Arc<str>>,
+    d: &RequestDiag,
+    u: &crate::llm::Metered,
+) {
+    if !u.relayed {
+        return;
+    }
+    let policy = d.policy.as_deref().unwrap_or("-").to_owned();
+    let model = match u.model() {
+        Some(name) if models.contains(name) => name.to_string(),
+        Some(name) if models.len() < MAX_MODELS => {
+            models.insert(name.clone());
+            name.to_string()
+        }
+        Some(_) => "other".to_owned(),
+        None => "-".to_owned(),
+    };
+    let usage = u.usage();
+    for (kind, n) in [
+        ("input", usage.input),
+        ("output", usage.output),
+        ("cached", usage.cached),
+        ("cache_write", usage.cache_write),
+        ("reasoning", usage.reasoning),
+    ] {
+        if n > 0 {
+            let labels = crate::metrics::LlmTokenLabels {
+                policy: policy.clone(),
+                model: model.clone(),
+                kind,
+            };
+            m.llm_tokens.get_or_create(&labels).inc_by(n);
+        }
+    }
+    let labels = crate::metrics::LlmLabels { policy, model };
+    m.llm_calls.get_or_create(&labels).inc();
+    if let Some(c) = u.cost_nanos() {
+        m.llm_cost.get_or_create(&labels).inc_by(c as f64 / 1e9);
+    }
+    if let Some(t) = u.first_byte {
+        let name = crate::metrics::NameLabels { name: labels.policy };
+        m.llm_first_byte.get_or_create(&name).observe(t.as_secs_f64());
     }
 }
 
@@ -249,16 +308,24 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
     let id = a.request_id.to_str().unwrap_or("-");
     let total_ms = ev.total.as_secs_f64() * 1e3;
     let upstream_ms = ev.upstream.map(|u| u.as_secs_f64() * 1e3);
+    let llm = ev
+        .diag
+        .as_ref()
+        .and_then(|d| d.llm.as_ref())
+        .map(|m| m.read().summary(m.api));
     if json {
-        let line = serde_json::json!({
+        let mut line = serde_json::json!({
             "type": "access", "request_id": id, "method": ev.method.as_str(), "host": host,
             "path": a.path, "status": ev.status, "error": ev.error, "policy": a.policy.as_deref(),
             "total_ms": total_ms, "upstream_ms": upstream_ms, "body_bytes": a.body_bytes,
             "completed": a.completed,
         });
+        if let Some(u) = llm {
+            line["llm"] = u;
+        }
         writeln!(out, "{line}")
     } else {
-        writeln!(
+        write!(
             out,
             "access id={id} method={} host={host} path={} status={} error={} policy={} total_ms={total_ms:.3} upstream_ms={} bytes={} completed={}",
             ev.method,
@@ -271,7 +338,26 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
                 .unwrap_or_else(|| "-".into()),
             a.body_bytes,
             a.completed
-        )
+        )?;
+        if let Some(u) = llm {
+            let n = |k: &str| match u.get(k) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(serde_json::Value::Null) | None => "-".into(),
+                Some(v) => v.to_string(),
+            };
+            write!(
+                out,
+                " model={} input_tokens={} output_tokens={} cached_tokens={} cost_usd={} estimated={} ttfb_ms={}",
+                n("model"),
+                n("input_tokens"),
+                n("output_tokens"),
+                n("cached_tokens"),
+                n("cost_usd"),
+                n("estimated"),
+                n("time_to_first_byte_ms"),
+            )?;
+        }
+        writeln!(out)
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Metered {
     pub first_byte: Option<Duration>,
     /// Which entry of the `fallback:` list answered (0: the request as sent).
     pub fallback: u32,
+    /// The policy's price table.
+    pub prices: Arc<super::prices::Prices>,
 }
 
 impl Metered {
@@ -58,6 +60,35 @@ impl Metered {
     /// Whether any of it is estimated rather than told by the provider.
     pub fn estimated(&self) -> bool {
         !self.whole && (self.reported.input.is_none() || self.reported.output.is_none())
+    }
+
+    /// What the usage cost, in nano-dollars, priced as the answer's model, else the
+    /// requested one; `None` when neither has a price.
+    pub fn cost_nanos(&self) -> Option<u64> {
+        let price = [self.answered.as_ref(), self.requested.as_ref()]
+            .into_iter()
+            .flatten()
+            .find_map(|m| self.prices.of(m))?;
+        Some(super::prices::cost_nanos(&self.usage(), &price))
+    }
+
+    /// What diagnosis shows of the call (HAR's `_tollgateUsage`, the access log).
+    pub fn summary(&self, api: Api) -> serde_json::Value {
+        let u = self.usage();
+        serde_json::json!({
+            "api": api.name(),
+            "model": self.model().map(|m| &**m),
+            "requested_model": self.requested.as_deref(),
+            "input_tokens": u.input,
+            "output_tokens": u.output,
+            "cached_tokens": u.cached,
+            "cache_write_tokens": u.cache_write,
+            "reasoning_tokens": u.reasoning,
+            "estimated": self.estimated(),
+            "cost_usd": self.cost_nanos().map(|c| c as f64 / 1e9),
+            "time_to_first_byte_ms": self.first_byte.map(|d| d.as_secs_f64() * 1e3),
+            "fallback": self.fallback,
+        })
     }
 
     /// The model to price and label: the answer's, else the request's.

@@ -111,6 +111,23 @@ pub struct AggregateBackendResultLabels {
     pub result: &'static str,
 }
 
+/// An LLM call's policy and model (the model's name bounded: `other` past 100 names).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LlmLabels {
+    pub policy: String,
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LlmTokenLabels {
+    pub policy: String,
+    pub model: String,
+    pub kind: &'static str,
+}
+
+/// Money counted as a float.
+pub type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
@@ -181,6 +198,10 @@ metrics! {
     reloads: Family<ResultLabels, Counter> = "reloads", "Config reloads by result (ok, error)";
     events_dropped: Counter = "events_dropped", "Request events (metrics, access log) dropped because the observer queue was full";
     hosts_folded: Counter = "metric_hosts_folded", "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels";
+    llm_calls: Family<LlmLabels, Counter> = "llm_calls", "LLM calls whose answers were read (policies with `llm`, `token_limit` or `budget`), by policy and model (the answer's; at most 100 names, then `other`)";
+    llm_tokens: Family<LlmTokenLabels, Counter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
+    llm_cost: Family<LlmLabels, FloatCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
+    llm_first_byte: Family<NameLabels, Histogram> = "llm_time_to_first_byte_seconds", "From an LLM call's admission to the first bytes of its answer's body (time to first token on a stream), by policy";
     remedy_actions: Family<ActionLabels, Counter> = "remedy_actions", "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)";
     queue_depth: Family<NameLabels, Gauge> = "queue_depth", "Requests waiting in a rate-limit or concurrency queue, by limit name";
     queue_wait: Family<NameLabels, Histogram> = "queue_wait_seconds", "Time requests waited in a queue before going on, by limit name";
@@ -289,6 +310,12 @@ impl<const N: usize> Make for sharded::ShardedHistogram<N> {
 }
 
 impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Counter> {
+    fn make() -> Self {
+        Family::default()
+    }
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, FloatCounter> {
     fn make() -> Self {
         Family::default()
     }

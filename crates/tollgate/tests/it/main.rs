@@ -28,6 +28,7 @@ mod header_guard;
 mod intercept;
 mod intercept_clients;
 mod limits;
+mod llm;
 mod metric_labels;
 mod policies;
 mod provider;

@@ -132,6 +132,9 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
     if let Some(e) = r.error {
         entry["_tollgateError"] = e.into();
     }
+    if let Some(m) = &r.llm {
+        entry["_tollgateUsage"] = m.read().summary(m.api);
+    }
     let own = std::mem::take(&mut red.own);
     (entry, own)
 }

@@ -89,6 +89,8 @@ pub struct Record {
     pub wait: Option<Duration>,
     /// Whether the response body was delivered whole.
     pub completed: bool,
+    /// An LLM call's usage.
+    pub llm: Option<Arc<crate::llm::Meter>>,
 }
 
 impl Record {

@@ -134,6 +134,7 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
         let mut call = read.call;
         call.output_estimate = settings.output_estimate;
         call.prices = settings.prices.clone();
+        call.meter.update(|m| m.prices = settings.prices.clone());
         if let Some(d) = &mut x.diag {
             d.llm = Some(call.meter.clone());
         }

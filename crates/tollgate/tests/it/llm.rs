@@ -1,0 +1,266 @@
+//! LLM calls through tollgate against the provider stand-ins (tollgate-provider's `llm`
+//! module, streaming like OpenAI, Anthropic and Gemini): usage counted exactly from
+//! complete answers and streams, streams relayed byte for byte, the `include_usage`
+//! chunk tollgate asks for removed, token limits and budgets refusing at the right
+//! request, a client gone mid-stream charged what was streamed.
+
+use crate::support::*;
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use tollgate_provider::Provider;
+
+async fn stand_in() -> Provider {
+    Provider::start(local0()).await.unwrap()
+}
+
+/// A POST of `body` to `path` on the stand-in `up`, through `gw` (or directly).
+async fn post(
+    gw: Option<&tollgate::Gateway>,
+    up: &Provider,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Got {
+    let uri = match gw {
+        Some(gw) => format!("http://{}{path}", gw.proxy_addr),
+        None => format!("http://{}{path}", up.addr),
+    };
+    let mut req = Request::post(uri)
+        .header("content-type", "application/json")
+        .header("x-tollgate-host", up.addr.to_string())
+        .header("x-tollgate-scheme", "http");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    send(&client(), req.body(bytes_body(body.to_string())).unwrap()).await
+}
+
+fn chat(stream: bool, include_usage: bool, max_tokens: u64) -> Value {
+    let mut b = json!({"model": "gpt-4o-mini", "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": "Say hello to the gateway, please."}]});
+    if stream {
+        b["stream"] = json!(true);
+    }
+    if include_usage {
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    b
+}
+
+/// The usage the stand-in reported in a stream's events (OpenAI's final chunk).
+fn streamed_usage(body: &[u8]) -> Option<Value> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|v| v.get("usage").filter(|u| u.is_object()).cloned())
+}
+
+fn llm_policy(extra: &str) -> String {
+    format!("policies:\n  - name: ai\n    llm: {{}}\n{extra}")
+}
+
+/// `tollgate_llm_tokens_total` of `kind` for policy `ai` and `model`, once it shows `n`.
+async fn tokens_counted(gw: &tollgate::Gateway, model: &str, kind: &str, n: u64) {
+    let line = format!(
+        "tollgate_llm_tokens_total{{policy=\"ai\",model=\"{model}\",kind=\"{kind}\"}} {n}\n"
+    );
+    metrics_when(gw, |t| t.contains(&line)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_asks_its_usage_is_relayed_byte_for_byte_and_counted_exactly() {
+    let up = stand_in().await;
+    let gw = gateway(&llm_policy("")).await;
+    let body = chat(true, true, 7);
+    let direct = post(None, &up, "/v1/chat/completions", &body, &[]).await;
+    let through = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(through.status, StatusCode::OK);
+    assert_eq!(
+        String::from_utf8_lossy(&through.body),
+        String::from_utf8_lossy(&direct.body),
+        "the same bytes as a direct call"
+    );
+    let usage = streamed_usage(&through.body).expect("the stand-in's usage chunk");
+    let model = "gpt-4o-mini-2025-01-01";
+    tokens_counted(&gw, model, "input", usage["prompt_tokens"].as_u64().unwrap()).await;
+    tokens_counted(&gw, model, "output", 7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_does_not_ask_is_counted_and_gets_no_usage_chunk() {
+    let up = stand_in().await;
+    let gw = gateway(&llm_policy("")).await;
+    let body = chat(true, false, 4);
+    let through = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+    let text = String::from_utf8_lossy(&through.body).into_owned();
+    assert!(streamed_usage(&through.body).is_none(), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    // Every content chunk is there, in order.
+    let contents: Vec<String> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(contents, ["", "t0 ", "t1 ", "t2 ", "t3 "]);
+    // The stand-in reports what tollgate asked for, and tollgate counted it.
+    let asked = post(None, &up, "/v1/chat/completions", &chat(true, true, 4), &[]).await;
+    let usage = streamed_usage(&asked.body).unwrap();
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    // tollgate's request was longer by the option it added: its prompt counted as sent.
+    let added = r#""stream_options":{"include_usage":true},"#.len() as u64;
+    let sent_prompt = (body.to_string().len() as u64 + added).div_ceil(4);
+    assert!(sent_prompt >= prompt);
+    tokens_counted(&gw, "gpt-4o-mini-2025-01-01", "input", sent_prompt).await;
+    tokens_counted(&gw, "gpt-4o-mini-2025-01-01", "output", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_answers_and_every_providers_stream_are_counted() {
+    let up = stand_in().await;
+    let gw = gateway(&llm_policy("")).await;
+    let msg = json!([{"role": "user", "content": "hi"}]);
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        ("/v1/chat/completions", json!({"model": "gpt-4o", "messages": msg, "max_tokens": 3}), "gpt-4o-2025-01-01", "completion_tokens"),
+        ("/v1/responses", json!({"model": "gpt-4.1", "input": "hi", "max_output_tokens": 5}), "gpt-4.1-2025-01-01", "output_tokens"),
+        ("/v1/responses", json!({"model": "gpt-5", "input": "hi", "stream": true, "max_output_tokens": 6}), "gpt-5-2025-01-01", ""),
+        ("/v1/embeddings", json!({"model": "text-embedding-3-small", "input": "hi"}), "text-embedding-3-small", ""),
+        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": msg}), "claude-sonnet-4-5", "output_tokens"),
+        ("/v1/messages", json!({"model": "claude-haiku-4-5", "max_tokens": 9, "stream": true, "messages": msg}), "claude-haiku-4-5", ""),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 10}}), "gemini-2.5-flash", ""),
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 11}}), "gemini-2.5-pro", ""),
+    ];
+    for (path, body, model, _) in &cases {
+        let got = post(Some(&gw), &up, path, body, &[]).await;
+        assert_eq!(got.status, StatusCode::OK, "{path}: {:?}", got.body);
+        let prompt = (body.to_string().len() as u64).div_ceil(4);
+        tokens_counted(&gw, model, "input", prompt).await;
+        let out = ["max_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|k| body[k].as_u64())
+            .or(body["generationConfig"]["maxOutputTokens"].as_u64());
+        if let Some(o) = out {
+            tokens_counted(&gw, model, "output", o).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_limit_refuses_at_the_request_that_does_not_fit() {
+    clear_of_the_hour_end(30).await;
+    let up = stand_in().await;
+    // Estimates a quarter of the text's bytes: "Say hello…" (33 bytes) is 9 tokens, 3
+    // more for the message: 12, and 20 reserved for the output: 32 a request. The
+    // stand-in reports the body's bytes / 4 (29) and 20 output: 49 a call.
+    let gw = gateway(&format!(
+        "policies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    token_limit: {{limit: 120, window: hour}}\n"
+    ))
+    .await;
+    let body = chat(false, false, 20);
+    let used = |gw: &tollgate::Gateway| {
+        let gw_admin = gw.admin_addr;
+        async move {
+            let s = send(
+                &client(),
+                Request::get(format!("http://{gw_admin}/policies")).body(empty()).unwrap(),
+            )
+            .await
+            .json();
+            s["policies"][0]["state"]["token_limit"]["used_tokens"].as_u64().unwrap()
+        }
+    };
+    let mut total = 0;
+    for i in 0..2 {
+        let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+        assert_eq!(got.status, StatusCode::OK, "call {i}");
+        total += got.json()["usage"]["total_tokens"].as_u64().unwrap();
+        // Settled to the answer's usage once the call ended.
+        eventually("the reservation settled", || async {
+            match used(&gw).await {
+                n if n == total => Ok(()),
+                n => Err(n),
+            }
+        })
+        .await;
+    }
+    assert_eq!(total, 98);
+    // 98 used, 22 left, the next needs 32: refused until the next hour.
+    let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(got.error_code().as_deref(), Some("token_limited"));
+    let retry: u64 = got.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    assert_eq!(used(&gw).await, 98, "a refusal takes nothing");
+    // A smaller request still fits.
+    let got = post(Some(&gw), &up, "/v1/chat/completions", &chat(false, false, 0), &[("x-stand-in-tokens", "0")]).await;
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_refuses_once_spent_and_a_model_without_a_price() {
+    let up = stand_in().await;
+    // gpt-4o costs $2.50 / $10 per million: a call of 34 + 1000 tokens is about $0.0101.
+    let gw = gateway(
+        "policies:\n  - name: ai\n    llm: {tokenizer: false, prices: {house-model: {input: 1.0, output: 1.0}}}\n    budget: {limit: \"$0.025\", per: day}\n",
+    )
+    .await;
+    let mut body = chat(false, false, 1000);
+    body["model"] = json!("gpt-4o");
+    let mut spent = 0;
+    loop {
+        let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+        if got.status != StatusCode::OK {
+            assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(got.error_code().as_deref(), Some("budget_exceeded"));
+            assert!(got.header("retry-after").is_some());
+            break;
+        }
+        spent += 1;
+        assert!(spent <= 2, "the budget never refused");
+    }
+    assert_eq!(spent, 2, "two calls of $0.0101 fit in $0.025, a third does not");
+    let state = admin_get(&gw, "/policies").await.json();
+    let b = &state["policies"][0]["state"]["budget"];
+    assert_eq!(b["limit_usd"], "$0.025");
+    body["model"] = json!("mystery-model");
+    let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    assert_eq!(got.error_code().as_deref(), Some("model_unpriced"));
+    assert!(got.error_message().contains("llm.prices"), "{}", got.error_message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_stream_is_charged_what_was_streamed() {
+    let up = stand_in().await;
+    let gw = gateway(&llm_policy("")).await;
+    let mut body = chat(true, false, 1000);
+    body["model"] = json!("gpt-4o");
+    let req = Request::post(format!("http://{}/v1/chat/completions", gw.proxy_addr))
+        .header("content-type", "application/json")
+        .header("x-tollgate-host", up.addr.to_string())
+        .header("x-tollgate-scheme", "http")
+        .header("x-stand-in-pace", "5ms")
+        .body(bytes_body(body.to_string()))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let mut body = resp.into_body();
+    let mut seen = String::new();
+    use http_body_util::BodyExt;
+    while seen.matches("\"content\":\"t").count() < 10 {
+        let f = body.frame().await.unwrap().unwrap();
+        if let Some(d) = f.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+    drop(body);
+    // Charged for what went through: at least the 10 chunks the client read, far from
+    // the 1000 the stream would have had.
+    let text = metrics_when(&gw, |t| t.contains("tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-2025-01-01\",kind=\"output\"}")).await;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-2025-01-01\",kind=\"output\"}"))
+        .unwrap();
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((10..200).contains(&n), "{line}");
+}
