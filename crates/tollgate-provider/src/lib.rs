@@ -146,7 +146,9 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let path = path.clone();
         return match llm::route(req, &path).await {
             Some(r) => r,
-            None => not_found("not an LLM API path: /v1/chat/completions /v1/responses /v1/embeddings /v1/messages /v1beta/models/{m}:generateContent"),
+            None => not_found(
+                "not an LLM API path: /v1/chat/completions /v1/responses /v1/embeddings /v1/messages /v1beta/models/{m}:generateContent",
+            ),
         };
     }
     match (head, rest) {

@@ -83,7 +83,10 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
     if let Some(code) = status {
         return Some(error(api, code, "the stand-in was asked to fail"));
     }
-    if fail_models.split(',').any(|m| !m.is_empty() && m.trim() == model) {
+    if fail_models
+        .split(',')
+        .any(|m| !m.is_empty() && m.trim() == model)
+    {
         return Some(error(api, 429, &format!("Rate limit reached for {model}")));
     }
     let max = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
@@ -112,9 +115,15 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
 fn error(api: Api, code: u16, message: &str) -> Response<Body> {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = match api {
-        Api::Anthropic => json!({"type": "error", "error": {"type": if code == 429 {"rate_limit_error"} else {"api_error"}, "message": message}}),
-        Api::Gemini { .. } => json!({"error": {"code": code, "message": message, "status": "RESOURCE_EXHAUSTED"}}),
-        _ => json!({"error": {"message": message, "type": if code == 429 {"rate_limit_error"} else {"server_error"}, "param": null, "code": if code == 429 {"rate_limit_exceeded"} else if code == 400 {"context_length_exceeded"} else {"server_error"}}}),
+        Api::Anthropic => {
+            json!({"type": "error", "error": {"type": if code == 429 {"rate_limit_error"} else {"api_error"}, "message": message}})
+        }
+        Api::Gemini { .. } => {
+            json!({"error": {"code": code, "message": message, "status": "RESOURCE_EXHAUSTED"}})
+        }
+        _ => {
+            json!({"error": {"message": message, "type": if code == 429 {"rate_limit_error"} else {"server_error"}, "param": null, "code": if code == 429 {"rate_limit_exceeded"} else if code == 400 {"context_length_exceeded"} else {"server_error"}}})
+        }
     };
     let mut r = respond(status, "application/json", body.to_string());
     if code == 429 {
@@ -154,16 +163,20 @@ fn snapshot(m: &str) -> String {
 fn whole(a: &Ask) -> Response<Body> {
     let content = text(a.tokens);
     let body = match a.api {
-        Api::Chat => json!({"id": "chatcmpl-standin", "object": "chat.completion", "created": 1_700_000_000,
+        Api::Chat => {
+            json!({"id": "chatcmpl-standin", "object": "chat.completion", "created": 1_700_000_000,
             "model": snapshot(&a.model), "choices": [{"index": 0, "message": {"role": "assistant",
             "content": content, "refusal": null}, "logprobs": null, "finish_reason": "stop"}],
-            "usage": usage(a), "system_fingerprint": "fp_standin"}),
+            "usage": usage(a), "system_fingerprint": "fp_standin"})
+        }
         Api::Embeddings => json!({"object": "list", "data": [{"object": "embedding", "index": 0,
             "embedding": [0.0023, -0.0094, 0.0153]}], "model": a.model, "usage": usage(a)}),
-        Api::Responses => json!({"id": "resp_standin", "object": "response", "created_at": 1_700_000_000,
+        Api::Responses => {
+            json!({"id": "resp_standin", "object": "response", "created_at": 1_700_000_000,
             "status": "completed", "model": snapshot(&a.model), "output": [{"type": "message",
             "id": "msg_standin", "status": "completed", "role": "assistant", "content": [{"type":
-            "output_text", "text": content, "annotations": []}]}], "usage": usage(a)}),
+            "output_text", "text": content, "annotations": []}]}], "usage": usage(a)})
+        }
         Api::Anthropic => json!({"id": "msg_standin", "type": "message", "role": "assistant",
             "model": a.model, "content": [{"type": "text", "text": content}], "stop_reason": "end_turn",
             "stop_sequence": null, "usage": usage(a)}),
@@ -189,7 +202,10 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
                 }
                 (None, c.to_string())
             };
-            out.push(chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null));
+            out.push(chunk(
+                json!({"role": "assistant", "content": "", "refusal": null}),
+                Value::Null,
+            ));
             for i in 0..n {
                 out.push(chunk(json!({"content": format!("t{i} ")}), Value::Null));
             }
@@ -205,7 +221,11 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
         Api::Responses => {
             let r = json!({"id": "resp_standin", "object": "response", "created_at": 1_700_000_000,
                 "status": "in_progress", "model": snapshot(&a.model), "output": [], "usage": null});
-            out.push((Some("response.created"), json!({"type": "response.created", "sequence_number": 0, "response": r}).to_string()));
+            out.push((
+                Some("response.created"),
+                json!({"type": "response.created", "sequence_number": 0, "response": r})
+                    .to_string(),
+            ));
             for i in 0..n {
                 out.push((Some("response.output_text.delta"), json!({"type": "response.output_text.delta",
                     "sequence_number": i + 1, "item_id": "msg_standin", "output_index": 0, "content_index": 0,
@@ -214,7 +234,11 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
             let mut done = r.clone();
             done["status"] = json!("completed");
             done["usage"] = usage(a);
-            out.push((Some("response.completed"), json!({"type": "response.completed", "sequence_number": n + 1, "response": done}).to_string()));
+            out.push((
+                Some("response.completed"),
+                json!({"type": "response.completed", "sequence_number": n + 1, "response": done})
+                    .to_string(),
+            ));
         }
         Api::Anthropic => {
             let mut start_usage = usage(a);
@@ -222,25 +246,47 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
             out.push((Some("message_start"), json!({"type": "message_start", "message": {"id": "msg_standin",
                 "type": "message", "role": "assistant", "model": a.model, "content": [], "stop_reason": null,
                 "stop_sequence": null, "usage": start_usage}}).to_string()));
-            out.push((Some("content_block_start"), json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}}).to_string()));
+            out.push((
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})
+                .to_string(),
+            ));
             out.push((Some("ping"), json!({"type": "ping"}).to_string()));
             for i in 0..n {
-                out.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": format!("t{i} ")}}).to_string()));
+                out.push((
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": format!("t{i} ")}})
+                    .to_string(),
+                ));
             }
-            out.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": 0}).to_string()));
-            out.push((Some("message_delta"), json!({"type": "message_delta", "delta": {"stop_reason": "end_turn",
-                "stop_sequence": null}, "usage": {"output_tokens": n}}).to_string()));
-            out.push((Some("message_stop"), json!({"type": "message_stop"}).to_string()));
+            out.push((
+                Some("content_block_stop"),
+                json!({"type": "content_block_stop", "index": 0}).to_string(),
+            ));
+            out.push((
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                "stop_sequence": null}, "usage": {"output_tokens": n}})
+                .to_string(),
+            ));
+            out.push((
+                Some("message_stop"),
+                json!({"type": "message_stop"}).to_string(),
+            ));
         }
         Api::Gemini { .. } => {
             for i in 0..n {
                 let mut u = usage(a);
                 u["candidatesTokenCount"] = json!(i + 1);
                 u["totalTokenCount"] = json!(a.prompt + i + 1);
-                out.push((None, json!({"candidates": [{"content": {"parts": [{"text": format!("t{i} ")}],
-                    "role": "model"}, "index": 0}], "usageMetadata": u, "modelVersion": a.model}).to_string()));
+                out.push((
+                    None,
+                    json!({"candidates": [{"content": {"parts": [{"text": format!("t{i} ")}],
+                    "role": "model"}, "index": 0}], "usageMetadata": u, "modelVersion": a.model})
+                    .to_string(),
+                ));
             }
         }
     }

@@ -254,8 +254,12 @@ fn record_llm(
         m.llm_cost.get_or_create(&labels).inc_by(c as f64 / 1e9);
     }
     if let Some(t) = u.first_byte {
-        let name = crate::metrics::NameLabels { name: labels.policy };
-        m.llm_first_byte.get_or_create(&name).observe(t.as_secs_f64());
+        let name = crate::metrics::NameLabels {
+            name: labels.policy,
+        };
+        m.llm_first_byte
+            .get_or_create(&name)
+            .observe(t.as_secs_f64());
     }
 }
 

@@ -52,9 +52,10 @@ pub struct Read {
 }
 
 /// Reads the request `body` of a call to `api` at `path`. `add_usage`: add
-/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `estimate`:
-/// count the prompt's tokens.
-pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, estimate: bool) -> Read {
+/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`:
+/// count the prompt's tokens with the model's public tokenizer where it has one (else a
+/// quarter of the text's bytes).
+pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
     let v: Value = body
         .and_then(|b| serde_json::from_slice(b).ok())
         .unwrap_or(Value::Null);
@@ -79,11 +80,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, estimat
                 .and_then(|g| g.get("maxOutputTokens"))
                 .and_then(|n| n.as_u64())
         });
-    let input_estimate = if estimate {
-        tokens::estimate(model.as_deref(), &v)
-    } else {
-        0
-    };
+    let input_estimate = tokens::estimate(model.as_deref().filter(|_| tokenizer), &v);
     let asks_usage = v
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))

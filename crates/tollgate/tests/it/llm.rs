@@ -83,7 +83,13 @@ async fn a_stream_that_asks_its_usage_is_relayed_byte_for_byte_and_counted_exact
     );
     let usage = streamed_usage(&through.body).expect("the stand-in's usage chunk");
     let model = "gpt-4o-mini-2025-01-01";
-    tokens_counted(&gw, model, "input", usage["prompt_tokens"].as_u64().unwrap()).await;
+    tokens_counted(
+        &gw,
+        model,
+        "input",
+        usage["prompt_tokens"].as_u64().unwrap(),
+    )
+    .await;
     tokens_counted(&gw, model, "output", 7).await;
 }
 
@@ -101,7 +107,11 @@ async fn a_stream_that_does_not_ask_is_counted_and_gets_no_usage_chunk() {
         .split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect();
     assert_eq!(contents, ["", "t0 ", "t1 ", "t2 ", "t3 "]);
     // The stand-in reports what tollgate asked for, and tollgate counted it.
@@ -122,14 +132,54 @@ async fn complete_answers_and_every_providers_stream_are_counted() {
     let gw = gateway(&llm_policy("")).await;
     let msg = json!([{"role": "user", "content": "hi"}]);
     let cases: Vec<(&str, Value, &str, &str)> = vec![
-        ("/v1/chat/completions", json!({"model": "gpt-4o", "messages": msg, "max_tokens": 3}), "gpt-4o-2025-01-01", "completion_tokens"),
-        ("/v1/responses", json!({"model": "gpt-4.1", "input": "hi", "max_output_tokens": 5}), "gpt-4.1-2025-01-01", "output_tokens"),
-        ("/v1/responses", json!({"model": "gpt-5", "input": "hi", "stream": true, "max_output_tokens": 6}), "gpt-5-2025-01-01", ""),
-        ("/v1/embeddings", json!({"model": "text-embedding-3-small", "input": "hi"}), "text-embedding-3-small", ""),
-        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": msg}), "claude-sonnet-4-5", "output_tokens"),
-        ("/v1/messages", json!({"model": "claude-haiku-4-5", "max_tokens": 9, "stream": true, "messages": msg}), "claude-haiku-4-5", ""),
-        ("/v1beta/models/gemini-2.5-flash:generateContent", json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 10}}), "gemini-2.5-flash", ""),
-        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 11}}), "gemini-2.5-pro", ""),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "messages": msg, "max_tokens": 3}),
+            "gpt-4o-2025-01-01",
+            "completion_tokens",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-4.1", "input": "hi", "max_output_tokens": 5}),
+            "gpt-4.1-2025-01-01",
+            "output_tokens",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5", "input": "hi", "stream": true, "max_output_tokens": 6}),
+            "gpt-5-2025-01-01",
+            "",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "text-embedding-3-small", "input": "hi"}),
+            "text-embedding-3-small",
+            "",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": msg}),
+            "claude-sonnet-4-5",
+            "output_tokens",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-haiku-4-5", "max_tokens": 9, "stream": true, "messages": msg}),
+            "claude-haiku-4-5",
+            "",
+        ),
+        (
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 10}}),
+            "gemini-2.5-flash",
+            "",
+        ),
+        (
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 11}}),
+            "gemini-2.5-pro",
+            "",
+        ),
     ];
     for (path, body, model, _) in &cases {
         let got = post(Some(&gw), &up, path, body, &[]).await;
@@ -163,11 +213,15 @@ async fn a_token_limit_refuses_at_the_request_that_does_not_fit() {
         async move {
             let s = send(
                 &client(),
-                Request::get(format!("http://{gw_admin}/policies")).body(empty()).unwrap(),
+                Request::get(format!("http://{gw_admin}/policies"))
+                    .body(empty())
+                    .unwrap(),
             )
             .await
             .json();
-            s["policies"][0]["state"]["token_limit"]["used_tokens"].as_u64().unwrap()
+            s["policies"][0]["state"]["token_limit"]["used_tokens"]
+                .as_u64()
+                .unwrap()
         }
     };
     let mut total = 0;
@@ -187,13 +241,26 @@ async fn a_token_limit_refuses_at_the_request_that_does_not_fit() {
     assert_eq!(total, 98);
     // 98 used, 22 left, the next needs 32: refused until the next hour.
     let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
-    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        got.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{:?} {}",
+        got.body,
+        used(&gw).await
+    );
     assert_eq!(got.error_code().as_deref(), Some("token_limited"));
     let retry: u64 = got.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=3600).contains(&retry), "{retry}");
     assert_eq!(used(&gw).await, 98, "a refusal takes nothing");
     // A smaller request still fits.
-    let got = post(Some(&gw), &up, "/v1/chat/completions", &chat(false, false, 0), &[("x-stand-in-tokens", "0")]).await;
+    let got = post(
+        Some(&gw),
+        &up,
+        "/v1/chat/completions",
+        &chat(false, false, 0),
+        &[("x-stand-in-tokens", "0")],
+    )
+    .await;
     assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
 }
 
@@ -219,7 +286,10 @@ async fn a_budget_refuses_once_spent_and_a_model_without_a_price() {
         spent += 1;
         assert!(spent <= 2, "the budget never refused");
     }
-    assert_eq!(spent, 2, "two calls of $0.0101 fit in $0.025, a third does not");
+    assert_eq!(
+        spent, 2,
+        "two calls of $0.0101 fit in $0.025, a third does not"
+    );
     let state = admin_get(&gw, "/policies").await.json();
     let b = &state["policies"][0]["state"]["budget"];
     assert_eq!(b["limit_usd"], "$0.025");
@@ -227,7 +297,11 @@ async fn a_budget_refuses_once_spent_and_a_model_without_a_price() {
     let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
     assert_eq!(got.status, StatusCode::FORBIDDEN);
     assert_eq!(got.error_code().as_deref(), Some("model_unpriced"));
-    assert!(got.error_message().contains("llm.prices"), "{}", got.error_message());
+    assert!(
+        got.error_message().contains("llm.prices"),
+        "{}",
+        got.error_message()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,7 +330,12 @@ async fn a_client_gone_mid_stream_is_charged_what_was_streamed() {
     drop(body);
     // Charged for what went through: at least the 10 chunks the client read, far from
     // the 1000 the stream would have had.
-    let text = metrics_when(&gw, |t| t.contains("tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-2025-01-01\",kind=\"output\"}")).await;
+    let text = metrics_when(&gw, |t| {
+        t.contains(
+            "tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-2025-01-01\",kind=\"output\"}",
+        )
+    })
+    .await;
     let line = text
         .lines()
         .find(|l| l.starts_with("tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-2025-01-01\",kind=\"output\"}"))
