@@ -343,3 +343,60 @@ async fn a_client_gone_mid_stream_is_charged_what_was_streamed() {
     let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((10..200).contains(&n), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_redis_keep_a_token_limit_and_count_it_exactly() {
+    clear_of_the_hour_end(30).await;
+    let redis = crate::support::redis_procs::RedisServer::start();
+    let up = stand_in().await;
+    // Each call reserves 12 + 100 = 112 tokens and uses 29 + 10 = 39: the reservations
+    // cover the usage, so the count never passes the limit however many are in flight.
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 500ms\npolicies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    token_limit: {{limit: 1000, window: hour}}\n",
+        redis.url()
+    );
+    let gws = vec![
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let body = chat(false, false, 100);
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let (proxy, up_addr, body) = (gws[i % 3].proxy_addr, up.addr, body.to_string());
+        tasks.push(tokio::spawn(async move {
+            let req = Request::post(format!("http://{proxy}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-tollgate-host", up_addr.to_string())
+                .header("x-tollgate-scheme", "http")
+                .header("x-stand-in-tokens", "10")
+                .body(bytes_body(body))
+                .unwrap();
+            send(&client(), req).await
+        }));
+    }
+    let mut ok = 0u64;
+    for t in tasks {
+        let got = t.await.unwrap();
+        match got.status {
+            StatusCode::OK => {
+                assert_eq!(got.json()["usage"]["total_tokens"], 39);
+                ok += 1;
+            }
+            _ => assert_eq!(got.error_code().as_deref(), Some("token_limited")),
+        }
+    }
+    assert!((8..60).contains(&ok), "{ok} calls admitted");
+    // Every replica sees the one count, settled to the answers' usage.
+    for gw in &gws {
+        eventually("the shared count settled to the usage", || async {
+            let s = admin_get(gw, "/policies").await.json();
+            match s["policies"][0]["state"]["token_limit"]["used_tokens"].as_u64() {
+                Some(n) if n == ok * 39 => Ok(()),
+                n => Err(n),
+            }
+        })
+        .await;
+    }
+    assert!(ok * 39 <= 1000);
+}

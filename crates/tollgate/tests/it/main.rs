@@ -29,6 +29,7 @@ mod intercept;
 mod intercept_clients;
 mod limits;
 mod llm;
+mod llm_sdks;
 mod metric_labels;
 mod policies;
 mod provider;

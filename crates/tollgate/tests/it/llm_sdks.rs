@@ -1,0 +1,148 @@
+//! The `openai` and `anthropic` Python SDKs (pinned, installed by the test from PyPI)
+//! calling the provider stand-ins through tollgate, by base URL and through
+//! `HTTPS_PROXY` with interception: what each SDK parses from a stream or a complete
+//! answer is the same as from a direct call (the `include_usage` tollgate adds is
+//! invisible to it), and tollgate counted exactly the usage the stand-in reported.
+
+use crate::intercept::Setup;
+use crate::support::*;
+use serde_json::Value;
+use std::process::Command;
+use tollgate_provider::Provider;
+
+fn sdks() -> std::path::PathBuf {
+    pip_once("python-llm-sdks", &["openai==1.109.1", "anthropic==0.69.0"])
+}
+
+/// Every call the script makes, as the SDKs parsed it (a JSON object).
+const CALLS: &str = r#"
+import os, json, openai, anthropic
+base = os.environ["BASE"]
+msgs = [{"role": "user", "content": "Say hello to the gateway."}]
+oc = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+out = {}
+out["openai_stream"] = [c.model_dump() for c in oc.chat.completions.create(
+    model="gpt-4o-mini", messages=msgs, stream=True, max_tokens=5)]
+out["openai_stream_usage"] = [c.model_dump() for c in oc.chat.completions.create(
+    model="gpt-4o-mini", messages=msgs, stream=True, max_tokens=6,
+    stream_options={"include_usage": True})]
+out["openai_whole"] = oc.chat.completions.create(model="gpt-4o", messages=msgs, max_tokens=3).model_dump()
+out["openai_responses"] = [e.model_dump() for e in oc.responses.create(
+    model="gpt-4.1", input="hi", stream=True, max_output_tokens=4)]
+ac = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0)
+with ac.messages.stream(model="claude-sonnet-4-5", max_tokens=7, messages=msgs) as s:
+    out["anthropic_text"] = list(s.text_stream)
+    out["anthropic_final"] = s.get_final_message().model_dump()
+out["anthropic_whole"] = ac.messages.create(model="claude-haiku-4-5", max_tokens=2, messages=msgs).model_dump()
+print(json.dumps(out))
+"#;
+
+async fn run(base: &str, env: &[(&str, String)]) -> Value {
+    let path = tokio::task::spawn_blocking(sdks).await.unwrap();
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", path)
+        .env("BASE", base)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .args(["-c", CALLS]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    serde_json::from_str(stdout_of(c).await.trim()).unwrap()
+}
+
+/// The usage tollgate counted for policy `ai`: tokens by (model, kind).
+async fn counted(gw: &tollgate::Gateway, model: &str, kind: &str, n: u64) {
+    let line = format!(
+        "tollgate_llm_tokens_total{{policy=\"ai\",model=\"{model}\",kind=\"{kind}\"}} {n}\n"
+    );
+    metrics_when(gw, |t| t.contains(&line)).await;
+}
+
+/// What the SDKs saw through tollgate equals what they saw directly, and every call's
+/// usage was counted as the stand-in reported it.
+async fn assert_same_and_counted(gw: &tollgate::Gateway, direct: &Value, through: &Value) {
+    for k in direct.as_object().unwrap().keys() {
+        assert_eq!(direct[k], through[k], "{k}: the SDK parsed something else");
+    }
+    let stream = direct["openai_stream_usage"].as_array().unwrap();
+    let u = &stream.last().unwrap()["usage"];
+    counted(gw, "gpt-4o-mini-2025-01-01", "output", 5 + 6).await;
+    assert_eq!(u["completion_tokens"], 6);
+    let whole = &direct["openai_whole"]["usage"];
+    counted(
+        gw,
+        "gpt-4o-2025-01-01",
+        "input",
+        whole["prompt_tokens"].as_u64().unwrap(),
+    )
+    .await;
+    counted(gw, "gpt-4o-2025-01-01", "output", 3).await;
+    counted(gw, "gpt-4.1-2025-01-01", "output", 4).await;
+    let a = &direct["anthropic_final"]["usage"];
+    counted(
+        gw,
+        "claude-sonnet-4-5",
+        "input",
+        a["input_tokens"].as_u64().unwrap(),
+    )
+    .await;
+    counted(gw, "claude-sonnet-4-5", "output", 7).await;
+    counted(gw, "claude-haiku-4-5", "output", 2).await;
+    assert_eq!(direct["anthropic_text"].as_array().unwrap().len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_see_the_same_streams_by_base_url_and_tollgate_counts_them() {
+    let up = Provider::start(local0()).await.unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /llm\n    upstream: http://{}\npolicies:\n  - name: ai\n    llm: {{}}\n    token_limit: {{limit: 1000000, window: minute}}\n",
+        up.addr
+    ))
+    .await;
+    let direct = run(&format!("http://{}", up.addr), &[]).await;
+    let through = run(&format!("http://{}/llm", gw.proxy_addr), &[]).await;
+    assert_same_and_counted(&gw, &direct, &through).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_them() {
+    let s = Setup::new();
+    let tls = tollgate_provider::tls::server_config(s.dir.path()).unwrap();
+    std::fs::copy(
+        s.dir.path().join(tollgate_provider::tls::CA_FILE),
+        s.dir.path().join("upstream-ca.pem"),
+    )
+    .unwrap();
+    let up = Provider::start_with(local0(), Some(tls)).await.unwrap();
+    let gw = gateway(&s.config(
+        "[localhost]",
+        "policies:\n  - name: ai\n    match: {host: localhost}\n    llm: {}\n    budget: {limit: \"$100\", per: day}\n",
+    ))
+    .await;
+    let base = format!("https://localhost:{}", up.addr.port());
+    let provider_ca = s.dir.path().join("upstream-ca.pem");
+    let direct = run(
+        &base,
+        &[("SSL_CERT_FILE", provider_ca.display().to_string())],
+    )
+    .await;
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let ca = s.dir.path().join("tollgate-ca.pem").display().to_string();
+    let through = run(
+        &base,
+        &[
+            ("HTTPS_PROXY", proxy.clone()),
+            ("https_proxy", proxy),
+            ("SSL_CERT_FILE", ca),
+        ],
+    )
+    .await;
+    assert_same_and_counted(&gw, &direct, &through).await;
+    let state = admin_get(&gw, "/policies").await.json();
+    let spent = state["policies"][0]["state"]["budget"]["spent_usd"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(spent, "$0", "the calls were priced and counted");
+}
