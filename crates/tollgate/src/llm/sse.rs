@@ -86,13 +86,11 @@ impl Events {
             None => (line, &b""[..]),
         };
         match name {
-            b"data" => {
-                if self.event.data.len() + value.len() < self.cap {
-                    if !self.event.data.is_empty() {
-                        self.event.data.push(b'\n');
-                    }
-                    self.event.data.extend_from_slice(value);
+            b"data" if self.event.data.len() + value.len() < self.cap => {
+                if !self.event.data.is_empty() {
+                    self.event.data.push(b'\n');
                 }
+                self.event.data.extend_from_slice(value);
             }
             b"event" => self.event.name = value.to_vec(),
             _ => {}

@@ -203,9 +203,9 @@ async fn a_token_limit_refuses_at_the_request_that_does_not_fit() {
     // Estimates a quarter of the text's bytes: "Say hello…" (33 bytes) is 9 tokens, 3
     // more for the message: 12, and 20 reserved for the output: 32 a request. The
     // stand-in reports the body's bytes / 4 (29) and 20 output: 49 a call.
-    let gw = gateway(&format!(
-        "policies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    token_limit: {{limit: 120, window: hour}}\n"
-    ))
+    let gw = gateway(
+        "policies:\n  - name: ai\n    llm: {tokenizer: false}\n    token_limit: {limit: 120, window: hour}\n",
+    )
     .await;
     let body = chat(false, false, 20);
     let used = |gw: &tollgate::Gateway| {

@@ -269,7 +269,7 @@ fn money(v: &serde_json::Value) -> Option<u64> {
         }
         _ => return None,
     };
-    (f.is_finite() && f >= 0.0 && f < 1e9).then(|| (f * 1e9).round() as u64)
+    (f.is_finite() && (0.0..1e9).contains(&f)).then(|| (f * 1e9).round() as u64)
 }
 
 // ---- config: as written, and its validation ----

@@ -343,10 +343,7 @@ pub fn period(e: &mut Errors, path: &str, per: &str, renews_on: i8, time_zone: &
     };
     match per {
         "day" => Window::Day(tz),
-        "month" => Window::Month {
-            renews_on: renews_on,
-            tz,
-        },
+        "month" => Window::Month { renews_on, tz },
         other => {
             e.fail(
                 &format!("{path}.per"),
