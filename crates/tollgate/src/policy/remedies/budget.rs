@@ -205,6 +205,9 @@ impl Remedy for Budget {
                 Some(c) => (cost(c, None, &c.reserve()), c.model.clone()),
                 None => return Ok(Flow::Continue),
             };
+            // A request whose model is not known on admission (its body larger than
+            // `llm.max_body`) reserves nothing and is charged when it ends.
+            let estimate = if model.is_none() { Some(0) } else { estimate };
             let Some(n) = estimate else {
                 self.actions.record(x, Action::Unpriced);
                 let model = model.as_deref().unwrap_or("(none)").to_owned();

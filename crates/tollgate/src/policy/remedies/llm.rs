@@ -44,7 +44,8 @@ impl RemedyKind for Kind {
         attempt: "",
         response: "reads the answer's usage as it streams (removing the usage chunk it asked for)",
     };
-    const EXAMPLE: &'static str = "{prices: {my-finetune: {input: 3.0, output: 12.0}}}";
+    const EXAMPLE: &'static str =
+        "{prices: {my-finetune: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 12.0}}}";
     type Raw = RawLlm;
     type Spec = Settings;
     type Action = crate::policy::kind::NoActions;
