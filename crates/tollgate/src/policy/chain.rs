@@ -117,6 +117,18 @@ pub trait Attempts: Send + Sync + 'static {
     }
 }
 
+/// Beside the attempts layer: when it stops on a failure, whether the request goes on to
+/// the next of a list of alternatives (`llm.fallback`: another model, account or
+/// provider). It may read a small error body to decide (`o` is the attempt's outcome,
+/// given back whole).
+pub trait Fallback: Send + Sync + 'static {
+    fn next<'a>(
+        &'a self,
+        x: &'a mut Exchange,
+        o: &'a mut Result<Response<Body>, ProxyError>,
+    ) -> BoxFuture<'a, bool>;
+}
+
 /// Each request sent once; the pool may resend one a stale connection lost.
 pub struct Once;
 
@@ -160,6 +172,7 @@ pub struct Built {
     pub remedy: Arc<dyn Remedy>,
     pub attempt: Option<Arc<dyn AttemptRemedy>>,
     pub attempts: Option<Arc<dyn Attempts>>,
+    pub fallback: Option<Arc<dyn Fallback>>,
     pub total: Option<Duration>,
 }
 
@@ -169,6 +182,7 @@ impl<R: Remedy> From<Arc<R>> for Built {
             remedy,
             attempt: None,
             attempts: None,
+            fallback: None,
             total: None,
         }
     }
@@ -195,6 +209,8 @@ pub struct Chain {
     pub attempt: Vec<Arc<dyn AttemptRemedy>>,
     /// What sends the attempts: retry's layer, or [`Once`].
     pub attempts: Arc<dyn Attempts>,
+    /// Where the request goes when the attempts layer stops on a failure.
+    pub fallback: Option<Arc<dyn Fallback>>,
     /// The bound on the whole exchange (`timeouts.total`).
     pub total: Option<Duration>,
 }
@@ -209,6 +225,7 @@ impl Chain {
                 .iter()
                 .find_map(|b| b.attempts.clone())
                 .unwrap_or_else(|| Arc::new(Once)),
+            fallback: built.iter().find_map(|b| b.fallback.clone()),
             total: built.iter().find_map(|b| b.total),
             names,
             remedies: built.into_iter().map(|b| b.remedy).collect(),

@@ -78,8 +78,16 @@ async fn phases(
     // through the attempt stack.
     let (mut upstream, mut number) = (None, 0);
     let resp = loop {
-        let attempt = attempt(x, client, timer, number, &mut upstream).await;
-        match chain.attempts.again(x, attempt.as_ref()).await {
+        let mut attempt = attempt(x, client, timer, number, &mut upstream).await;
+        let again = match chain.attempts.again(x, attempt.as_ref()).await {
+            Some(wait) => Some(wait),
+            // The attempts layer stopped: the fallback may send it elsewhere, at once.
+            None => match &chain.fallback {
+                Some(f) if f.next(x, &mut attempt).await => Some(Duration::ZERO),
+                _ => None,
+            },
+        };
+        match again {
             Some(wait) => {
                 drop(attempt);
                 number += 1;
@@ -110,11 +118,10 @@ async fn attempt(
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let chain = x.chain.clone();
-    let request = x
-        .attempt_request(chain.attempts.keeps(x))
-        .ok_or(ProxyError::Internal(
-            "the request body was already sent and cannot be replayed",
-        ))?;
+    let keep = chain.attempts.keeps(x) || chain.fallback.is_some();
+    let request = x.attempt_request(keep).ok_or(ProxyError::Internal(
+        "the request body was already sent and cannot be replayed",
+    ))?;
     let mut a = Attempt {
         number,
         request,

@@ -400,3 +400,162 @@ async fn three_replicas_on_redis_keep_a_token_limit_and_count_it_exactly() {
     }
     assert!(ok * 39 <= 1000);
 }
+
+/// A gateway whose policy falls back from `gpt-4o` to `gpt-4o-mini`, then to `extra`.
+async fn falling_back(extra: &str) -> tollgate::Gateway {
+    gateway(&format!(
+        "policies:\n  - name: ai\n    llm:\n      fallback:\n        - model: gpt-4o-mini\n{extra}"
+    ))
+    .await
+}
+
+/// A `gpt-4o` call through `gw` while the stand-in answers 429 for `failing` models:
+/// its answer, asserted a success.
+async fn gpt_4o_failing(gw: &tollgate::Gateway, up: &Provider, stream: bool, failing: &str) -> Got {
+    let mut body = chat(stream, false, 4);
+    body["model"] = json!("gpt-4o");
+    let got = post(
+        Some(gw),
+        up,
+        "/v1/chat/completions",
+        &body,
+        &[("x-stand-in-fail-models", failing)],
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_one_model_is_answered_by_the_next_and_the_answer_says_so() {
+    let up = stand_in().await;
+    let gw = falling_back("").await;
+    for stream in [false, true] {
+        let got = gpt_4o_failing(&gw, &up, stream, "gpt-4o").await;
+        assert_eq!(got.header("x-tollgate-fallback"), Some("1"));
+        assert_eq!(got.header("x-tollgate-model"), Some("gpt-4o-mini"));
+        assert!(String::from_utf8_lossy(&got.body).contains("gpt-4o-mini-2025-01-01"));
+    }
+    // Counted as the model that answered.
+    tokens_counted(&gw, "gpt-4o-mini-2025-01-01", "output", 8).await;
+    // A call that succeeds at once says so too.
+    let got = post(
+        Some(&gw),
+        &up,
+        "/v1/chat/completions",
+        &chat(false, false, 1),
+        &[],
+    )
+    .await;
+    assert_eq!(got.header("x-tollgate-fallback"), Some("0"));
+    assert_eq!(got.header("x-tollgate-model"), Some("gpt-4o-mini"));
+    // Every entry failing: the last answer is relayed, its body whole.
+    let got = post(
+        Some(&gw),
+        &up,
+        "/v1/chat/completions",
+        &chat(false, false, 1),
+        &[("x-stand-in-status", "400")],
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        got.header("x-tollgate-fallback"),
+        Some("1"),
+        "context_length_exceeded moved it on"
+    );
+    assert_eq!(got.json()["error"]["code"], "context_length_exceeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_to_another_provider_sends_the_same_request_there() {
+    let up = stand_in().await;
+    let other = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let auth = req.headers().get("authorization").map(|v| v.to_str().unwrap().to_owned());
+        let path = req.uri().path().to_owned();
+        let body: Value = serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        let answer_body = json!({"id": "x", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("{path} {auth:?}")}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+        answer(200, &[("content-type", "application/json")], &answer_body.to_string())
+    })
+    .await;
+    let gw = falling_back(&format!(
+        "        - upstream: http://{}/api\n          model: meta-llama/llama-3.1-8b\n          account: {{bearer: sk-other}}\n",
+        other.addr
+    ))
+    .await;
+    let got = gpt_4o_failing(&gw, &up, false, "gpt-4o,gpt-4o-mini").await;
+    assert_eq!(got.header("x-tollgate-fallback"), Some("2"));
+    assert_eq!(
+        got.header("x-tollgate-model"),
+        Some("meta-llama/llama-3.1-8b")
+    );
+    let v = got.json();
+    assert_eq!(v["model"], "meta-llama/llama-3.1-8b");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "/api/v1/chat/completions Some(\"Bearer sk-other\")"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_after_its_first_byte_is_never_sent_again() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let up = upstream(move |_req| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async {
+            // One event, a pause (the head and the event go out), then the provider fails.
+            let events = futures_util::stream::unfold(0, |i| async move {
+                match i {
+                    0 => Some((
+                        Ok(http_body::Frame::data(bytes::Bytes::from_static(
+                            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+                        ))),
+                        1,
+                    )),
+                    1 => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        Some((
+                            Err::<http_body::Frame<bytes::Bytes>, tollgate::body::BoxError>(
+                                "provider gone".into(),
+                            ),
+                            2,
+                        ))
+                    }
+                    _ => None,
+                }
+            });
+            let mut r = http::Response::new(http_body_util::BodyExt::boxed_unsync(
+                http_body_util::StreamBody::new(events),
+            ));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let gw = falling_back("").await;
+    let req = Request::post(format!("http://{}/v1/chat/completions", gw.proxy_addr))
+        .header("content-type", "application/json")
+        .header("x-tollgate-host", up.addr.to_string())
+        .header("x-tollgate-scheme", "http")
+        .body(bytes_body(chat(true, true, 4).to_string()))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(
+        resp.headers()
+            .get("x-tollgate-fallback")
+            .map(|v| v.to_str().unwrap()),
+        Some("0"),
+        "{:?} {:?}",
+        resp.status(),
+        resp.headers()
+    );
+    use http_body_util::BodyExt;
+    let _ = resp.into_body().collect().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "sent once");
+}

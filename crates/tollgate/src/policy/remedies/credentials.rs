@@ -46,7 +46,7 @@ impl Credential {
         format!("{self:?}")
     }
 
-    fn apply(&self, req: &mut Request<Body>) -> Result<(), ProxyError> {
+    pub(crate) fn apply(&self, req: &mut Request<Body>) -> Result<(), ProxyError> {
         match self {
             Credential::Header(n, v) => {
                 req.headers_mut().insert(n.clone(), v.clone());

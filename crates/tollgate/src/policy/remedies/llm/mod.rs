@@ -4,6 +4,8 @@
 //! answer's usage as it streams past (crate::llm). `token_limit` and `budget` count
 //! what it reads, and do the same with the defaults when a policy has no `llm:` key.
 
+pub mod fallback;
+
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::units::{Int, Size};
@@ -26,6 +28,8 @@ pub struct Settings {
     pub output_estimate: u64,
     pub max_body: usize,
     pub prices: Arc<Prices>,
+    /// `fallback` and `fallback_on`, when the list has entries.
+    pub fallback: Option<fallback::Spec>,
 }
 
 impl Default for Settings {
@@ -44,8 +48,7 @@ impl RemedyKind for Kind {
         attempt: "",
         response: "reads the answer's usage as it streams (removing the usage chunk it asked for)",
     };
-    const EXAMPLE: &'static str =
-        "{prices: {my-finetune: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 12.0}}}";
+    const EXAMPLE: &'static str = "{prices: {my-finetune: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 12.0}}, fallback: [{model: gpt-4o-mini}, {upstream: 'https://openrouter.ai/api', model: openai/gpt-4o-mini, account: {bearer: '${KEY}'}}]}";
     type Raw = RawLlm;
     type Spec = Settings;
     type Action = crate::policy::kind::NoActions;
@@ -71,11 +74,31 @@ impl RemedyKind for Kind {
         if raw.tokenizer {
             crate::llm::tokens::warm_up();
         }
-        Some(spec(raw))
+        let mut s = spec(raw);
+        s.fallback = fallback::spec(cx.errors, &cx.path, &raw.fallback, &raw.fallback_on);
+        Some(s)
+    }
+
+    fn secrets(s: &Settings, names: &mut Vec<String>, values: &mut Vec<String>) {
+        if let Some(f) = &s.fallback {
+            let accounts: Vec<_> = f.entries.iter().filter_map(|e| e.account.clone()).collect();
+            crate::policy::remedies::credentials::secrets(&accounts, names, values);
+        }
     }
 
     fn build(s: &Settings, _: &mut Build<'_>) -> Built {
-        Built::from(Arc::new(Llm(s.clone())))
+        let llm = Arc::new(Llm(s.clone()));
+        match &s.fallback {
+            None => Built::from(llm),
+            Some(f) => {
+                let f = Arc::new(fallback::Fallbacks(f.clone()));
+                Built {
+                    attempt: Some(f.clone()),
+                    fallback: Some(f),
+                    ..Built::from(llm)
+                }
+            }
+        }
     }
 }
 
@@ -86,6 +109,7 @@ fn spec(raw: &RawLlm) -> Settings {
         output_estimate: raw.output_estimate.get(),
         max_body: raw.max_body.get(),
         prices: Arc::new(Prices::new(raw.prices.clone())),
+        fallback: None,
     }
 }
 
@@ -100,9 +124,26 @@ impl Remedy for Llm {
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
-        meter(x, resp)
+        let mut resp = meter(x, resp);
+        if let Some(f) = &self.0.fallback
+            && x.locals.get::<Call>().is_some()
+        {
+            // Who answered: the model asked of it, and its entry (0: the request as sent).
+            let h = resp.headers_mut();
+            h.insert(X_TOLLGATE_FALLBACK, fallback::entry_of(x).into());
+            if let Some(m) = fallback::model_of(f, x) {
+                h.insert(X_TOLLGATE_MODEL, m);
+            }
+        }
+        resp
     }
 }
+
+/// The model the answering attempt asked for (with `llm.fallback`).
+pub const X_TOLLGATE_MODEL: http::HeaderName = http::HeaderName::from_static("x-tollgate-model");
+/// Which entry of `llm.fallback` answered (0: the request as sent).
+pub const X_TOLLGATE_FALLBACK: http::HeaderName =
+    http::HeaderName::from_static("x-tollgate-fallback");
 
 /// The LLM call `x` makes, read once (by the first remedy that needs it) with
 /// `settings` into its locals; whether it is one.
@@ -169,6 +210,10 @@ pub struct RawLlm {
     pub max_body: Size<0, { 64 << 20 }>,
     /// Prices in USD per million tokens by model name, over the shipped table (docs/llm.md#prices); a model is found by its exact name, else the longest name it starts with.
     pub prices: BTreeMap<String, Price>,
+    /// Where a call goes when it fails before any byte of its answer reached the client and retry (when the policy has it) stops: each entry another `model`, `account` and/or `upstream`, tried in order (docs/llm.md#fallback). The answer says who answered: `x-tollgate-model`, `x-tollgate-fallback: N`.
+    pub fallback: Vec<fallback::RawEntry>,
+    /// The failures that move a call to the next entry: statuses (`429`, `"500-599"`), `5xx`, `timeout` (no response head in time), `connect` (never reached the provider), `context_length_exceeded` (a 400 saying the prompt is too long for the model).
+    pub fallback_on: Vec<String>,
 }
 
 impl Default for RawLlm {
@@ -179,6 +224,8 @@ impl Default for RawLlm {
             output_estimate: Int::of(1024),
             max_body: Size::bytes(4 << 20),
             prices: BTreeMap::new(),
+            fallback: Vec::new(),
+            fallback_on: fallback::default_on(),
         }
     }
 }
