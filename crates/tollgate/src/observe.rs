@@ -397,6 +397,20 @@ fn diagnose(
             response_bytes: ev.response_bytes,
             consumer: consumer.as_deref(),
             at_ms,
+            llm: diag
+                .llm
+                .as_ref()
+                .map(|m| m.read())
+                .filter(|m| m.relayed)
+                .map(|m| {
+                    let u = m.usage();
+                    crate::diagnosis::discovery::LlmSeen {
+                        input: u.input,
+                        output: u.output,
+                        cost_nanos: m.cost_nanos(),
+                        first_byte_us: m.first_byte.map(|d| d.as_micros() as u64),
+                    }
+                }),
         };
         let counted = endpoints
             .lock()

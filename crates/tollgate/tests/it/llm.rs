@@ -559,3 +559,48 @@ async fn a_stream_cut_after_its_first_byte_is_never_sent_again() {
     let _ = resp.into_body().collect().await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "sent once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_shows_each_endpoints_tokens_cost_and_time_to_first_byte() {
+    let up = stand_in().await;
+    let gw = gateway(&llm_policy("diagnosis:\n  discovery: {enabled: true}\n")).await;
+    let mut body = chat(true, true, 10);
+    body["model"] = json!("gpt-4o");
+    let mut used = (0, 0);
+    for _ in 0..2 {
+        let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
+        let u = streamed_usage(&got.body).unwrap();
+        used.0 += u["prompt_tokens"].as_u64().unwrap();
+        used.1 += u["completion_tokens"].as_u64().unwrap();
+    }
+    let row = eventually("discovery counted both calls", || async {
+        let d = admin_get(&gw, "/discover").await.json();
+        let row = d["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["endpoint"] == "/v1/chat/completions")
+            .cloned();
+        match row {
+            Some(r) if r["llm"]["calls"] == 2 => Ok(r),
+            other => Err(other),
+        }
+    })
+    .await;
+    let l = &row["llm"];
+    assert_eq!(
+        (l["input_tokens"].as_u64(), l["output_tokens"].as_u64()),
+        (Some(used.0), Some(used.1))
+    );
+    // gpt-4o: $2.50 in, $10 out per million.
+    let cost = (used.0 as f64 * 2.5 + used.1 as f64 * 10.0) / 1e6;
+    assert!((l["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-8, "{l}");
+    assert!(l["time_to_first_byte_ms"]["p50"].as_f64().is_some(), "{l}");
+    let text =
+        tollgate::diagnosis::discovery::table::table(&admin_get(&gw, "/discover").await.json());
+    assert!(text.contains("LLM calls"), "{text}");
+    assert!(
+        text.contains(&format!("{:>12} {:>12}", used.0, used.1)),
+        "{text}"
+    );
+}

@@ -31,6 +31,64 @@ pub struct Seen<'a> {
     pub response_bytes: u64,
     pub consumer: Option<&'a str>,
     pub at_ms: u64,
+    /// An LLM call's usage: tokens in and out, cost (nano-dollars) and time to first byte.
+    pub llm: Option<LlmSeen>,
+}
+
+/// What an LLM call used, as discovery counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct LlmSeen {
+    pub input: u64,
+    pub output: u64,
+    pub cost_nanos: Option<u64>,
+    pub first_byte_us: Option<u64>,
+}
+
+/// The LLM calls of one endpoint.
+pub struct LlmStats {
+    pub calls: u64,
+    pub input: u64,
+    pub output: u64,
+    pub cost_nanos: u64,
+    first_byte: Histogram<u32>,
+}
+
+impl LlmStats {
+    fn new() -> Self {
+        Self {
+            calls: 0,
+            input: 0,
+            output: 0,
+            cost_nanos: 0,
+            first_byte: Histogram::new(2).expect("2 significant figures is valid"),
+        }
+    }
+
+    fn add(&mut self, l: &LlmSeen) {
+        self.calls += 1;
+        self.input += l.input;
+        self.output += l.output;
+        self.cost_nanos += l.cost_nanos.unwrap_or(0);
+        if let Some(us) = l.first_byte_us {
+            record_us(&mut self.first_byte, us);
+        }
+    }
+
+    fn merge(&mut self, o: LlmStats) {
+        self.calls += o.calls;
+        self.input += o.input;
+        self.output += o.output;
+        self.cost_nanos += o.cost_nanos;
+        let _ = self.first_byte.add(&o.first_byte);
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "calls": self.calls, "input_tokens": self.input, "output_tokens": self.output,
+            "cost_usd": self.cost_nanos as f64 / 1e9,
+            "time_to_first_byte_ms": percentiles(&self.first_byte),
+        })
+    }
 }
 
 /// The aggregate of one endpoint.
@@ -44,6 +102,8 @@ pub struct Stats {
     pub first_seen_ms: u64,
     pub last_seen_ms: u64,
     pub consumers: BTreeMap<String, u64>,
+    /// Its LLM calls' usage, once it had one.
+    pub llm: Option<Box<LlmStats>>,
 }
 
 impl Stats {
@@ -59,6 +119,7 @@ impl Stats {
             first_seen_ms: at,
             last_seen_ms: at,
             consumers: BTreeMap::new(),
+            llm: None,
         }
     }
 
@@ -73,6 +134,11 @@ impl Stats {
         self.response_bytes += c.response_bytes;
         self.first_seen_ms = self.first_seen_ms.min(c.at_ms);
         self.last_seen_ms = self.last_seen_ms.max(c.at_ms);
+        if let Some(l) = &c.llm {
+            self.llm
+                .get_or_insert_with(|| Box::new(LlmStats::new()))
+                .add(l);
+        }
         if let Some(who) = c.consumer {
             let key = if self.consumers.contains_key(who) || self.consumers.len() < max_consumers {
                 who
@@ -94,6 +160,12 @@ impl Stats {
         self.response_bytes += o.response_bytes;
         self.first_seen_ms = self.first_seen_ms.min(o.first_seen_ms);
         self.last_seen_ms = self.last_seen_ms.max(o.last_seen_ms);
+        if let Some(l) = o.llm {
+            match &mut self.llm {
+                Some(mine) => mine.merge(*l),
+                None => self.llm = Some(l),
+            }
+        }
         for (k, n) in o.consumers {
             let key = if self.consumers.contains_key(&k) || self.consumers.len() < max_consumers {
                 k
@@ -250,15 +322,21 @@ impl Discovered {
         };
         json!({
             "enabled": true,
-            "endpoints": rows.iter().map(|(h, m, e, s)| json!({
-                "host": h, "method": m, "endpoint": e, "count": s.count,
-                "status": s.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-                "latency_ms": percentiles(&s.total),
-                "provider_ms": percentiles(&s.upstream),
-                "request_bytes": s.request_bytes, "response_bytes": s.response_bytes,
-                "first_seen": ts(s.first_seen_ms), "last_seen": ts(s.last_seen_ms),
-                "consumers": s.consumers,
-            })).collect::<Vec<_>>(),
+            "endpoints": rows.iter().map(|(h, m, e, s)| {
+                let mut row = json!({
+                    "host": h, "method": m, "endpoint": e, "count": s.count,
+                    "status": s.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                    "latency_ms": percentiles(&s.total),
+                    "provider_ms": percentiles(&s.upstream),
+                    "request_bytes": s.request_bytes, "response_bytes": s.response_bytes,
+                    "first_seen": ts(s.first_seen_ms), "last_seen": ts(s.last_seen_ms),
+                    "consumers": s.consumers,
+                });
+                if let Some(l) = &s.llm {
+                    row["llm"] = l.to_json();
+                }
+                row
+            }).collect::<Vec<_>>(),
             "folded": self.folded,
             "caps": {
                 "max_hosts": self.settings.max_hosts,
@@ -357,6 +435,7 @@ mod tests {
             response_bytes: 10,
             consumer: None,
             at_ms: 1,
+            llm: None,
         }
     }
 

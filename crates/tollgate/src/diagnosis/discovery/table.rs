@@ -73,6 +73,38 @@ fn aggregated(v: &Value) -> String {
     out
 }
 
+/// The endpoints that carried LLM calls: tokens, cost, time to first byte.
+fn llm(v: &Value) -> String {
+    let rows: Vec<&Value> = v["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["llm"].is_object())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nLLM calls\n{:>8}  {:<7} {:<28} {:<40} {:>12} {:>12} {:>11} {:>9}\n",
+        "CALLS", "METHOD", "HOST", "ENDPOINT", "TOKENS IN", "TOKENS OUT", "COST $", "TTFB p50"
+    );
+    for e in rows {
+        let l = &e["llm"];
+        out.push_str(&format!(
+            "{:>8}  {:<7} {:<28} {:<40} {:>12} {:>12} {:>11.4} {:>9}\n",
+            l["calls"].as_u64().unwrap_or(0),
+            e["method"].as_str().unwrap_or("-"),
+            e["host"].as_str().unwrap_or("-"),
+            e["endpoint"].as_str().unwrap_or("-"),
+            l["input_tokens"].as_u64().unwrap_or(0),
+            l["output_tokens"].as_u64().unwrap_or(0),
+            l["cost_usd"].as_f64().unwrap_or(0.0),
+            ms(&l["time_to_first_byte_ms"]["p50"]),
+        ));
+    }
+    out
+}
+
 /// The discovered endpoints, most called first.
 fn discovered(v: &Value) -> String {
     let mut out = format!(
@@ -103,6 +135,7 @@ fn discovered(v: &Value) -> String {
             ms(&e["latency_ms"]["p99"]),
         ));
     }
+    out.push_str(&llm(v));
     if v["folded"].as_u64().unwrap_or(0) > 0 {
         out.push_str(&format!(
             "({} calls counted under `other`: a discovery cap was reached)\n",
