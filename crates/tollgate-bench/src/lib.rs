@@ -12,6 +12,7 @@ pub mod harness;
 pub mod https;
 pub mod instructions;
 pub mod latency;
+pub mod llm;
 pub mod loadgen;
 pub mod lura;
 pub mod machine;
@@ -42,6 +43,10 @@ pub enum BenchCommand {
     /// tunnel (interception) against a plain tunnel, the provider straight and mitmproxy;
     /// the CPU of a new connection and of a leaf certificate.
     Https(https::HttpsArgs),
+    /// LLM calls: time to first and last event of a stream through tollgate (usage read,
+    /// a token limit and a budget on) against direct and against LLM gateways (LiteLLM,
+    /// Bifrost) where they install; capacity with usage read against the passthrough.
+    Llm(llm::LlmArgs),
     /// A rate limit counted on Redis (`store.backend: redis`, exact and in blocks) against
     /// the same limit in memory: the footprint beside Redis's own round trip, and
     /// requests per second on one core.
@@ -152,6 +157,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Instructions(a) => instructions::run(a),
         BenchCommand::Https(a) => https::run(a),
         BenchCommand::Redis(a) => redis::run(a),
+        BenchCommand::Llm(a) => llm::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

@@ -142,7 +142,7 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let mut segs = path.trim_start_matches('/').splitn(2, '/');
     let (head, rest) = (segs.next().unwrap_or(""), segs.next());
-    if req.method() == Method::POST && (head == "v1" || head == "v1beta") {
+    if req.method() == Method::POST && matches!(head, "v1" | "v1beta" | "pace") {
         let path = path.clone();
         return match llm::route(req, &path).await {
             Some(r) => r,

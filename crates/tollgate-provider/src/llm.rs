@@ -5,8 +5,10 @@
 //! tokens, default `max_tokens` or 5), `x-stand-in-pace` (between events, e.g. `10ms`),
 //! `x-stand-in-cached` (cached prompt tokens), `x-stand-in-status` (answer with this
 //! error status in the provider's error shape), `x-stand-in-fail-models` (a
-//! comma-separated list of models answered 429). The prompt's tokens are the request
-//! body's bytes / 4.
+//! comma-separated list of models answered 429). A path under `/pace/{d}` (`/pace/1ms/v1/
+//! chat/completions`) paces the events as `x-stand-in-pace: {d}` does, for clients that
+//! send no headers of their own (the gateways a benchmark compares). The prompt's tokens
+//! are the request body's bytes / 4.
 
 use crate::body::Body;
 use crate::{parse_delay, respond, timer};
@@ -64,6 +66,10 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
     let fail_models = header("x-stand-in-fail-models").unwrap_or_default();
     let tokens = header("x-stand-in-tokens").and_then(|s| s.parse().ok());
     let pace = header("x-stand-in-pace")
+        .or_else(|| {
+            let rest = path.strip_prefix("/pace/")?;
+            Some(rest.split('/').next()?.to_owned())
+        })
         .and_then(|s| parse_delay(&s))
         .unwrap_or_default();
     let cached = header("x-stand-in-cached")
