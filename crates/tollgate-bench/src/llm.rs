@@ -1,7 +1,8 @@
 //! `tollgate bench llm`: LLM calls through tollgate against the provider's OpenAI
 //! stand-in, which streams a chat completion's events at a fixed pace. In one run:
 //! the time to the first event and to the last, direct and through each gateway
-//! (tollgate's passthrough, tollgate reading usage with a token limit and a budget on,
+//! (tollgate's passthrough, tollgate reading usage, and reading it with a token limit
+//! and a budget on,
 //! and the LLM gateways it is compared with where they install: LiteLLM's proxy, Bifrost),
 //! one call at a time, the targets interleaved call by call; then requests per second of
 //! complete (non-streamed) answers at a number of connections, tollgate's passthrough
@@ -68,8 +69,11 @@ const BEARER: &str = "Bearer sk-bench-5f0c2a9e7d3b41c6a8e2f1d0b9c7a6e5";
 const PASSTHROUGH: &str =
     "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\n";
 
+/// Every call read for usage.
+const USAGE: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n";
+
 /// Every call read for usage, counted against a token limit and a budget that never refuse.
-const WITH_USAGE: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n    token_limit: {limit: 1000000000000, window: minute}\n    budget: {limit: \"$100000000\", per: day}\n";
+const LIMITS: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n    token_limit: {limit: 1000000000000, window: minute}\n    budget: {limit: \"$100000000\", per: day}\n";
 
 pub fn run(args: LlmArgs) -> Result<(), String> {
     let c = &args.common;
@@ -86,10 +90,12 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
     };
     let mut endpoints = vec![ep("direct", h.provider, None)];
     report::write(&h.out, "llm-passthrough.yaml", PASSTHROUGH)?;
-    report::write(&h.out, "llm-usage.yaml", WITH_USAGE)?;
+    report::write(&h.out, "llm-usage.yaml", USAGE)?;
+    report::write(&h.out, "llm-limits.yaml", LIMITS)?;
     for (name, file) in [
         ("passthrough", "llm-passthrough.yaml"),
-        ("tollgate-llm", "llm-usage.yaml"),
+        ("usage", "llm-usage.yaml"),
+        ("usage+limits", "llm-limits.yaml"),
     ] {
         let t = h.tollgate(name, &h.out.join(file), c.threads)?;
         let addr = addr_of(&t.base)?;
@@ -219,11 +225,16 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
         csv += &format!("{},{:.0},{:.0},{:.0},{:.0}\n", e.name, f.0, f.1, l.0, l.1);
     }
     let by_name = |n: &str| endpoints.iter().position(|e| e.name == n);
-    if let (Some(p), Some(u)) = (by_name("passthrough"), by_name("tollgate-llm")) {
-        let (fp, fu) = (med(&first[p]), med(&first[u]));
+    if let (Some(p), Some(u), Some(l)) = (
+        by_name("passthrough"),
+        by_name("usage"),
+        by_name("usage+limits"),
+    ) {
+        let (fp, fu, fl) = (med(&first[p]), med(&first[u]), med(&first[l]));
         md += &format!(
-            "\nReading usage, a token limit and a budget add **{:+.0} µs** at p50 to the first event over tollgate's passthrough (target ≤ +50 µs).\n",
-            fu.0 - fp.0
+            "\nOver tollgate's passthrough at p50, to the first event: reading usage **{:+.0} µs**; with a token limit and a budget too **{:+.0} µs** (target ≤ +50 µs).\n",
+            fu.0 - fp.0,
+            fl.0 - fp.0
         );
     }
     md += "\n| target | requests/s (median) | ÷ passthrough |\n|---|---:|---:|\n";

@@ -208,7 +208,7 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
         Api::OpenAiChat | Api::OpenAiEmbeddings => {
             let has_usage = memchr::memmem::find(data, b"\"usage\"").is_some()
                 && memchr::memmem::find(data, b"\"usage\":null").is_none();
-            let need_model = meter.read().answered.is_none();
+            let need_model = !meter.knows_model();
             if !has_usage && !need_model {
                 meter.update(|m| m.chunks += 1);
                 return false;

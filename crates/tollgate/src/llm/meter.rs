@@ -117,6 +117,15 @@ impl Meter {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Whether the answer named its model already (read per event: no copy).
+    pub fn knows_model(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .answered
+            .is_some()
+    }
+
     pub fn update(&self, f: impl FnOnce(&mut Metered)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
     }

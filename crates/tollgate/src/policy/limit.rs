@@ -152,6 +152,13 @@ impl Limit {
             match delta {
                 0 => {}
                 d if d < 0 => self.store.release(k, d.unsigned_abs()),
+                // This process's memory answers at once: no task to spawn.
+                d if !self.store.shared() => {
+                    let added = self.store.add(k, d as u64, u64::MAX, expires_ms);
+                    if let super::store::StoreFuture::Ready(Some(Err(e))) = added {
+                        tracing::warn!("{e}; a reservation's correction was lost");
+                    }
+                }
                 d => {
                     let (store, k) = (self.store.clone(), k.clone());
                     if let Ok(rt) = tokio::runtime::Handle::try_current() {
