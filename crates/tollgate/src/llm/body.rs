@@ -154,7 +154,7 @@ impl HttpBody for Metered {
                     events.feed(&data, |e| {
                         let upto = (e.end - start) as usize;
                         if !sse_event(meter, &e) {
-                            out.extend_from_slice(&pending[kept as usize..upto]);
+                            without_null_usage(&mut out, &pending[kept as usize..upto]);
                         }
                         kept = upto as u64;
                     });
@@ -179,6 +179,32 @@ impl HttpBody for Metered {
             _ => self.inner.size_hint(),
         }
     }
+}
+
+/// `event` as the client would have had it without `include_usage`: OpenAI adds
+/// `"usage":null` to every chunk then, which is removed. (Inside a JSON string its quotes
+/// would be escaped, so the sequence is only ever the key and its value.)
+fn without_null_usage(out: &mut BytesMut, mut event: &[u8]) {
+    const KEY: &[u8] = b"\"usage\":null";
+    while let Some(i) = memchr::memmem::find(event, KEY) {
+        let (before, after) = (&event[..i], &event[i + KEY.len()..]);
+        // The key goes with the comma that joins it to its neighbour.
+        match (before.last(), after.first()) {
+            (Some(b','), _) => {
+                out.extend_from_slice(&before[..before.len() - 1]);
+                event = after;
+            }
+            (_, Some(b',')) => {
+                out.extend_from_slice(before);
+                event = &after[1..];
+            }
+            _ => {
+                out.extend_from_slice(&event[..i + KEY.len()]);
+                event = after;
+            }
+        }
+    }
+    out.extend_from_slice(event);
 }
 
 /// Where the bytes waiting in `pending` start in the stream.
@@ -296,5 +322,30 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
             }
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_null_usage_openai_adds_is_removed() {
+        let strip = |e: &[u8]| {
+            let mut out = bytes::BytesMut::new();
+            super::without_null_usage(&mut out, e);
+            String::from_utf8(out.to_vec()).unwrap()
+        };
+        assert_eq!(
+            strip(br#"data: {"id":"x","choices":[],"usage":null}"#),
+            r#"data: {"id":"x","choices":[]}"#
+        );
+        assert_eq!(
+            strip(br#"data: {"usage":null,"id":"x"}"#),
+            r#"data: {"id":"x"}"#
+        );
+        assert_eq!(
+            strip(br#"data: {"c":"say "usage":null"}"#),
+            r#"data: {"c":"say "usage":null"}"#,
+            "escaped inside a string: kept"
+        );
     }
 }

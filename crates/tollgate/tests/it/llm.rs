@@ -100,6 +100,10 @@ async fn a_stream_that_does_not_ask_is_counted_and_gets_no_usage_chunk() {
     let body = chat(true, false, 4);
     let through = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
     let text = String::from_utf8_lossy(&through.body).into_owned();
+    // tollgate asked for the usage, and the client gets what it asked for: the same
+    // bytes as a direct call without the option.
+    let direct = post(None, &up, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(text, String::from_utf8_lossy(&direct.body));
     assert!(streamed_usage(&through.body).is_none(), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     // Every content chunk is there, in order.

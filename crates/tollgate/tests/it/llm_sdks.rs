@@ -146,3 +146,73 @@ async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_t
         .to_owned();
     assert_ne!(spent, "$0", "the calls were priced and counted");
 }
+
+/// The `openai` npm package, installed once under target/ (needs node and npm).
+fn openai_npm() -> std::path::PathBuf {
+    install_once(
+        "node-openai",
+        "these tests need node and npm (apt-get install nodejs npm)",
+        |dir| {
+            Command::new("npm")
+                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                .arg(dir)
+                .arg("openai@4.104.0")
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    )
+}
+
+/// What the npm SDK parsed of a stream with and without `include_usage`, and of a
+/// complete answer.
+const NODE_CALLS: &str = r#"
+const OpenAI = require('openai');
+const c = new OpenAI({ baseURL: process.env.BASE + '/v1', apiKey: 'sk-test', maxRetries: 0 });
+const messages = [{ role: 'user', content: 'Say hello to the gateway.' }];
+(async () => {
+  const out = {};
+  const collect = async (s) => { const all = []; for await (const ch of s) all.push(ch); return all; };
+  out.stream = await collect(await c.chat.completions.create({ model: 'gpt-4o-mini', messages, stream: true, max_tokens: 5 }));
+  out.stream_usage = await collect(await c.chat.completions.create({ model: 'gpt-4o-mini', messages, stream: true, max_tokens: 6, stream_options: { include_usage: true } }));
+  out.whole = await c.chat.completions.create({ model: 'gpt-4o', messages, max_tokens: 3 });
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+async fn run_node(base: &str) -> Value {
+    let dir = tokio::task::spawn_blocking(openai_npm).await.unwrap();
+    let mut c = Command::new("node");
+    c.env("NODE_PATH", dir.join("node_modules"))
+        .env("BASE", base)
+        .args(["-e", NODE_CALLS]);
+    serde_json::from_str(stdout_of(c).await.trim()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_npm_package_sees_the_same_streams_and_tollgate_counts_them() {
+    let up = Provider::start(local0()).await.unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /llm\n    upstream: http://{}\npolicies:\n  - name: ai\n    llm: {{}}\n",
+        up.addr
+    ))
+    .await;
+    let direct = run_node(&format!("http://{}", up.addr)).await;
+    let through = run_node(&format!("http://{}/llm", gw.proxy_addr)).await;
+    for k in ["stream", "stream_usage", "whole"] {
+        assert_eq!(direct[k], through[k], "{k}: the SDK parsed something else");
+    }
+    assert_eq!(
+        direct["stream"].as_array().unwrap().len(),
+        7,
+        "role, 5 chunks, finish, no usage"
+    );
+    counted(&gw, "gpt-4o-mini-2025-01-01", "output", 5 + 6).await;
+    let whole = &direct["whole"]["usage"];
+    counted(
+        &gw,
+        "gpt-4o-2025-01-01",
+        "input",
+        whole["prompt_tokens"].as_u64().unwrap(),
+    )
+    .await;
+}

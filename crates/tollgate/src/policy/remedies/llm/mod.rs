@@ -200,7 +200,7 @@ pub fn meter(x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLlm {
-    /// Add `stream_options: {include_usage: true}` to an OpenAI chat completion stream that lacks it, so its usage is counted exactly, and remove the usage chunk it brings from what the client gets (the stream is then relayed an event at a time; its other chunks carry `"usage": null`, as OpenAI sends them). `false`: such a stream's output is estimated as a token per content chunk.
+    /// Add `stream_options: {include_usage: true}` to an OpenAI chat completion stream that lacks it, so its usage is counted exactly, and remove what it brings from what the client gets (the usage chunk, and the `"usage":null` OpenAI then writes in every chunk): the client gets the bytes it would have had without the option, relayed an event at a time. `false`: such a stream's output is estimated as a token per content chunk.
     pub add_stream_usage: bool,
     /// Estimate prompt tokens on admission with the model's public tokenizer (OpenAI's encodings); `false`, or a model without a public one: 1 token per 4 bytes of text.
     pub tokenizer: bool,
