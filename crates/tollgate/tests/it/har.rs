@@ -18,18 +18,7 @@ const QUERY_SECRET: &str = "qk-SECRET9876543210";
 
 /// `har-validator` from npm, installed once under target/ (needs node and npm).
 fn validator() -> PathBuf {
-    install_once(
-        "har-validator",
-        "these tests need node and npm (apt-get install nodejs npm)",
-        |dir| {
-            Command::new("npm")
-                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-                .arg(dir)
-                .arg("har-validator@5.1.5")
-                .status()
-                .is_ok_and(|s| s.success())
-        },
-    )
+    npm_once("har-validator", "har-validator@5.1.5")
 }
 
 /// Validates a HAR document with har-validator; panics with its errors.

@@ -137,18 +137,7 @@ async fn curl_through_https_proxy_over_http1_and_h2() {
 /// undici's `EnvHttpProxyAgent` (Node's own `fetch` reads no proxy variable before Node
 /// 24's `NODE_USE_ENV_PROXY`), installed once under target/.
 fn undici() -> PathBuf {
-    install_once(
-        "node-undici",
-        "these tests need node and npm (apt-get install nodejs npm)",
-        |dir| {
-            Command::new("npm")
-                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-                .arg(dir)
-                .arg("undici@6.21.3")
-                .status()
-                .is_ok_and(|s| s.success())
-        },
-    )
+    npm_once("node-undici", "undici@6.21.3")
 }
 
 const NODE: &str = r#"

@@ -149,18 +149,7 @@ async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_t
 
 /// The `openai` npm package, installed once under target/ (needs node and npm).
 fn openai_npm() -> std::path::PathBuf {
-    install_once(
-        "node-openai",
-        "these tests need node and npm (apt-get install nodejs npm)",
-        |dir| {
-            Command::new("npm")
-                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-                .arg(dir)
-                .arg("openai@4.104.0")
-                .status()
-                .is_ok_and(|s| s.success())
-        },
-    )
+    npm_once("node-openai", "openai@4.104.0")
 }
 
 /// What the npm SDK parsed of a stream with and without `include_usage`, and of a

@@ -593,6 +593,23 @@ pub fn install_once(
     panic!("installing {name} did not finish");
 }
 
+/// A pinned npm package (`name@version`), installed once under target/`dir` with
+/// `npm install --prefix` (its modules in `node_modules`, for `NODE_PATH`).
+pub fn npm_once(dir: &str, package: &str) -> std::path::PathBuf {
+    install_once(
+        dir,
+        "these tests need node and npm (apt-get install nodejs npm)",
+        |d| {
+            std::process::Command::new("npm")
+                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                .arg(d)
+                .arg(package)
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    )
+}
+
 /// Pinned Python packages from PyPI, installed once under target/`name` with
 /// `pip install --target` (no virtualenv needed; put the folder on `PYTHONPATH`).
 pub fn pip_once(name: &str, packages: &[&str]) -> std::path::PathBuf {
