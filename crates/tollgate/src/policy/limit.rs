@@ -359,6 +359,38 @@ mod tests {
         assert_eq!(l.used().await.0, 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_amount_spent_renews_with_its_window() {
+        // A budget's day: $1 in nano-dollars, reserved and settled as calls end.
+        let spec = LimitSpec {
+            limit: 1_000_000_000,
+            window: Window::Day(jiff::tz::TimeZone::UTC),
+            groups: None,
+            refund_on: Vec::new(),
+        };
+        let mut l = Limit::new(spec, Arc::from("b"), None, Arc::new(Memory::default()));
+        l.amounts = true;
+        let h = HeaderMap::new();
+        let (_, end) = l.spec.window.bounds(clock::now_ms());
+        tokio::time::advance(Duration::from_millis(end - clock::now_ms())).await;
+        let (_, end) = l.spec.window.bounds(clock::now_ms());
+        // Reserved $0.40 each, spent $0.45 each: the third does not fit what is left.
+        for _ in 0..2 {
+            let t = l.reserve(&h, 400_000_000).await.unwrap();
+            l.adjust(&t.counted, 50_000_000, end);
+        }
+        assert_eq!(l.used().await.0, 900_000_000);
+        let refused = l.reserve(&h, 400_000_000).await.err().unwrap();
+        assert_eq!(clock::secs_until(refused.reset_ms), 86_400);
+        assert!(
+            l.reserve(&h, 100_000_000).await.is_ok(),
+            "what is left still fits"
+        );
+        tokio::time::advance(Duration::from_secs(86_400)).await;
+        assert!(l.reserve(&h, 400_000_000).await.is_ok(), "a new day");
+        assert_eq!(l.used().await.0, 400_000_000);
+    }
+
     #[tokio::test]
     async fn a_group_costs_a_few_bytes_whatever_its_value() {
         let spec = LimitSpec {
