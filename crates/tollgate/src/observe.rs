@@ -119,6 +119,7 @@ fn consume(
         hosts: rustc_hash::FxHashSet::default(),
         max_hosts,
         models: rustc_hash::FxHashSet::default(),
+        llm: rustc_hash::FxHashMap::default(),
     };
     loop {
         let mut open = 0;
@@ -181,6 +182,8 @@ struct Labels {
     max_hosts: usize,
     /// LLM models that are labels (at most [`MAX_MODELS`]).
     models: rustc_hash::FxHashSet<Arc<str>>,
+    /// The LLM handles of each (policy, model) seen.
+    llm: rustc_hash::FxHashMap<(Arc<str>, Arc<str>), LlmHandles>,
 }
 
 /// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
@@ -204,62 +207,90 @@ fn record(m: &Metrics, cache: &mut Labels, ev: &Event) {
     if let Some(d) = &ev.diag
         && let Some(meter) = &d.llm
     {
-        record_llm(m, &mut cache.models, d, &meter.read());
+        record_llm(m, cache, d, &meter.read());
     }
 }
 
 /// Distinct model names that are metric labels; past them, `other`.
 const MAX_MODELS: usize = 100;
 
+/// The LLM metric handles of one (policy, model), looked up once.
+struct LlmHandles {
+    /// input, output, cached, cache_write, reasoning.
+    tokens: [prometheus_client::metrics::counter::Counter; 5],
+    calls: prometheus_client::metrics::counter::Counter,
+    cost: crate::metrics::FloatCounter,
+    first_byte: prometheus_client::metrics::histogram::Histogram,
+}
+
+const TOKEN_KINDS: [&str; 5] = ["input", "output", "cached", "cache_write", "reasoning"];
+
 /// An LLM call's tokens, cost and time to first byte, by policy and model.
-fn record_llm(
-    m: &Metrics,
-    models: &mut rustc_hash::FxHashSet<Arc<str>>,
-    d: &RequestDiag,
-    u: &crate::llm::Metered,
-) {
+fn record_llm(m: &Metrics, cache: &mut Labels, d: &RequestDiag, u: &crate::llm::Metered) {
     if !u.relayed {
         return;
     }
-    let policy = d.policy.as_deref().unwrap_or("-").to_owned();
-    let model = match u.model() {
-        Some(name) if models.contains(name) => name.to_string(),
-        Some(name) if models.len() < MAX_MODELS => {
-            models.insert(name.clone());
-            name.to_string()
+    let policy = d.policy.clone().unwrap_or_else(|| Arc::from("-"));
+    let model: Arc<str> = match u.model() {
+        Some(name) if cache.models.contains(name) => name.clone(),
+        Some(name) if cache.models.len() < MAX_MODELS => {
+            cache.models.insert(name.clone());
+            name.clone()
         }
-        Some(_) => "other".to_owned(),
-        None => "-".to_owned(),
+        Some(_) => Arc::from("other"),
+        None => Arc::from("-"),
     };
-    let usage = u.usage();
-    for (kind, n) in [
-        ("input", usage.input),
-        ("output", usage.output),
-        ("cached", usage.cached),
-        ("cache_write", usage.cache_write),
-        ("reasoning", usage.reasoning),
-    ] {
-        if n > 0 {
-            let labels = crate::metrics::LlmTokenLabels {
-                policy: policy.clone(),
-                model: model.clone(),
-                kind,
+    if cache.llm.len() >= MAX_CACHED {
+        cache.llm.clear();
+    }
+    let h = cache
+        .llm
+        .entry((policy, model))
+        .or_insert_with_key(|(policy, model)| {
+            let labels = crate::metrics::LlmLabels {
+                policy: policy.to_string(),
+                model: model.to_string(),
             };
-            m.llm_tokens.get_or_create(&labels).inc_by(n);
+            let kind = |kind| {
+                m.llm_tokens
+                    .get_or_create(&crate::metrics::LlmTokenLabels {
+                        policy: labels.policy.clone(),
+                        model: labels.model.clone(),
+                        kind,
+                    })
+                    .clone()
+            };
+            LlmHandles {
+                tokens: TOKEN_KINDS.map(kind),
+                calls: m.llm_calls.get_or_create(&labels).clone(),
+                cost: m.llm_cost.get_or_create(&labels).clone(),
+                first_byte: m
+                    .llm_first_byte
+                    .get_or_create(&crate::metrics::NameLabels {
+                        name: labels.policy.clone(),
+                    })
+                    .clone(),
+            }
+        });
+    let usage = u.usage();
+    let counts = [
+        usage.input,
+        usage.output,
+        usage.cached,
+        usage.cache_write,
+        usage.reasoning,
+    ];
+    for (c, n) in h.tokens.iter().zip(counts) {
+        if n > 0 {
+            c.inc_by(n);
         }
     }
-    let labels = crate::metrics::LlmLabels { policy, model };
-    m.llm_calls.get_or_create(&labels).inc();
+    h.calls.inc();
     if let Some(c) = u.cost_nanos() {
-        m.llm_cost.get_or_create(&labels).inc_by(c as f64 / 1e9);
+        h.cost.inc_by(c as f64 / 1e9);
     }
     if let Some(t) = u.first_byte {
-        let name = crate::metrics::NameLabels {
-            name: labels.policy,
-        };
-        m.llm_first_byte
-            .get_or_create(&name)
-            .observe(t.as_secs_f64());
+        h.first_byte.observe(t.as_secs_f64());
     }
 }
 
