@@ -246,16 +246,16 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
             f(l) - f(p)
         );
     }
-    md += "\n| target | requests/s (median) | ÷ passthrough |\n|---|---:|---:|\n";
-    let base = by_name("passthrough")
-        .map(|p| median(&rps[p]))
-        .unwrap_or(1.0);
+    md += "\n| target | requests/s (median) | ÷ passthrough | ÷ matched |\n|---|---:|---:|---:|\n";
+    let of = |n: &str| by_name(n).map(|p| median(&rps[p])).unwrap_or(1.0).max(1e-9);
+    let (base, matched) = (of("passthrough"), of("matched"));
     for &i in &cap_targets {
         let r = median(&rps[i]);
         md += &format!(
-            "| {} | {r:.0} | {:.2} |\n",
+            "| {} | {r:.0} | {:.2} | {:.2} |\n",
             endpoints[i].name,
-            r / base.max(1e-9)
+            r / base,
+            r / matched
         );
     }
     for s in &skipped {
