@@ -9,6 +9,7 @@ use super::window::Window;
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
 use http::{HeaderMap, HeaderName};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// How groups not listed are treated.
@@ -287,6 +288,70 @@ pub fn refund_on(e: &mut Errors, path: &str, statuses: &[u16]) -> Vec<u16> {
         }
     }
     statuses.to_vec()
+}
+
+/// A limit's consumer groups as written (rate limits, token limits, budgets).
+pub struct GroupFields<'a> {
+    pub group_by: &'a Option<String>,
+    pub groups: &'a BTreeMap<String, crate::fields::units::Percent>,
+    pub default_group: &'a str,
+    pub max_groups: u64,
+}
+
+/// Validates a limit's consumer groups: each listed group's share of `limit`, the
+/// default group's treatment.
+pub fn groups(e: &mut Errors, path: &str, limit: u64, r: GroupFields<'_>) -> Option<Groups> {
+    match &r.group_by {
+        None => {
+            if !r.groups.is_empty() {
+                e.fail(&format!("{path}.groups"), "groups need `group_by: HEADER` (the request header whose value names the group)".into());
+            }
+            None
+        }
+        Some(h) => {
+            let header = e.read_header(&format!("{path}.group_by"), h);
+            let mut sum = 0.0;
+            let shares = r
+                .groups
+                .iter()
+                .map(|(name, pct)| {
+                    let f = pct.fraction();
+                    sum += f;
+                    (name.clone(), ((limit as f64) * f).floor() as u64)
+                })
+                .collect();
+            if sum > 1.0 + 1e-9 {
+                e.fail(
+                    &format!("{path}.groups"),
+                    format!(
+                        "the shares add up to {:.0}%; they may add up to 100% at most",
+                        sum * 100.0
+                    ),
+                );
+            }
+            let default = match r.default_group.trim() {
+                "allow" => DefaultGroup::Allow,
+                "block" => DefaultGroup::Block,
+                s if s.ends_with('%') => {
+                    let f = e.percent(&format!("{path}.default_group"), s);
+                    DefaultGroup::Share(((limit as f64) * f).floor() as u64)
+                }
+                s => {
+                    e.fail(
+                        &format!("{path}.default_group"),
+                        format!("`{s}`: write `allow`, `block` or a share like \"10%\""),
+                    );
+                    DefaultGroup::Allow
+                }
+            };
+            header.map(|header| Groups {
+                header,
+                shares,
+                default,
+                max_groups: r.max_groups,
+            })
+        }
+    }
 }
 
 pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {

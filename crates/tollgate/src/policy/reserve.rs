@@ -5,12 +5,96 @@
 //! limit by at most what the calls in flight use beyond their reservations
 //! (docs/llm.md#the-bound).
 
-use super::chain::Exchange;
+use super::actions::{Action, Actions};
+use super::chain::{Exchange, Flow};
 use super::clock;
-use super::limit::{Limit, OverLimit};
+use super::compile::Build;
+use super::limit::{GroupFields, Limit, LimitSpec, OverLimit, groups};
 use super::store::Key;
+use super::window::Window;
 use crate::error::{ProxyError, Reject, Rejection};
+use crate::fields::Errors;
 use std::sync::Arc;
+
+/// A token limit's or a budget's counters: its name, how messages name it, and the limit
+/// (counted exactly, never in lease blocks), shared by every policy naming it.
+pub struct Amounts {
+    pub name: Arc<str>,
+    pub what: String,
+    pub limit: Arc<Limit>,
+}
+
+/// The resource `name` of `kind` (`tokens`, `budget`: its store keys), defined by `spec`
+/// and counting `limit`; built once per definition. `noun` names it in messages.
+pub fn resource<S: std::fmt::Debug>(
+    b: &mut Build<'_>,
+    (kind, noun): (&str, &str),
+    name: &str,
+    spec: &S,
+    (limit, shared): (&LimitSpec, bool),
+) -> Arc<Amounts> {
+    let id = b.id(kind, name, spec);
+    b.reuse(id.clone(), |b| {
+        let mut l = Limit::new(
+            limit.clone(),
+            Arc::from(id.as_str()),
+            None,
+            b.store_for(shared),
+        );
+        l.amounts = true;
+        Amounts {
+            name: Arc::from(name),
+            what: format!("{noun} `{name}`"),
+            limit: Arc::new(l),
+        }
+    })
+}
+
+/// An amount limit as written: its total, window and consumer groups.
+pub fn spec(
+    e: &mut Errors,
+    path: &str,
+    limit: u64,
+    window: Window,
+    g: GroupFields<'_>,
+) -> LimitSpec {
+    LimitSpec {
+        limit,
+        window,
+        groups: groups(e, path, limit, g),
+        refund_on: Vec::new(),
+    }
+}
+
+/// How an admission is refused and told: the refusal, how its amounts are written, and
+/// the remedy's actions with its `allowed` and `rejected`.
+pub struct Admission<'a, A: Action> {
+    pub kind: Reject,
+    pub unit: fn(u64) -> String,
+    pub actions: &'a Actions<A>,
+    pub allowed: A,
+    pub rejected: A,
+}
+
+/// Reserves `n` on `r` for `stage` and counts the action, or refuses.
+pub async fn admit<A: Action>(
+    x: &mut Exchange,
+    stage: &'static str,
+    r: &Amounts,
+    n: u64,
+    a: Admission<'_, A>,
+) -> Result<Flow, ProxyError> {
+    match reserve(x, stage, &r.limit, n).await {
+        Ok(_) => {
+            a.actions.record(x, a.allowed);
+            Ok(Flow::Continue)
+        }
+        Err(over) => {
+            a.actions.record(x, a.rejected);
+            Err(refusal(a.kind, &r.what, n, &over, a.unit))
+        }
+    }
+}
 
 /// One reservation of a request.
 struct Reserved {

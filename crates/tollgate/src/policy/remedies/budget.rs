@@ -15,10 +15,10 @@ use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
-use crate::policy::limit::{Limit, LimitSpec};
+use crate::policy::limit::GroupFields;
+use crate::policy::limit::LimitSpec;
 use crate::policy::remedies::llm;
 use crate::policy::remedies::quota::period;
-use crate::policy::remedies::rate_limit::{GroupFields, groups};
 use crate::policy::remedies::token_limit::{allow, max_groups};
 use crate::policy::reserve;
 use crate::policy::spec::Resource;
@@ -28,16 +28,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub struct BudgetResource {
-    pub name: Arc<str>,
-    pub what: String,
-    /// Counted in nano-dollars.
-    pub limit: Arc<Limit>,
-    pub block_unpriced: bool,
-}
-
 pub struct Budget {
-    resource: Arc<BudgetResource>,
+    /// Counted in nano-dollars.
+    resource: Arc<reserve::Amounts>,
+    block_unpriced: bool,
     settings: llm::Settings,
     actions: Actions<Action>,
 }
@@ -87,24 +81,11 @@ impl RemedyKind for Kind {
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
-        let id = b.id("budget", &r.name, &r.spec);
-        let resource = b.reuse(id.clone(), |b| {
-            let mut limit = Limit::new(
-                r.spec.limit.clone(),
-                Arc::from(id.as_str()),
-                None,
-                b.store_for(r.spec.shared),
-            );
-            limit.amounts = true;
-            BudgetResource {
-                name: Arc::from(r.name.as_str()),
-                what: format!("budget `{}`", r.name),
-                limit: Arc::new(limit),
-                block_unpriced: !r.spec.allow_unpriced,
-            }
-        });
+        let limit = (&r.spec.limit, r.spec.shared);
+        let resource = reserve::resource(b, ("budget", "budget"), &r.name, &r.spec, limit);
         Built::from(Arc::new(Budget {
             resource,
+            block_unpriced: !r.spec.allow_unpriced,
             settings: llm::Settings::default(),
             actions: b.actions(),
         }))
@@ -148,23 +129,14 @@ impl Shared for Kind {
                 false
             }
         };
+        let fields = GroupFields {
+            group_by: &def.group_by,
+            groups: &def.groups,
+            default_group: &def.default_group,
+            max_groups: def.max_groups.get(),
+        };
         BudgetSpec {
-            limit: LimitSpec {
-                limit,
-                window,
-                groups: groups(
-                    e,
-                    path,
-                    limit,
-                    GroupFields {
-                        group_by: &def.group_by,
-                        groups: &def.groups,
-                        default_group: &def.default_group,
-                        max_groups: def.max_groups.get(),
-                    },
-                ),
-                refund_on: Vec::new(),
-            },
+            limit: reserve::spec(e, path, limit, window, fields),
             shared: def.shared,
             allow_unpriced: unpriced,
         }
@@ -211,7 +183,7 @@ impl Remedy for Budget {
             let Some(n) = estimate else {
                 self.actions.record(x, Action::Unpriced);
                 let model = model.as_deref().unwrap_or("(none)").to_owned();
-                if !r.block_unpriced {
+                if !self.block_unpriced {
                     return Ok(Flow::Continue);
                 }
                 return Err(ProxyError::Rejected(Rejection {
@@ -224,22 +196,14 @@ impl Remedy for Budget {
                     rate: None,
                 }));
             };
-            match reserve::reserve(x, Kind::NAME, &r.limit, n).await {
-                Ok(_) => {
-                    self.actions.record(x, Action::Allowed);
-                    Ok(Flow::Continue)
-                }
-                Err(over) => {
-                    self.actions.record(x, Action::Rejected);
-                    Err(reserve::refusal(
-                        &BUDGET_EXCEEDED,
-                        &r.what,
-                        n,
-                        &over,
-                        dollars,
-                    ))
-                }
-            }
+            let admission = reserve::Admission {
+                kind: &BUDGET_EXCEEDED,
+                unit: dollars,
+                actions: &self.actions,
+                allowed: Action::Allowed,
+                rejected: Action::Rejected,
+            };
+            reserve::admit(x, Kind::NAME, r, n, admission).await
         })
     }
 

@@ -12,9 +12,9 @@ use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
-use crate::policy::limit::{Limit, LimitSpec};
+use crate::policy::limit::GroupFields;
+use crate::policy::limit::LimitSpec;
 use crate::policy::remedies::llm;
-use crate::policy::remedies::rate_limit::{GroupFields, groups};
 use crate::policy::reserve;
 use crate::policy::spec::Resource;
 use crate::policy::window::window;
@@ -24,14 +24,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub struct TokenLimitResource {
-    pub name: Arc<str>,
-    pub what: String,
-    pub limit: Arc<Limit>,
-}
-
 pub struct TokenLimit {
-    resource: Arc<TokenLimitResource>,
+    resource: Arc<reserve::Amounts>,
     /// How calls are read when the policy has no `llm:` of its own.
     settings: llm::Settings,
     actions: Actions<Action>,
@@ -78,21 +72,8 @@ impl RemedyKind for Kind {
     }
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
-        let id = b.id("tokens", &r.name, &r.spec);
-        let resource = b.reuse(id.clone(), |b| {
-            let mut limit = Limit::new(
-                r.spec.limit.clone(),
-                Arc::from(id.as_str()),
-                None,
-                b.store_for(r.spec.shared),
-            );
-            limit.amounts = true;
-            TokenLimitResource {
-                name: Arc::from(r.name.as_str()),
-                what: format!("token limit `{}`", r.name),
-                limit: Arc::new(limit),
-            }
-        });
+        let limit = (&r.spec.limit, r.spec.shared);
+        let resource = reserve::resource(b, ("tokens", "token limit"), &r.name, &r.spec, limit);
         Built::from(Arc::new(TokenLimit {
             resource,
             settings: llm::Settings::default(),
@@ -113,24 +94,15 @@ impl Shared for Kind {
         def: &RawTokenLimit,
         _section: &BTreeMap<String, RawTokenLimit>,
     ) -> TokenLimitSpec {
-        let limit = def.limit.get();
+        let fields = GroupFields {
+            group_by: &def.group_by,
+            groups: &def.groups,
+            default_group: &def.default_group,
+            max_groups: def.max_groups.get(),
+        };
+        let window = window(e, &format!("{path}.window"), &def.window);
         TokenLimitSpec {
-            limit: LimitSpec {
-                limit,
-                window: window(e, &format!("{path}.window"), &def.window),
-                groups: groups(
-                    e,
-                    path,
-                    limit,
-                    GroupFields {
-                        group_by: &def.group_by,
-                        groups: &def.groups,
-                        default_group: &def.default_group,
-                        max_groups: def.max_groups.get(),
-                    },
-                ),
-                refund_on: Vec::new(),
-            },
+            limit: reserve::spec(e, path, def.limit.get(), window, fields),
             shared: def.shared,
         }
     }
@@ -160,17 +132,14 @@ impl Remedy for TokenLimit {
                 .locals
                 .get::<crate::llm::Call>()
                 .map_or(0, |c| c.reserve().total());
-            let r = &self.resource;
-            match reserve::reserve(x, Kind::NAME, &r.limit, n).await {
-                Ok(_) => {
-                    self.actions.record(x, Action::Allowed);
-                    Ok(Flow::Continue)
-                }
-                Err(over) => {
-                    self.actions.record(x, Action::Rejected);
-                    Err(reserve::refusal(&TOKEN_LIMITED, &r.what, n, &over, tokens))
-                }
-            }
+            let admission = reserve::Admission {
+                kind: &TOKEN_LIMITED,
+                unit: tokens,
+                actions: &self.actions,
+                allowed: Action::Allowed,
+                rejected: Action::Rejected,
+            };
+            reserve::admit(x, Kind::NAME, &self.resource, n, admission).await
         })
     }
 
