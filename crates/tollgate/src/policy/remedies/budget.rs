@@ -7,8 +7,8 @@
 
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
+use crate::llm::Call;
 use crate::llm::prices::{cost_nanos, dollars};
-use crate::llm::{Call, Usage};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
@@ -143,15 +143,6 @@ impl Shared for Kind {
     }
 }
 
-/// What `u` of `call` costs, in nano-dollars: priced as the answer's model, else the
-/// requested one; `None` when neither has a price.
-fn cost(call: &Call, model: Option<&str>, u: &Usage) -> Option<u64> {
-    let price = model
-        .and_then(|m| call.prices.of(m))
-        .or_else(|| call.model.as_deref().and_then(|m| call.prices.of(m)))?;
-    Some(cost_nanos(u, &price))
-}
-
 impl Remedy for Budget {
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         Some(Box::pin(async move {
@@ -174,7 +165,10 @@ impl Remedy for Budget {
             }
             let r = &self.resource;
             let (estimate, model) = match x.locals.get::<Call>() {
-                Some(c) => (cost(c, None, &c.reserve()), c.model.clone()),
+                Some(c) => {
+                    let price = c.model.as_deref().and_then(|m| c.prices.of(m));
+                    (price.map(|p| cost_nanos(&c.reserve(), &p)), c.model.clone())
+                }
                 None => return Ok(Flow::Continue),
             };
             // A request whose model is not known on admission (its body larger than
@@ -217,8 +211,8 @@ impl Remedy for Budget {
 
     fn end(&self, x: &Exchange) {
         if let Some(call) = x.locals.get::<Call>() {
-            let m = call.meter.read();
-            let spent = cost(call, m.model().map(|m| &**m), &m.usage()).unwrap_or(0);
+            // Priced as diagnosis prices it: the answer's model, else the one asked for.
+            let spent = call.meter.read().cost_nanos().unwrap_or(0);
             reserve::settle(x, Kind::NAME, spent);
         }
     }
