@@ -1,10 +1,14 @@
 //! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `/policies`,
-//! `/discover`, `/remedy-stats`, `POST /reload`.
-//! With `admin.token` set, all but the two probes need `Authorization: Bearer TOKEN`.
+//! `/discover`, `/remedy-stats`, `POST /reload`, and the dashboard under `/ui` ([`crate::ui`]).
+//! With `admin.token` set, all but the two probes (and the dashboard's login page and
+//! assets) need `Authorization: Bearer TOKEN` or the dashboard's session cookie; a
+//! request that changes something on the strength of the cookie must come from the
+//! dashboard's own origin. Every answer carries the dashboard's security headers.
 
 use crate::body::{Body, full};
 use crate::reload;
 use crate::state::Shared;
+use crate::ui::Auth;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -49,40 +53,115 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
     )
 }
 
-/// Whether the request may use a protected endpoint: no token configured, or the right
-/// bearer token (compared in constant time).
-fn authorised(shared: &Shared, req: &Request<Incoming>) -> bool {
+/// Whether two secrets are equal, in time that depends only on their lengths.
+pub fn same_secret(given: &str, token: &str) -> bool {
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// How the request proves it may use a protected endpoint: no token configured, the
+/// right bearer token, or an open dashboard session. `None`: it does not.
+fn authorised(shared: &Shared, req: &Request<Incoming>) -> Option<Auth> {
     let rt = shared.runtime.load();
     let Some(token) = &rt.config.admin.token else {
-        return true;
+        return Some(Auth::Open);
     };
-    let given = req
+    let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
-        })
-        .unwrap_or("");
-    let (a, b) = (given.as_bytes(), token.expose().as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        });
+    if let Some(given) = bearer {
+        return same_secret(given, token.expose()).then_some(Auth::Bearer);
+    }
+    crate::ui::session::cookie(req.headers())
+        .filter(|id| shared.ui.sessions.valid(id, token.expose()))
+        .map(|_| Auth::Session)
+}
+
+/// Whether a request comes from a page of this admin listener's own origin (the Fetch
+/// standard's `Origin`, else `Sec-Fetch-Site`): a cookie alone is no proof, since a
+/// browser attaches it whichever page sends.
+fn same_origin(req: &Request<Incoming>) -> bool {
+    let h = req.headers();
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    match (h.get(header::ORIGIN).and_then(|v| v.to_str().ok()), host) {
+        (Some(origin), Some(host)) => origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            == Some(host),
+        (Some(_), None) => false,
+        (None, _) => h
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes() == b"same-origin"),
+    }
+}
+
+fn unauthorised() -> Response<Body> {
+    let mut r = text(
+        StatusCode::UNAUTHORIZED,
+        "application/json",
+        crate::error::body(
+            "unauthorized",
+            "this admin endpoint needs `Authorization: Bearer <admin.token>` (or a dashboard session: log in at /ui)",
+        ),
+    );
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r
+}
+
+/// Headers every admin answer carries: the dashboard's CSP, and no sniffing, framing,
+/// referrer or caching (the answers are live state, some of it config).
+fn secure(h: &mut http::HeaderMap) {
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::ui::assets::CSP),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
 }
 
 async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let mut r = answer(shared, req).await;
+    secure(r.headers_mut());
+    r
+}
+
+async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
-    if !matches!(path, "/healthz" | "/readyz") && !authorised(shared, &req) {
-        let mut r = text(
-            StatusCode::UNAUTHORIZED,
+    let probe = matches!(path, "/healthz" | "/readyz");
+    let ui = path == "/ui" || path.starts_with("/ui/");
+    let auth = if probe { None } else { authorised(shared, &req) };
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD);
+    if auth == Some(Auth::Session) && !safe && !same_origin(&req) {
+        return text(
+            StatusCode::FORBIDDEN,
             "application/json",
             crate::error::body(
-                "unauthorized",
-                "this admin endpoint needs `Authorization: Bearer <admin.token>`",
+                "cross_site_refused",
+                "a dashboard session may change things only from the dashboard's own pages",
             ),
         );
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return r;
+    }
+    if ui {
+        // The dashboard's pages send a browser without a session to the login form; its
+        // data endpoints answer 401 like the rest of the API.
+        if auth.is_none()
+            && path.starts_with("/ui/api/")
+        {
+            return unauthorised();
+        }
+        return crate::ui::route(shared, req, auth).await;
+    }
+    if !probe && auth.is_none() {
+        return unauthorised();
     }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
@@ -107,8 +186,16 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             json(StatusCode::OK, out)
         }
         (&Method::GET, "/discover") => {
+            // `?recent`: each endpoint's mean latency over the last minutes too (the
+            // dashboard's sparklines).
+            let recent = req.uri().query().is_some_and(|q| {
+                form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "recent" && v != "false")
+            });
             let mut out = match &shared.diagnostics.endpoints {
-                Some(e) => e.lock().unwrap_or_else(|p| p.into_inner()).to_json(),
+                Some(e) => e
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .to_json(recent.then(|| crate::diagnosis::unix_ns() / 1_000_000)),
                 None => serde_json::json!({
                     "enabled": false,
                     "endpoints": [],
@@ -159,7 +246,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /healthz /readyz /metrics /config /policies /discover /remedy-stats or POST /reload\n".into(),
+            "not found; try /ui (the dashboard), /healthz /readyz /metrics /config /policies /discover /remedy-stats or POST /reload\n".into(),
         ),
     }
 }

@@ -38,6 +38,7 @@ pub mod state;
 pub mod stream_watch;
 pub mod target;
 pub mod tunnel;
+pub mod ui;
 pub mod upgrade;
 pub mod upstream;
 

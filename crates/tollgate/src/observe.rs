@@ -8,6 +8,8 @@ use crate::diagnosis::RequestDiag;
 use crate::diagnosis::discovery::metrics::{EndpointMetrics, Sample};
 use crate::diagnosis::discovery::{Seen, template};
 use crate::diagnosis::worker::Diagnostics;
+use crate::ui::Dashboard;
+use crate::ui::live::Call;
 use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, method_label, status_class};
 use http::{HeaderValue, Method};
 use std::io::Write;
@@ -43,6 +45,8 @@ pub struct Access {
     pub policy: Option<std::sync::Arc<str>>,
     pub body_bytes: u64,
     pub completed: bool,
+    /// The access log is on (the path may be kept for the dashboard alone).
+    pub log: bool,
 }
 
 /// The queue is tokio's bounded channel, which allocates its slots in small blocks as they
@@ -60,7 +64,7 @@ impl Observer {
         metrics: Metrics,
         log: &crate::logging::Log,
         max_hosts: usize,
-        diagnostics: Arc<Diagnostics>,
+        diagnostics: (Arc<Diagnostics>, Arc<Dashboard>),
         workers: usize,
     ) -> std::io::Result<Vec<Self>> {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..workers.max(1))
@@ -107,12 +111,14 @@ fn consume(
     json: bool,
     out: Box<dyn Write + Send>,
     max_hosts: usize,
-    diagnostics: Arc<Diagnostics>,
+    (diagnostics, ui): (Arc<Diagnostics>, Arc<Dashboard>),
 ) {
     use mpsc::error::TryRecvError;
     let mut endpoint_metrics = EndpointMetrics::default();
-    // The remedy statistics' endpoint key, written here per request and reused.
+    // The remedy statistics' endpoint key and the endpoint, written here per request and
+    // reused.
     let mut key = String::new();
+    let mut endpoint = String::new();
     let mut out = std::io::BufWriter::new(out);
     let mut cache = Labels {
         handles: rustc_hash::FxHashMap::default(),
@@ -123,18 +129,30 @@ fn consume(
     };
     loop {
         let mut open = 0;
+        let now = std::time::SystemTime::now();
+        let (now_s, now_ms) = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or((0, 0), |d| (d.as_secs(), d.as_millis() as u64));
+        // Held for one drain (the dashboard's reads wait at most that long), not taken
+        // per event.
+        let mut minute = ui.minute.lock().unwrap_or_else(|p| p.into_inner());
         for rx in &mut rxs {
             loop {
                 match rx.try_recv() {
                     Ok(ev) => {
                         record(&metrics, &mut cache, &ev);
-                        if let Some(a) = &ev.access {
+                        minute.record(now_s, ev.total, ev.error.is_some() || ev.status >= 500);
+                        if let Some(a) = &ev.access
+                            && a.log
+                        {
                             let _ = write_access(&mut out, &ev, a, json);
                         }
+                        endpoint.clear();
                         if let Some(d) = &ev.diag {
-                            let state = (&mut endpoint_metrics, &mut key);
+                            let state = (&mut endpoint_metrics, &mut key, &mut endpoint);
                             diagnose(&diagnostics, &metrics, state, &ev, d);
                         }
+                        ui.live.publish(&live_call(&ev, &endpoint, now_ms));
                         if let Some(o) = &ev.aggregate {
                             o.record_metrics(&metrics, ev.total);
                             diagnostics
@@ -152,6 +170,7 @@ fn consume(
                 }
             }
         }
+        drop(minute);
         let _ = out.flush();
         if open == 0 {
             return;
@@ -400,7 +419,7 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
 fn diagnose(
     d: &Diagnostics,
     m: &Metrics,
-    (endpoint_metrics, key): (&mut EndpointMetrics, &mut String),
+    (endpoint_metrics, key, endpoint): (&mut EndpointMetrics, &mut String, &mut String),
     ev: &Event,
     diag: &RequestDiag,
 ) {
@@ -465,15 +484,17 @@ fn diagnose(
         for part in [method, " ", &counted.host, " ", &counted.endpoint] {
             key.push_str(part);
         }
+        endpoint.push_str(&counted.endpoint);
+    } else {
+        match template {
+            Some(t) => endpoint.push_str(t),
+            None => template::push_template(endpoint, path),
+        }
     }
     if let Some(policy) = &diag.policy {
         if key.is_empty() {
-            for part in [method, " ", host.unwrap_or("-"), " "] {
+            for part in [method, " ", host.unwrap_or("-"), " ", endpoint] {
                 key.push_str(part);
-            }
-            match template {
-                Some(t) => key.push_str(t),
-                None => template::push_template(key, path),
             }
         }
         d.remedy_stats
@@ -514,6 +535,44 @@ fn diagnose(
                 .unwrap_or("")
                 .to_owned(),
         }]);
+    }
+}
+
+/// A finished call as the dashboard's live view shows it: the path when the request kept
+/// it (access log on, or a dashboard watching), the endpoint as diagnosis counted it.
+fn live_call<'e>(ev: &'e Event, endpoint: &'e str, now_ms: u64) -> Call<'e> {
+    let diag = ev.diag.as_deref();
+    let access = ev.access.as_deref();
+    Call {
+        at_ms: now_ms,
+        id: access
+            .map(|a| &a.request_id)
+            .or(ev.request_id.as_ref())
+            .and_then(|v| v.to_str().ok()),
+        method: ev.method.as_str(),
+        host: ev.host.as_deref(),
+        path: access
+            .map(|a| a.path.as_str())
+            .or_else(|| diag.and_then(|d| d.path.as_deref())),
+        endpoint: Some(endpoint).filter(|e| !e.is_empty()),
+        status: ev.status,
+        total: ev.total,
+        upstream: ev.upstream,
+        policy: diag
+            .and_then(|d| d.policy.as_deref())
+            .or_else(|| access.and_then(|a| a.policy.as_deref())),
+        actions: diag.map_or_else(Vec::new, |d| {
+            d.acted
+                .iter()
+                .map(|a| format!("{}:{}", a.remedy, a.action))
+                .collect()
+        }),
+        error: ev.error,
+        bytes: ev.response_bytes,
+        llm: diag
+            .and_then(|d| d.llm.as_ref())
+            .map(|m| m.read().summary(m.api)),
+        captured: diag.is_some_and(|d| d.captured),
     }
 }
 

@@ -19,6 +19,13 @@ pub async fn reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>
         result: if result.is_ok() { "ok" } else { "error" },
     };
     shared.metrics.reloads.get_or_create(&label).inc();
+    shared.ui.reloaded(match &result {
+        Ok(d) => serde_json::json!({ "reloaded": true, "diff": d }),
+        Err(errors) => serde_json::json!({
+            "reloaded": false,
+            "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        }),
+    });
     match &result {
         Ok(d) => {
             tracing::info!(changed = ?d.changed, paths = ?d.paths, needs_restart = ?d.needs_restart, "config reloaded")

@@ -64,6 +64,8 @@ pub struct Local {
     /// Its child of [`Shared::give_up`], cloned into matched requests (a clone of the
     /// shared one would be a reference count every worker writes).
     pub give_up: CancellationToken,
+    /// Whether a dashboard watches the live calls (then each request keeps its path).
+    pub watching: crate::diagnosis::Watching,
 }
 
 /// A worker's handle, cloned per request: its reference count is touched by that worker's
@@ -132,6 +134,8 @@ pub struct Shared {
     pub store: Arc<dyn crate::policy::store::Store>,
     /// HAR writer, span export, discovery and remedy statistics (started once).
     pub diagnostics: Arc<crate::diagnosis::worker::Diagnostics>,
+    /// What the dashboard keeps (live calls, the last minute, sessions).
+    pub ui: Arc<crate::ui::Dashboard>,
 }
 
 /// This instance's pseudonym in `Via`: random per process, so a request that comes back
@@ -176,16 +180,19 @@ impl Shared {
         own_listeners: Vec<(SocketAddr, Listener)>,
         store: Arc<dyn crate::policy::store::Store>,
     ) -> std::io::Result<Self> {
+        let watching = crate::diagnosis::Watching::default();
         let diagnostics = Arc::new(crate::diagnosis::worker::Diagnostics::start(
             &runtime.config.diagnosis,
             &runtime.config.upstream,
             &metrics,
+            watching.clone(),
         )?);
+        let ui = Arc::new(crate::ui::Dashboard::new(watching, &metrics));
         let observers = Observer::start(
             metrics.clone(),
             &runtime.config.log,
             runtime.config.metrics.max_hosts.usize(),
-            diagnostics.clone(),
+            (diagnostics.clone(), ui.clone()),
             clients.len(),
         )?;
         let via = Via::default();
@@ -203,6 +210,7 @@ impl Shared {
                 via: http::HeaderValue::from_bytes(via.value.as_bytes())
                     .unwrap_or_else(|_| via.value.clone()),
                 give_up: give_up.child_token(),
+                watching: ui.live.watching().clone(),
             })
             .collect();
         Ok(Self {
@@ -221,6 +229,7 @@ impl Shared {
             via,
             store,
             diagnostics,
+            ui,
         })
     }
 

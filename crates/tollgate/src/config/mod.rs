@@ -73,6 +73,14 @@ pub struct Listen {
 pub struct Admin {
     pub address: SocketAddr,
     pub token: Option<Secret>,
+    pub ui: Ui,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ui {
+    pub enabled: bool,
+    pub session_ttl: std::time::Duration,
+    pub max_sessions: usize,
 }
 
 impl Default for Config {

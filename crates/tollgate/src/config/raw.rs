@@ -119,10 +119,12 @@ impl Default for RawListen {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
-    /// `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /config`, `GET /policies`, `GET /discover`, `GET /remedy-stats`, `POST /reload`. Never reachable through the proxy, by any spelling of its address (`0.0.0.0` and `::` included: see `egress`).
+    /// `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /config`, `GET /policies`, `GET /discover`, `GET /remedy-stats`, `POST /reload`, and the dashboard at `/ui` (docs/dashboard.md). Never reachable through the proxy, by any spelling of its address (`0.0.0.0` and `::` included: see `egress`).
     pub address: String,
-    /// Bearer token required by all six endpoints but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats` and `/reload` (`Authorization: Bearer TOKEN`; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; `/config` shows a `${ENV}` reference as written and a literal token as `MASKED`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
+    /// Bearer token required by every endpoint but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats`, `/reload` and `/ui` (`Authorization: Bearer TOKEN`, or the dashboard's session cookie once logged in with the token; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; `/config` shows a `${ENV}` reference as written and a literal token as `MASKED`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
     pub token: Option<crate::fields::SecretText>,
+    /// The dashboard (`/ui`): live calls, endpoints, remedies, config.
+    pub ui: RawUi,
 }
 
 impl Default for RawAdmin {
@@ -130,6 +132,28 @@ impl Default for RawAdmin {
         Self {
             address: "127.0.0.1:8081".into(),
             token: None,
+            ui: RawUi::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUi {
+    /// Serve the dashboard at `/ui` on the admin listener (its pages and assets are in the binary). Off: `/ui` answers 404.
+    pub enabled: bool,
+    /// With `admin.token` set, how long a dashboard login lasts: the session cookie (`HttpOnly`, `SameSite=Strict`) expires then, and the session is forgotten. Sessions live in memory: a restart logs everyone out.
+    pub session_ttl: Dur<{ 60 * SEC_MS }, { 30 * DAY_MS }>,
+    /// Most dashboard sessions at once; logging in past it ends the oldest.
+    pub max_sessions: Int<1, 10_000>,
+}
+
+impl Default for RawUi {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            session_ttl: Dur::secs(12 * 3600),
+            max_sessions: Int::of(64),
         }
     }
 }

@@ -210,6 +210,11 @@ fn admin(e: &mut Errors, raw: &RawConfig) -> Admin {
                 },
             )
         }),
+        ui: crate::config::Ui {
+            enabled: raw.admin.ui.enabled,
+            session_ttl: raw.admin.ui.session_ttl.get(),
+            max_sessions: raw.admin.ui.max_sessions.usize(),
+        },
     }
 }
 

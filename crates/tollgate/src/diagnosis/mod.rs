@@ -19,6 +19,26 @@ pub mod worker;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::sync::Arc;
 
+/// Whether a browser watches the dashboard's live calls: read on the request path (one
+/// relaxed load) and by the HAR writer, written when a live stream opens or closes.
+#[derive(Debug, Clone, Default)]
+pub struct Watching(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Watching {
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    pub fn opened(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn closed(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// An action a remedy took on one request (`cache`/`hit`, `rate_limit`/`queued`…), with
 /// when it happened (unix ns), for HAR entries, remedy statistics and span events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +171,8 @@ pub struct RequestDiag {
     pub sent_at: Option<tokio::time::Instant>,
     /// An LLM call's usage, as its answer tells it.
     pub llm: Option<std::sync::Arc<crate::llm::Meter>>,
+    /// Its HAR entry was handed to the writer.
+    pub captured: bool,
 }
 
 impl RequestDiag {

@@ -26,6 +26,8 @@ pub struct Diagnostics {
     pub remedy_stats: Arc<Mutex<RemedyStats>>,
     /// Aggregated endpoints' calls (`GET /discover`, `aggregated`).
     pub aggregated: Arc<Mutex<AggregateStats>>,
+    /// The last HAR entries, for the dashboard.
+    pub recent_har: Arc<super::har::recent::Recent>,
     /// Stops the diagnosis thread (and its senders) at [`Diagnostics::finish`] or when
     /// the gateway goes.
     stop: Option<CancellationToken>,
@@ -41,6 +43,7 @@ impl Diagnostics {
         d: &super::settings::Diagnosis,
         upstream: &crate::upstream::Settings,
         metrics: &Metrics,
+        watching: super::Watching,
     ) -> std::io::Result<Self> {
         let endpoints = d
             .discovery
@@ -53,6 +56,7 @@ impl Diagnostics {
             endpoint_metrics: d.discovery.enabled && d.discovery.metrics,
             remedy_stats: Arc::default(),
             aggregated: Arc::default(),
+            recent_har: Arc::new(super::har::recent::Recent::new(watching)),
             stop: None,
             closed: Mutex::new(None),
         };
@@ -63,7 +67,7 @@ impl Diagnostics {
         let connector = connector(upstream).map_err(std::io::Error::other)?;
         let (har, mut sinks) = match d.har.enabled {
             true => {
-                let (w, s) = super::har::writer_channel(&d.har, metrics)?;
+                let (w, s) = super::har::writer_channel(&d.har, metrics, this.recent_har.clone())?;
                 (Some(w), Some(s))
             }
             false => (None, None),

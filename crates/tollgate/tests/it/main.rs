@@ -15,6 +15,7 @@ mod client_contract;
 mod clients;
 mod config;
 mod config_properties;
+mod dashboard;
 mod connections;
 mod discovery;
 mod egress;

@@ -104,6 +104,58 @@ pub struct Stats {
     pub consumers: BTreeMap<String, u64>,
     /// Its LLM calls' usage, once it had one.
     pub llm: Option<Box<LlmStats>>,
+    recent: Recent,
+}
+
+/// Seconds each of [`Recent`]'s steps covers, and how many steps it keeps (5 minutes).
+const STEP_S: u64 = 15;
+const STEPS: usize = 20;
+
+/// An endpoint's calls over the last minutes, in steps of [`STEP_S`] seconds: how many and
+/// their summed time, for the mean per step (the dashboard's sparkline).
+#[derive(Default)]
+struct Recent {
+    /// Per slot: the step it counts (unix seconds / `STEP_S`), calls, summed microseconds.
+    slots: Box<[(u32, u32, u64); STEPS]>,
+}
+
+impl Recent {
+    fn add(&mut self, at_ms: u64, us: u64) {
+        let step = (at_ms / 1000 / STEP_S) as u32;
+        let slot = &mut self.slots[step as usize % STEPS];
+        if slot.0 != step {
+            *slot = (step, 0, 0);
+        }
+        slot.1 += 1;
+        slot.2 += us;
+    }
+
+    fn merge(&mut self, o: &Recent) {
+        for (mine, theirs) in self.slots.iter_mut().zip(o.slots.iter()) {
+            if theirs.0 > mine.0 {
+                *mine = *theirs;
+            } else if theirs.0 == mine.0 {
+                mine.1 += theirs.1;
+                mine.2 += theirs.2;
+            }
+        }
+    }
+
+    /// Mean milliseconds per step, oldest first, ending with the step of `now_ms` (null
+    /// for a step without calls).
+    fn to_json(&self, now_ms: u64) -> Value {
+        let now = (now_ms / 1000 / STEP_S) as u32;
+        let steps = (0..STEPS as u32).rev().map(|back| {
+            let step = now.saturating_sub(back);
+            let s = self.slots[step as usize % STEPS];
+            if s.0 == step && s.1 > 0 {
+                json!((s.2 as f64 / s.1 as f64).round() / 1e3)
+            } else {
+                Value::Null
+            }
+        });
+        json!({ "step_s": STEP_S, "mean_ms": steps.collect::<Vec<_>>() })
+    }
 }
 
 impl Stats {
@@ -120,6 +172,7 @@ impl Stats {
             last_seen_ms: at,
             consumers: BTreeMap::new(),
             llm: None,
+            recent: Recent::default(),
         }
     }
 
@@ -127,6 +180,7 @@ impl Stats {
         self.count += 1;
         *self.statuses.entry(c.status).or_default() += 1;
         record_us(&mut self.total, c.total_us);
+        self.recent.add(c.at_ms, c.total_us);
         if let Some(u) = c.upstream_us {
             record_us(&mut self.upstream, u);
         }
@@ -156,6 +210,7 @@ impl Stats {
         }
         let _ = self.total.add(&o.total);
         let _ = self.upstream.add(&o.upstream);
+        self.recent.merge(&o.recent);
         self.request_bytes += o.request_bytes;
         self.response_bytes += o.response_bytes;
         self.first_seen_ms = self.first_seen_ms.min(o.first_seen_ms);
@@ -297,8 +352,9 @@ impl Discovered {
         }
     }
 
-    /// Every endpoint, most called first.
-    pub fn to_json(&self) -> Value {
+    /// Every endpoint, most called first; with `recent` (now, unix ms) each endpoint's
+    /// mean latency over the last minutes too.
+    pub fn to_json(&self, recent: Option<u64>) -> Value {
         let mut rows: Vec<(&str, &'static str, &str, &Stats)> = self
             .hosts
             .iter()
@@ -334,6 +390,9 @@ impl Discovered {
                 });
                 if let Some(l) = &s.llm {
                     row["llm"] = l.to_json();
+                }
+                if let Some(now) = recent {
+                    row["recent"] = s.recent.to_json(now);
                 }
                 row
             }).collect::<Vec<_>>(),
@@ -467,7 +526,7 @@ mod tests {
             e.record(&call("gh", "/users/alice/repos")).endpoint,
             "/users/{id}/repos"
         );
-        let j = e.to_json();
+        let j = e.to_json(None);
         let eps = j["endpoints"].as_array().unwrap();
         assert_eq!(eps.len(), 1, "{j}");
         assert_eq!(eps[0]["count"], 5);
@@ -489,7 +548,7 @@ mod tests {
             e.record(&call("api", p));
         }
         assert_eq!(e.record(&policy("/gh/repos/a/b/issues/2")).endpoint, named);
-        let j = e.to_json();
+        let j = e.to_json(None);
         let eps = j["endpoints"].as_array().unwrap();
         let (ours, learned): (Vec<_>, Vec<_>) = eps.iter().partition(|e| e["endpoint"] == named);
         assert_eq!(ours.len(), 1, "{j}");

@@ -9,6 +9,7 @@ pub mod entry;
 pub mod file;
 mod json_edit;
 pub mod read;
+pub mod recent;
 pub mod redact;
 mod writer;
 

@@ -75,11 +75,17 @@ pub struct Sinks {
     stdout: bool,
     /// Entries for the collector, already encoded.
     pub collector: Option<Arc<Pending<Arc<str>>>>,
+    /// The last entries, while a dashboard watches.
+    recent: Arc<super::recent::Recent>,
     written: Counter,
     errors: Counter,
 }
 
-pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)> {
+pub fn channel(
+    h: &Har,
+    metrics: &Metrics,
+    recent: Arc<super::recent::Recent>,
+) -> std::io::Result<(HarWriter, Sinks)> {
     let (tx, rx) = mpsc::channel(h.queue_capacity);
     let sink = |s: &'static str| SinkLabels { sink: s };
     let queued = Arc::new(AtomicUsize::new(0));
@@ -108,6 +114,7 @@ pub fn channel(h: &Har, metrics: &Metrics) -> std::io::Result<(HarWriter, Sinks)
             file,
             stdout: h.stdout,
             collector,
+            recent,
             written: metrics.har_entries.get_or_create(&sink("encoded")).clone(),
             errors: metrics.har_dropped.get_or_create(&sink("file")).clone(),
         },
@@ -129,6 +136,7 @@ impl Sinks {
         let mut lines: Vec<String> = Vec::new();
         let mut starts: Vec<String> = Vec::new();
         let mut bytes = 0;
+        let keep = self.recent.wanted();
         let open = loop {
             if lines.len() >= BATCH_ENTRIES || bytes >= BATCH_BYTES {
                 break true;
@@ -144,6 +152,9 @@ impl Sinks {
                     // `fmt::Write` a fragment at a time (a third of this thread's work).
                     let text = serde_json::to_string(&entry).unwrap_or_default();
                     let line = red.scrub_with(&text, &own).into_owned();
+                    if keep {
+                        self.recent.keep(&r.request_id, &line);
+                    }
                     bytes += line.len();
                     starts.push(entry["startedDateTime"].as_str().unwrap_or("").to_owned());
                     lines.push(line);

@@ -1,0 +1,200 @@
+// Drives Debian's Chromium through the dashboard for tests/it/dashboard.rs, with
+// playwright-core. One scenario per run (argv[2]); its settings come in the DASH
+// environment variable (JSON). It prints one JSON object: what the pages showed. The Rust
+// test asserts on it; this script only fails on what it cannot do (a page that never
+// shows what it waits for).
+'use strict';
+const { chromium } = require('playwright-core');
+const http = require('http');
+
+const cfg = JSON.parse(process.env.DASH);
+const out = {};
+
+// A request through the gateway's proxy listener (absolute-form target).
+function viaProxy(path, headers) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: cfg.proxy.split(':')[0], port: Number(cfg.proxy.split(':')[1]),
+      path: `http://${cfg.upstream}${path}`, method: 'GET', headers: headers || {},
+    }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function login(page) {
+  await page.goto(cfg.base + '/ui');
+  if (page.url().endsWith('/ui/login')) {
+    await page.fill('#token', cfg.token);
+    await page.click('button[type=submit]');
+    await page.waitForURL(cfg.base + '/ui');
+  }
+}
+
+async function shot(page, name) {
+  if (cfg.shots) await page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: false });
+}
+
+// Text of every cell of the rows of `table`, keyed by the row's data-key.
+async function rows(page, table) {
+  return page.$$eval(`${table} tbody tr`, (trs) => trs.map((tr) => ({
+    key: tr.dataset.key || tr.dataset.id || null,
+    cells: Object.fromEntries([...tr.cells].map((td, i) => [td.classList[td.classList.length - 1] || String(i), td.textContent])),
+  })));
+}
+
+const scenarios = {
+  // Each view against known traffic: what it rendered.
+  async views(page) {
+    await login(page);
+    await page.goto(cfg.base + '/ui#endpoints');
+    await page.waitForSelector('#endpoints tbody tr');
+    await page.waitForSelector('#endpoints svg.spark :is(polyline, circle)');
+    await page.waitForFunction(() => document.querySelector('#rps').textContent !== '–');
+    out.endpoints = await rows(page, '#endpoints');
+    out.sparklines = await page.$$eval('#endpoints svg.spark', (svgs) => svgs.filter((s) => s.querySelector('polyline, circle')).length);
+    out.llmSpend = await page.$eval('#llm-spend', (e) => e.textContent).catch(() => null);
+    out.header = {
+      rps: await page.textContent('#rps'), errors: await page.textContent('#error-rate'),
+      p99: await page.textContent('#p99'), uptime: await page.textContent('#uptime'), version: await page.textContent('#version'),
+    };
+    await shot(page, 'endpoints');
+    // Sorting by p99, largest first.
+    await page.click('#endpoints th[data-sort=p99]');
+    out.sortedByP99 = (await rows(page, '#endpoints')).map((r) => r.key);
+    await page.goto(cfg.base + '/ui#remedies');
+    await page.waitForSelector('#policies .policy .remedy');
+    await page.waitForSelector('#remedy-stats [data-action]');
+    out.remedies = await page.$$eval('#policies .policy', (ps) => ps.map((p) => ({
+      policy: p.dataset.policy,
+      remedies: Object.fromEntries([...p.querySelectorAll('.remedy')].map((r) => [r.dataset.remedy, r.textContent])),
+    })));
+    out.store = await page.textContent('#store-state');
+    out.stats = await page.$$eval('#remedy-stats [data-action]', (bs) => bs.map((b) => ({
+      policy: b.closest('[data-stats]').dataset.stats, action: b.dataset.action, count: b.querySelector('.count').textContent,
+    })));
+    await shot(page, 'remedies');
+    await page.goto(cfg.base + '/ui#config');
+    await page.waitForFunction(() => document.querySelector('#config').textContent.length > 10);
+    out.config = await page.textContent('#config');
+    await page.click('#reload');
+    await page.waitForFunction(() => /reloaded|refused/.test(document.querySelector('#reload-state').textContent));
+    out.reloadState = await page.textContent('#reload-state');
+    await page.waitForFunction(() => !document.querySelector('#last-reload').classList.contains('muted'));
+    out.lastReload = await page.textContent('#last-reload');
+    await shot(page, 'config');
+    await page.goto(cfg.base + '/ui#live');
+    await page.waitForSelector('#failures tbody tr');
+    out.failures = await rows(page, '#failures');
+    // A phone's screen: the header and the table still there, nothing wider than the page
+    // but the scrolling tables.
+    await page.setViewportSize({ width: 390, height: 800 });
+    await page.goto(cfg.base + '/ui#endpoints');
+    await page.waitForSelector('#endpoints tbody tr');
+    out.phone = await page.evaluate(() => ({
+      pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth,
+      rpsVisible: document.querySelector('#rps').getBoundingClientRect().width > 0,
+    }));
+    await shot(page, 'phone');
+  },
+
+  // A new call in the live view, its time to appear, and its HAR entry.
+  async live(page) {
+    await login(page);
+    await page.goto(cfg.base + '/ui#live');
+    await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
+    const status = await viaProxy(cfg.path, cfg.headers);
+    const answered = Date.now();
+    const sel = `#calls tbody tr[data-id="${cfg.requestId}"]`;
+    await page.waitForSelector(sel, { timeout: 5000 });
+    out.appearedAfterMs = Date.now() - answered;
+    out.status = status;
+    out.row = (await rows(page, '#calls')).find((r) => r.key === cfg.requestId);
+    // Paused: a new call does not show until resumed.
+    await page.click('#pause');
+    await viaProxy(cfg.path, Object.assign({}, cfg.headers, { 'x-request-id': cfg.requestId + '-paused' }));
+    await page.waitForFunction(() => /paused, 1 new/.test(document.querySelector('#live-state').textContent));
+    out.shownWhilePaused = await page.$(`#calls tbody tr[data-id="${cfg.requestId}-paused"]`) !== null;
+    await page.click('#pause');
+    await page.waitForSelector(`#calls tbody tr[data-id="${cfg.requestId}-paused"]`);
+    // Filtering by status class hides the 200s.
+    await page.selectOption('#filter-status', '5');
+    out.rowsWith5xxFilter = (await rows(page, '#calls')).length;
+    await page.selectOption('#filter-status', '');
+    await page.click(sel);
+    await page.waitForSelector('#har-url');
+    out.harUrl = await page.textContent('#har-url');
+    out.harJson = await page.textContent('#har-json');
+    await shot(page, 'live');
+  },
+
+  // Login and logout with a token; what the browser kept.
+  async login(page, context) {
+    const first = await page.goto(cfg.base + '/ui');
+    out.redirectedTo = page.url();
+    out.csp = first.headers()['content-security-policy'] || null;
+    await page.fill('#token', 'not-the-token');
+    await page.click('button[type=submit]');
+    await page.waitForURL(/\/ui\/login\?failed$/);
+    out.failedMessage = await page.textContent('.failed');
+    await page.fill('#token', cfg.token);
+    await page.click('button[type=submit]');
+    await page.waitForURL(cfg.base + '/ui');
+    await page.waitForFunction(() => !document.querySelector('#logout').hidden);
+    out.urlAfterLogin = page.url();
+    out.cookies = await context.cookies();
+    out.historyLength = await page.evaluate(() => history.length);
+    out.summaryStatus = await page.evaluate(async () => (await fetch('/ui/api/summary')).status);
+    // A state-changing request the page makes itself goes through (same origin).
+    out.reloadStatus = await page.evaluate(async () => (await fetch('/reload', { method: 'POST' })).status);
+    await shot(page, 'login');
+    await page.click('#logout button');
+    await page.waitForURL(cfg.base + '/ui/login');
+    out.afterLogout = await page.evaluate(async () => (await fetch('/ui/api/summary')).status);
+    out.cookiesAfterLogout = await context.cookies();
+  },
+
+  // Hostile values everywhere: nothing they carry may run.
+  async hostile(page) {
+    out.hits = [];
+    await page.exposeBinding('__hit', (_, where) => { out.hits.push(String(where)); });
+    out.violations = [];
+    page.on('console', (m) => { if (/Content Security Policy/.test(m.text())) out.violations.push(m.text()); });
+    page.on('dialog', (d) => { out.hits.push('dialog: ' + d.message()); d.dismiss(); });
+    await login(page);
+    await page.goto(cfg.base + '/ui#live');
+    await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
+    for (const r of cfg.requests) await viaProxy(r.path, r.headers).catch(() => null);
+    await page.waitForFunction((n) => document.querySelectorAll('#calls tbody tr').length >= n, cfg.requests.length);
+    out.livePaths = await page.$$eval('#calls tbody tr', (trs) => trs.map((tr) => tr.querySelector('.path').textContent));
+    out.liveModels = await page.$$eval('#calls tbody td.llm', (tds) => tds.map((td) => td.textContent).filter(Boolean));
+    for (const tr of await page.$$('#calls tbody tr.clickable')) {
+      await tr.click();
+      await page.waitForSelector('#har-url');
+    }
+    out.harShown = await page.textContent('#har-body');
+    for (const v of ['endpoints', 'remedies', 'config', 'live']) {
+      await page.goto(cfg.base + '/ui#' + v);
+      await page.waitForTimeout(300);
+      await page.waitForLoadState('networkidle').catch(() => null);
+    }
+    await page.waitForSelector('#endpoints tbody tr', { state: 'attached' });
+    out.endpointTexts = await page.$$eval('#endpoints tbody td.endpoint', (tds) => tds.map((td) => td.textContent));
+    out.injected = await page.evaluate(() => document.querySelectorAll('main img, main script, main iframe, main a[href^="javascript"]').length);
+  },
+};
+
+(async () => {
+  const browser = await chromium.launch({ executablePath: cfg.chromium, args: ['--no-sandbox'] });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  try {
+    await scenarios[process.argv[2]](page, context);
+  } catch (e) {
+    out.failure = String(e && e.stack || e);
+    await shot(page, 'failure-' + process.argv[2]).catch(() => null);
+  } finally {
+    await browser.close();
+  }
+  process.stdout.write(JSON.stringify(out));
+})();
