@@ -82,21 +82,23 @@ fn authorised(shared: &Shared, req: &Request<Incoming>) -> Option<Auth> {
         .map(|_| Auth::Session)
 }
 
-/// Whether a request comes from a page of this admin listener's own origin (the Fetch
-/// standard's `Origin`, else `Sec-Fetch-Site`): a cookie alone is no proof, since a
-/// browser attaches it whichever page sends.
+/// Whether a request comes from a page of this admin listener's own origin: the
+/// browser's `Sec-Fetch-Site` (which no page can set), else `Origin` against `Host`. A
+/// cookie alone is no proof, since a browser attaches it whichever page sends.
 fn same_origin(req: &Request<Incoming>) -> bool {
     let h = req.headers();
+    if let Some(site) = h.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin";
+    }
     let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
     match (h.get(header::ORIGIN).and_then(|v| v.to_str().ok()), host) {
-        (Some(origin), Some(host)) => origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            == Some(host),
-        (Some(_), None) => false,
-        (None, _) => h
-            .get("sec-fetch-site")
-            .is_some_and(|v| v.as_bytes() == b"same-origin"),
+        (Some(origin), Some(host)) => {
+            origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                == Some(host)
+        }
+        _ => false,
     }
 }
 

@@ -10,15 +10,17 @@ const http = require('http');
 const cfg = JSON.parse(process.env.DASH);
 const out = {};
 
-// A request through the gateway's proxy listener (absolute-form target).
-function viaProxy(path, headers) {
+// A request through the gateway's proxy listener: absolute-form to `r.target` (the
+// upstream by default), with `r.headers` and `r.body`.
+function viaProxy(r) {
   return new Promise((resolve, reject) => {
+    const [host, port] = cfg.proxy.split(':');
     const req = http.request({
-      host: cfg.proxy.split(':')[0], port: Number(cfg.proxy.split(':')[1]),
-      path: `http://${cfg.upstream}${path}`, method: 'GET', headers: headers || {},
+      host, port: Number(port), method: r.method || 'GET', headers: r.headers || {},
+      path: `http://${r.target || cfg.upstream}${r.path}`,
     }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); });
     req.on('error', reject);
-    req.end();
+    req.end(r.body || undefined);
   });
 }
 
@@ -103,7 +105,7 @@ const scenarios = {
     await login(page);
     await page.goto(cfg.base + '/ui#live');
     await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
-    const status = await viaProxy(cfg.path, cfg.headers);
+    const status = await viaProxy({ path: cfg.path, headers: { 'x-tollgate-request-id': cfg.requestId } });
     const answered = Date.now();
     const sel = `#calls tbody tr[data-id="${cfg.requestId}"]`;
     await page.waitForSelector(sel, { timeout: 5000 });
@@ -112,7 +114,7 @@ const scenarios = {
     out.row = (await rows(page, '#calls')).find((r) => r.key === cfg.requestId);
     // Paused: a new call does not show until resumed.
     await page.click('#pause');
-    await viaProxy(cfg.path, Object.assign({}, cfg.headers, { 'x-request-id': cfg.requestId + '-paused' }));
+    await viaProxy({ path: cfg.path, headers: { 'x-tollgate-request-id': cfg.requestId + '-paused' } });
     await page.waitForFunction(() => /paused, 1 new/.test(document.querySelector('#live-state').textContent));
     out.shownWhilePaused = await page.$(`#calls tbody tr[data-id="${cfg.requestId}-paused"]`) !== null;
     await page.click('#pause');
@@ -164,21 +166,27 @@ const scenarios = {
     await login(page);
     await page.goto(cfg.base + '/ui#live');
     await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
-    for (const r of cfg.requests) await viaProxy(r.path, r.headers).catch(() => null);
-    await page.waitForFunction((n) => document.querySelectorAll('#calls tbody tr').length >= n, cfg.requests.length);
+    for (const r of cfg.requests) out.statuses = (out.statuses || []).concat([await viaProxy(r).catch((e) => String(e))]);
+    // A last, plain call: once it shows, every call before it has been published.
+    await viaProxy({ path: '/v1/end', headers: { 'x-tollgate-request-id': 'hostile-end' } });
+    await page.waitForSelector('#calls tbody tr[data-id="hostile-end"]');
     out.livePaths = await page.$$eval('#calls tbody tr', (trs) => trs.map((tr) => tr.querySelector('.path').textContent));
     out.liveModels = await page.$$eval('#calls tbody td.llm', (tds) => tds.map((td) => td.textContent).filter(Boolean));
+    out.liveHosts = await page.$$eval('#calls tbody td.host', (tds) => tds.map((td) => td.textContent));
+    out.harShown = [];
     for (const tr of await page.$$('#calls tbody tr.clickable')) {
+      await page.evaluate(() => document.querySelector('#har-body').replaceChildren());
       await tr.click();
       await page.waitForSelector('#har-url');
+      out.harShown.push(await page.textContent('#har-body'));
     }
-    out.harShown = await page.textContent('#har-body');
-    for (const v of ['endpoints', 'remedies', 'config', 'live']) {
+    const ready = { endpoints: '#endpoints tbody tr', remedies: '#policies .policy', config: '#config:not(:empty)', live: '#calls tbody tr' };
+    for (const [v, sel] of Object.entries(ready)) {
       await page.goto(cfg.base + '/ui#' + v);
-      await page.waitForTimeout(300);
-      await page.waitForLoadState('networkidle').catch(() => null);
+      await page.waitForSelector(sel);
     }
-    await page.waitForSelector('#endpoints tbody tr', { state: 'attached' });
+    await page.goto(cfg.base + '/ui#endpoints');
+    await page.waitForSelector('#endpoints tbody tr');
     out.endpointTexts = await page.$$eval('#endpoints tbody td.endpoint', (tds) => tds.map((td) => td.textContent));
     out.injected = await page.evaluate(() => document.querySelectorAll('main img, main script, main iframe, main a[href^="javascript"]').length);
   },

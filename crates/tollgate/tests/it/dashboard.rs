@@ -36,7 +36,7 @@ async fn drive(name: &str, gw: &tollgate::Gateway, mut settings: Value) -> Value
         .env("DASH", settings.to_string());
     let out = stdout_of(cmd).await;
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert!(v.get("failure").is_none(), "{name}: {}", v["failure"]);
+    assert!(v.get("failure").is_none(), "{name}: {}\n{v:#}", v["failure"]);
     v
 }
 
@@ -237,4 +237,202 @@ async fn each_view_shows_what_the_admin_api_says() {
     assert!(v["phone"]["pageWidth"].as_u64() <= v["phone"]["viewport"].as_u64(), "{v:#}");
     assert_eq!(v["phone"]["rpsVisible"], true);
     bless(&["endpoints", "remedies", "config", "phone"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entry() {
+    let har = tempfile::tempdir().unwrap();
+    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let up = api().await;
+    let v = drive(
+        "live",
+        &gw,
+        json!({"upstream": up.addr.to_string(), "path": "/v1/users/42", "requestId": "live-call-1"}),
+    )
+    .await;
+    assert_eq!(v["status"], 200);
+    let after = v["appearedAfterMs"].as_u64().unwrap();
+    assert!(after <= 1000, "the call showed {after} ms after its answer");
+    let cells = &v["row"]["cells"];
+    assert_eq!(cells["status"], "200", "{v:#}");
+    assert_eq!(cells["host"], "127.0.0.1");
+    assert_eq!(cells["path"], "/v1/users/{id}", "the endpoint as discovery counts it");
+    assert_eq!(cells["policy"], "users");
+    assert_eq!(cells["actions"], "cache:missrate_limit:allowed", "{v:#}");
+    assert_eq!(v["shownWhilePaused"], false, "a paused view holds new calls back");
+    assert_eq!(v["rowsWith5xxFilter"], 0);
+    // The HAR entry is the one the file sink got: its URL, and its request id.
+    assert_eq!(v["harUrl"], format!("GET http://{}/v1/users/42", up.addr));
+    let entry: Value = serde_json::from_str(v["harJson"].as_str().unwrap()).unwrap();
+    assert_eq!(entry["response"]["status"], 200);
+    assert!(entry.to_string().contains("live-call-1"), "{entry:#}");
+    bless(&["live"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
+    let har = tempfile::tempdir().unwrap();
+    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let v = drive("login", &gw, json!({})).await;
+    let base = format!("http://{}", gw.admin_addr);
+    assert_eq!(v["redirectedTo"], format!("{base}/ui/login"));
+    let csp = v["csp"].as_str().unwrap();
+    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    assert!(v["failedMessage"].as_str().unwrap().contains("not this gateway"));
+    assert_eq!(v["urlAfterLogin"], format!("{base}/ui"));
+    let cookies = v["cookies"].as_array().unwrap();
+    assert_eq!(cookies.len(), 1, "{v:#}");
+    let c = &cookies[0];
+    assert_eq!(c["name"], "tollgate_session");
+    assert_eq!(c["httpOnly"], true);
+    assert_eq!(c["sameSite"], "Strict");
+    let expires = c["expires"].as_f64().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(expires > now && expires <= now + 12.0 * 3600.0 + 60.0, "expires with the session: {c}");
+    assert_ne!(c["value"], TOKEN);
+    assert!(!v.to_string().contains(&format!("token={TOKEN}")), "no URL carried the token: {v:#}");
+    assert_eq!(v["summaryStatus"], 200);
+    // The page's own POST (same origin) passes the cross-site check; the reload is
+    // refused for having no file, which is not a 403.
+    assert_eq!(v["reloadStatus"], 422);
+    assert_eq!(v["afterLogout"], 401);
+    assert!(v["cookiesAfterLogout"].as_array().unwrap().is_empty(), "{v:#}");
+    let metrics = eventually("both logins counted", || async {
+        let m = send(
+            &client(),
+            Request::get(format!("{base}/metrics"))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&m.body).into_owned();
+        if text.contains("tollgate_ui_logins_total{result=\"ok\"} 1") { Ok(text) } else { Err(text) }
+    })
+    .await;
+    assert!(metrics.contains("tollgate_ui_logins_total{result=\"error\"} 1"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_values_are_shown_as_text_and_never_run() {
+    let har = tempfile::tempdir().unwrap();
+    // An LLM policy without a budget: an unknown (hostile) model name is relayed.
+    let yaml = config()
+        .section("admin", &format!("{{token: {TOKEN}}}"))
+        .section("diagnosis", &format!(
+            "{{discovery: {{enabled: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
+            har.path().display()
+        ))
+        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[("llm", "{}")])
+        .yaml();
+    let gw = gateway(&yaml).await;
+    let up = api().await;
+    let llm = Provider::start(local0()).await.unwrap();
+    // Some of these the proxy refuses before any record (a `<` in a request line is not
+    // HTTP); what it carries reaches the views.
+    let requests = json!([
+        {"path": "/v1/\"onmouseover=\"__hit('quote')"},
+        {"path": "/v1/<img/src=x/onerror=__hit('path')>"},
+        {"path": "/v1/javascript:__hit('js')"},
+        {"path": "/v1/users/%22onerror=%22__hit('encoded')"},
+        {"path": "/v1/notes", "headers": {"x-note": "<script>__hit('header')</script>", "x-other": "\"><img src=x onerror=__hit('header2')>"}},
+        {"target": "'onerror='__hit(1)'.invalid", "path": "/"},
+        {"target": llm.addr.to_string(), "path": "/v1/chat/completions", "method": "POST",
+         "headers": {"content-type": "application/json"},
+         "body": json!({"model": "<img src=x onerror=__hit('model')>", "max_tokens": 3,
+            "messages": [{"role": "user", "content": "<script>__hit('body')</script>"}]}).to_string()},
+    ]);
+    let v = drive("hostile", &gw, json!({"upstream": up.addr.to_string(), "requests": requests})).await;
+    assert_eq!(v["hits"], json!([]), "a payload ran: {v:#}");
+    assert_eq!(v["injected"], 0, "no element came from a payload: {v:#}");
+    // And they were shown, as text.
+    let paths = v["livePaths"].to_string();
+    assert!(paths.contains("javascript:__hit('js')"), "{v:#}");
+    assert!(v["liveModels"].to_string().contains("<img src=x onerror=__hit('model')>"), "{v:#}");
+    let har_shown = v["harShown"].to_string();
+    for shown in ["__hit('body')", "<script>__hit('header')</script>", "__hit('model')"] {
+        assert!(har_shown.contains(shown), "{shown}: {v:#}");
+    }
+    assert!(v["endpointTexts"].to_string().contains("__hit('js')"), "{v:#}");
+    assert_eq!(v["violations"], json!([]), "nothing even tried to run inline: {v:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_guards_the_dashboard() {
+    let har = tempfile::tempdir().unwrap();
+    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let base = format!("http://{}", gw.admin_addr);
+    let plain = |path: &str| Request::get(format!("{base}{path}")).body(empty()).unwrap();
+    // Without a session: pages go to the login form, data answers 401, assets are open.
+    let r = send(&client(), plain("/ui")).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.header("location"), Some("/ui/login"));
+    assert_eq!(send(&client(), plain("/ui/api/summary")).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&client(), plain("/ui/app.js")).await.status, StatusCode::OK);
+    // Every admin answer carries the security headers.
+    for path in ["/ui/login", "/healthz", "/ui/app.js"] {
+        let r = send(&client(), plain(path)).await;
+        assert!(r.header("content-security-policy").unwrap().contains("default-src 'none'"), "{path}");
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}");
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
+    }
+    // A login by form; the cookie then opens the API, but not for a cross-site POST.
+    let r = send(
+        &client(),
+        Request::post(format!("{base}/ui/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(bytes_body(format!("token={TOKEN}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.header("location"), Some("/ui"));
+    let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
+    let with = |req: http::request::Builder| req.header("cookie", cookie.as_str()).body(empty()).unwrap();
+    assert_eq!(send(&client(), with(Request::get(format!("{base}/discover")))).await.status, StatusCode::OK);
+    let host = gw.admin_addr.to_string();
+    let cross = send(&client(), with(Request::post(format!("{base}/reload")).header("origin", "http://evil.example"))).await;
+    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+    assert_eq!(cross.json()["error"]["code"], "cross_site_refused");
+    let bare = send(&client(), with(Request::post(format!("{base}/reload")))).await;
+    assert_eq!(bare.status, StatusCode::FORBIDDEN, "no Origin, no Sec-Fetch-Site: not proven");
+    let site = send(&client(), with(Request::post(format!("{base}/reload")).header("sec-fetch-site", "cross-site").header("origin", format!("http://{host}")))).await;
+    assert_eq!(site.status, StatusCode::FORBIDDEN, "the browser's word wins");
+    let same = send(&client(), with(Request::post(format!("{base}/reload")).header("origin", format!("http://{host}")))).await;
+    assert_eq!(same.status, StatusCode::UNPROCESSABLE_ENTITY, "same origin: the reload ran (and had no file)");
+    // The bearer token still works as before, for scripts.
+    let r = send(&client(), Request::post(format!("{base}/reload")).header("authorization", format!("Bearer {TOKEN}")).body(empty()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Logged out, the cookie opens nothing.
+    let r = send(&client(), with(Request::post(format!("{base}/ui/logout")).header("origin", format!("http://{host}")))).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(send(&client(), with(Request::get(format!("{base}/discover")))).await.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwatched_calls_keep_no_har_entry_and_the_dashboard_can_be_off() {
+    let har = tempfile::tempdir().unwrap();
+    let gw = gateway(&dashboard_config(har.path(), false)).await;
+    let up = api().await;
+    let r = get_via(&gw, up.addr, "/v1/users/1", &[("x-tollgate-request-id", "unwatched-1")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    har_entries_in(har.path(), 1).await;
+    // The file sink has it; the dashboard kept nothing, since nobody watched.
+    let r = admin_get(&gw, "/ui/api/har/unwatched-1").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.json()["error"].as_str().unwrap().contains("live view is open"));
+    // Failures are kept, watched or not.
+    get_via(&gw, up.addr, "/v1/fail", &[]).await;
+    let s = eventually("the failure listed", || async {
+        let s = admin_get(&gw, "/ui/api/summary").await.json();
+        if s["failures"].as_array().unwrap().len() == 1 { Ok(s) } else { Err(s) }
+    })
+    .await;
+    assert_eq!(s["failures"][0]["status"], 503);
+    assert_eq!(s["failures"][0]["policy"], "flaky");
+    assert_eq!(s["login"], false);
+
+    let off = gateway("admin: {ui: {enabled: false}}\n").await;
+    assert_eq!(admin_get(&off, "/ui").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(admin_get(&off, "/metrics").await.status, StatusCode::OK);
 }
