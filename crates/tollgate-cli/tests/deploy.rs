@@ -225,3 +225,28 @@ fn the_compose_replicas_config_is_one_tollgate_accepts() {
     assert_eq!(replicas, 3, "three replicas");
     assert!(services.contains_key("redis"));
 }
+
+#[test]
+fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
+    let chart = format!("{ROOT}/deploy/helm/tollgate");
+    let off = helm(&["template", "t", &chart]);
+    assert!(!off.contains("grafana-dashboard"), "off by default");
+    let text = helm(&[
+        "template",
+        "t",
+        &chart,
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "grafanaDashboard.annotations.grafana_folder=tollgate",
+        "--show-only",
+        "templates/grafana-dashboard.yaml",
+    ]);
+    let cm: Value = yaml_serde::from_str(&text).unwrap();
+    assert_eq!(cm["kind"].as_str(), Some("ConfigMap"));
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"].as_str(), Some("1"));
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"].as_str(), Some("tollgate"));
+    let shipped = cm["data"]["tollgate.json"].as_str().unwrap();
+    let canonical = std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
+    assert_eq!(shipped.trim_end(), canonical.trim_end(), "the ConfigMap holds the dashboard as it is");
+}

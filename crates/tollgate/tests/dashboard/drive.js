@@ -127,6 +127,9 @@ const scenarios = {
     await page.waitForSelector('#har-url');
     out.harUrl = await page.textContent('#har-url');
     out.harJson = await page.textContent('#har-json');
+    for (const path of cfg.more || []) await viaProxy({ path });
+    await page.waitForFunction((n) => document.querySelectorAll('#calls tbody tr').length >= n, 2 + (cfg.more || []).length);
+    await page.evaluate(() => window.scrollTo(0, 0));
     await shot(page, 'live');
   },
 

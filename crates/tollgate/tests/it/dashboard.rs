@@ -247,7 +247,8 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
     let v = drive(
         "live",
         &gw,
-        json!({"upstream": up.addr.to_string(), "path": "/v1/users/42", "requestId": "live-call-1"}),
+        json!({"upstream": up.addr.to_string(), "path": "/v1/users/42", "requestId": "live-call-1",
+            "more": ["/v1/slow/report", "/v1/fail", "/v1/users/7", "/v1/fail", "/v1/users/42"]}),
     )
     .await;
     assert_eq!(v["status"], 200);

@@ -22,6 +22,7 @@ mod egress;
 mod errors;
 mod expect_continue;
 mod generated;
+mod grafana;
 mod har;
 mod har_bodies;
 mod har_files;

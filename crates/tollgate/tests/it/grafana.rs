@@ -1,0 +1,209 @@
+//! The Grafana dashboard (deploy/grafana/tollgate.json, shipped by the Helm chart too):
+//! every metric its queries read and every label they match or group by exists in
+//! `/metrics` of a running gateway that carried traffic through every kind of remedy.
+
+use crate::support::config::config;
+use crate::support::redis_procs::RedisServer;
+use crate::support::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Labels Prometheus adds when it scrapes (the target's), not the exporter.
+const SCRAPE_LABELS: [&str; 2] = ["job", "instance"];
+
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+/// Every query of the dashboard's panels.
+fn queries(d: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            out.push(t["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    out
+}
+
+fn is_name(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The metric names a PromQL expression reads, and the label names it matches on or
+/// groups by.
+fn parse(expr: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut metrics, mut labels) = (BTreeSet::new(), BTreeSet::new());
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while i < expr.len() {
+        if expr[i..].starts_with("tollgate_") && (i == 0 || !is_name(b[i - 1] as char)) {
+            let end = expr[i..].find(|c| !is_name(c)).map_or(expr.len(), |n| i + n);
+            metrics.insert(expr[i..end].to_owned());
+            i = end;
+            if expr[i..].starts_with('{') {
+                let close = i + expr[i..].find('}').unwrap();
+                for m in expr[i + 1..close].split(',') {
+                    let name: String = m.trim().chars().take_while(|c| is_name(*c)).collect();
+                    labels.insert(name);
+                }
+                i = close;
+            }
+        } else if (expr[i..].starts_with("by (") || expr[i..].starts_with("without ("))
+            && (i == 0 || !is_name(b[i - 1] as char))
+        {
+            let open = i + expr[i..].find('(').unwrap();
+            let close = open + expr[open..].find(')').unwrap();
+            labels.extend(expr[open + 1..close].split(',').map(|l| l.trim().to_owned()));
+            i = close;
+        }
+        i += 1;
+    }
+    labels.retain(|l| !SCRAPE_LABELS.contains(&l.as_str()));
+    (metrics, labels)
+}
+
+/// Each series' metric name and label names, in an exposition.
+fn series(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let entry = out.entry(line[..name_end].to_owned()).or_default();
+        if line[name_end..].starts_with('{') {
+            let close = line.rfind('}').unwrap();
+            // Label values may hold commas: take each `name="` start.
+            for part in line[name_end + 1..close].split("\",") {
+                if let Some((name, _)) = part.split_once("=\"") {
+                    entry.insert(name.trim().to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
+    let redis = RedisServer::start();
+    let har = tempfile::tempdir().unwrap();
+    let yaml = config()
+        .section("store", &format!("{{backend: redis, url: '{}'}}", redis.url()))
+        .section("diagnosis", &format!(
+            "{{discovery: {{enabled: true, metrics: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
+            har.path().display()
+        ))
+        // A client that stops reading is cut at once (tollgate_stalls_total).
+        .section("listen", "{send_timeout: 10ms}")
+        .section("rate_limits", "{users: {limit: 1, window: minute, queue: {size: 10, max_wait: 50ms}}}")
+        .section("quotas", "{month: {limit: 1000, per: month}}")
+        .section("breakers", "{down: {consecutive_failures: 2, open_for: 1h}}")
+        .policy("users", "{host: 127.0.0.1, path: '/v1/users/{id}'}", &[
+            ("cache", "{ttl: 1h}"),
+            ("rate_limit", "users"),
+            ("quota", "month"),
+        ])
+        .policy("flaky", "{host: 127.0.0.1, path: /v1/fail}", &[("breaker", "down")])
+        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[("llm", "{}")])
+        .yaml();
+    let gw = gateway(&yaml).await;
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        match req.uri().path() {
+            "/v1/fail" => answer(503, &[], "down"),
+            "/v1/big" => answer(200, &[], &"x".repeat(16 << 20)),
+            _ => answer(200, &[("content-type", "application/json")], "{}"),
+        }
+    })
+    .await;
+    let llm = tollgate_provider::Provider::start(local0()).await.unwrap();
+    for i in 0..3 {
+        // The second and third wait in the rate limit's queue and time out there.
+        get_via(&gw, up.addr, &format!("/v1/users/{i}"), &[]).await;
+    }
+    for _ in 0..3 {
+        get_via(&gw, up.addr, "/v1/fail", &[]).await;
+    }
+    let chat = serde_json::json!({"model": "gpt-4o-mini", "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}]});
+    send(
+        &client(),
+        http::Request::post(format!("http://{}/v1/chat/completions", gw.proxy_addr))
+            .header("content-type", "application/json")
+            .header("x-tollgate-host", llm.addr.to_string())
+            .header("x-tollgate-scheme", "http")
+            .body(bytes_body(chat.to_string()))
+            .unwrap(),
+    )
+    .await;
+    post_reload(&gw).await;
+    // A client that asks for a large body and never reads it.
+    let mut stalled = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stalled,
+        format!("GET http://{}/v1/big HTTP/1.1\r\nhost: {}\r\n\r\n", up.addr, up.addr).as_bytes(),
+    )
+    .await
+    .unwrap();
+    metrics_when(&gw, |m| m.contains("tollgate_stalls_total{")).await;
+    // Redis gone: the next admission's operation fails (tollgate_store_errors_total).
+    redis.kill();
+    get_via(&gw, up.addr, "/v1/users/9", &[]).await;
+    let live = metrics_when(&gw, |m| {
+        ["tollgate_llm_calls_total{", "tollgate_endpoint_requests_total{", "tollgate_store_errors_total{"]
+            .iter()
+            .all(|f| m.contains(f))
+    })
+    .await;
+    // The families the live gateway exports (a family shows once it has a series).
+    let families: BTreeSet<String> = live
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect();
+    let live = series(&live);
+
+    let d = dashboard();
+    for expr in queries(&d) {
+        let (metrics, labels) = parse(&expr);
+        assert!(!metrics.is_empty(), "no tollgate metric in {expr}");
+        for m in &metrics {
+            let family = ["_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| m.strip_suffix(s))
+                .unwrap_or(m);
+            assert!(
+                families.contains(family) && live.contains_key(m),
+                "{m} (in {expr}) is not in the running gateway's /metrics"
+            );
+        }
+        let known: BTreeSet<&String> = metrics.iter().filter_map(|m| live.get(m)).flatten().collect();
+        for l in &labels {
+            assert!(known.contains(l), "label {l} of {expr}: the metrics have {known:?}");
+        }
+    }
+    // The datasource is a variable: importable as is into any Grafana.
+    let vars = d["templating"]["list"].as_array().unwrap();
+    assert!(vars.iter().any(|v| v["type"] == "datasource" && v["query"] == "prometheus"));
+    for p in d["panels"].as_array().unwrap().iter().filter(|p| p["type"] != "row") {
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+}
+
+#[test]
+fn the_chart_ships_the_same_dashboard() {
+    let shipped = std::fs::read(format!("{ROOT}/deploy/helm/tollgate/dashboards/tollgate.json")).unwrap();
+    let canonical = std::fs::read(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
+    assert!(shipped == canonical, "copy deploy/grafana/tollgate.json to deploy/helm/tollgate/dashboards/");
+}
+
+#[test]
+fn parses_metrics_and_labels_of_a_query() {
+    let (m, l) = parse(
+        r#"histogram_quantile(0.99, sum by (le, host) (rate(tollgate_request_duration_seconds_bucket{job=~"$job", status_class="5xx"}[5m])))"#,
+    );
+    assert_eq!(m.into_iter().collect::<Vec<_>>(), ["tollgate_request_duration_seconds_bucket"]);
+    assert_eq!(l.into_iter().collect::<Vec<_>>(), ["host", "le", "status_class"]);
+}
