@@ -244,9 +244,20 @@ fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
     ]);
     let cm: Value = yaml_serde::from_str(&text).unwrap();
     assert_eq!(cm["kind"].as_str(), Some("ConfigMap"));
-    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"].as_str(), Some("1"));
-    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"].as_str(), Some("tollgate"));
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["grafana_folder"].as_str(),
+        Some("tollgate")
+    );
     let shipped = cm["data"]["tollgate.json"].as_str().unwrap();
-    let canonical = std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
-    assert_eq!(shipped.trim_end(), canonical.trim_end(), "the ConfigMap holds the dashboard as it is");
+    let canonical =
+        std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
+    assert_eq!(
+        shipped.trim_end(),
+        canonical.trim_end(),
+        "the ConfigMap holds the dashboard as it is"
+    );
 }

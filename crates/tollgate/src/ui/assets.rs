@@ -52,7 +52,10 @@ fn page(content_type: &'static str, body: String) -> Response<Body> {
 }
 
 pub fn index_page() -> Response<Body> {
-    page("text/html; charset=utf-8", include_str!("assets/index.html").to_owned())
+    page(
+        "text/html; charset=utf-8",
+        include_str!("assets/index.html").to_owned(),
+    )
 }
 
 /// The login form; after a refused token, with a line saying so (fixed text).

@@ -129,7 +129,20 @@ mod tests {
 
     #[test]
     fn buckets_are_within_an_eighth() {
-        for us in [1, 2, 7, 8, 9, 15, 100, 999, 1_000, 12_345, 1_000_000, 3_600_000_000] {
+        for us in [
+            1,
+            2,
+            7,
+            8,
+            9,
+            15,
+            100,
+            999,
+            1_000,
+            12_345,
+            1_000_000,
+            3_600_000_000,
+        ] {
             let b = bucket(us);
             let hi = upper_us(b);
             assert!(hi >= us as f64, "{us} under its bucket's edge {hi}");

@@ -24,6 +24,12 @@ pub struct Sessions {
     open: Mutex<HashMap<String, Open>>,
 }
 
+/// Whether two secrets are equal, in time that depends only on their lengths.
+pub fn same_secret(given: &str, token: &str) -> bool {
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn digest(token: &str) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
     let mut out = [0; 32];
@@ -145,7 +151,9 @@ mod tests {
             HeaderValue::from_static("x=y; tollgate_session=abc"),
         );
         assert_eq!(cookie(&h), Some("abc"));
-        assert_eq!(set_cookie("abc", Duration::from_secs(60)).to_str().unwrap(),
-            "tollgate_session=abc; Path=/; Max-Age=60; HttpOnly; SameSite=Strict");
+        assert_eq!(
+            set_cookie("abc", Duration::from_secs(60)).to_str().unwrap(),
+            "tollgate_session=abc; Path=/; Max-Age=60; HttpOnly; SameSite=Strict"
+        );
     }
 }

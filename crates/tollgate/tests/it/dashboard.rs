@@ -36,7 +36,11 @@ async fn drive(name: &str, gw: &tollgate::Gateway, mut settings: Value) -> Value
         .env("DASH", settings.to_string());
     let out = stdout_of(cmd).await;
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert!(v.get("failure").is_none(), "{name}: {}\n{v:#}", v["failure"]);
+    assert!(
+        v.get("failure").is_none(),
+        "{name}: {}\n{v:#}",
+        v["failure"]
+    );
     v
 }
 
@@ -54,7 +58,11 @@ fn bless(names: &[&str]) {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard");
     std::fs::create_dir_all(&docs).unwrap();
     for n in names {
-        std::fs::copy(shots_dir().join(format!("{n}.png")), docs.join(format!("{n}.png"))).unwrap();
+        std::fs::copy(
+            shots_dir().join(format!("{n}.png")),
+            docs.join(format!("{n}.png")),
+        )
+        .unwrap();
     }
 }
 
@@ -66,31 +74,51 @@ async fn api() -> Server {
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
         if path.starts_with("/v1/fail") {
-            return answer(503, &[("content-type", "application/json")], r#"{"error":"down"}"#);
+            return answer(
+                503,
+                &[("content-type", "application/json")],
+                r#"{"error":"down"}"#,
+            );
         }
-        answer(200, &[("content-type", "application/json")], r#"{"ok":true}"#)
+        answer(
+            200,
+            &[("content-type", "application/json")],
+            r#"{"ok":true}"#,
+        )
     })
     .await
 }
 
 fn dashboard_config(har_dir: &Path, token: bool) -> String {
     let mut c = config()
-        .section("diagnosis", &format!(
-            "{{discovery: {{enabled: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
-            har_dir.display()
-        ))
+        .section(
+            "diagnosis",
+            &format!(
+                "{{discovery: {{enabled: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
+                har_dir.display()
+            ),
+        )
         .section("rate_limits", "{users: {limit: 1000, window: minute}}")
-        .section("breakers", "{down: {consecutive_failures: 3, open_for: 1h}}")
+        .section(
+            "breakers",
+            "{down: {consecutive_failures: 3, open_for: 1h}}",
+        )
         .section("budgets", "{ai-daily: {limit: $5, per: day}}")
-        .policy("users", "{host: 127.0.0.1, path: '/v1/users/{id}'}", &[
-            ("cache", "{ttl: 1h}"),
-            ("rate_limit", "users"),
-        ])
-        .policy("flaky", "{host: 127.0.0.1, path: /v1/fail}", &[("breaker", "down")])
-        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[
-            ("llm", "{}"),
-            ("budget", "ai-daily"),
-        ]);
+        .policy(
+            "users",
+            "{host: 127.0.0.1, path: '/v1/users/{id}'}",
+            &[("cache", "{ttl: 1h}"), ("rate_limit", "users")],
+        )
+        .policy(
+            "flaky",
+            "{host: 127.0.0.1, path: /v1/fail}",
+            &[("breaker", "down")],
+        )
+        .policy(
+            "ai",
+            "{host: 127.0.0.1, path: /v1/chat/completions}",
+            &[("llm", "{}"), ("budget", "ai-daily")],
+        );
     if token {
         c = c.section("admin", &format!("{{token: {TOKEN}}}"));
     }
@@ -136,7 +164,10 @@ async fn each_view_shows_what_the_admin_api_says() {
     let up = api().await;
     let llm = Provider::start(local0()).await.unwrap();
     for i in 0..6 {
-        assert_eq!(get(&gw, &up, &format!("/v1/users/{}", i % 3)).await.status, StatusCode::OK);
+        assert_eq!(
+            get(&gw, &up, &format!("/v1/users/{}", i % 3)).await.status,
+            StatusCode::OK
+        );
     }
     for _ in 0..4 {
         get(&gw, &up, "/v1/slow/report").await;
@@ -148,7 +179,12 @@ async fn each_view_shows_what_the_admin_api_says() {
     // What the admin API says once every call is counted.
     let discover = eventually("every call counted", || async {
         let d = admin_json(&gw, "/discover").await;
-        let n: u64 = d["endpoints"].as_array().unwrap().iter().map(|e| e["count"].as_u64().unwrap()).sum();
+        let n: u64 = d["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum();
         if n == 15 { Ok(d) } else { Err(d) }
     })
     .await;
@@ -160,62 +196,127 @@ async fn each_view_shows_what_the_admin_api_says() {
     let endpoints = discover["endpoints"].as_array().unwrap();
     assert_eq!(rows.len(), endpoints.len(), "{v:#}");
     for e in endpoints {
-        let key = format!("{} {} {}", e["method"].as_str().unwrap(), e["host"].as_str().unwrap(), e["endpoint"].as_str().unwrap());
-        let row = rows.iter().find(|r| r["key"] == key.as_str()).unwrap_or_else(|| panic!("no row {key}: {v:#}"));
+        let key = format!(
+            "{} {} {}",
+            e["method"].as_str().unwrap(),
+            e["host"].as_str().unwrap(),
+            e["endpoint"].as_str().unwrap()
+        );
+        let row = rows
+            .iter()
+            .find(|r| r["key"] == key.as_str())
+            .unwrap_or_else(|| panic!("no row {key}: {v:#}"));
         let cells = &row["cells"];
         assert_eq!(cells["count"], e["count"].to_string(), "{key}");
         for q in ["p50", "p95", "p99"] {
             let ms = e["latency_ms"][q].as_f64().unwrap();
-            let shown: f64 = cells[q].as_str().unwrap().parse().unwrap_or_else(|_| panic!("{key} {q}: {cells}"));
+            let shown: f64 = cells[q]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap_or_else(|_| panic!("{key} {q}: {cells}"));
             // Rendered to 2 decimals under 10 ms, 1 under 100, whole above.
-            assert!((shown - ms).abs() <= ms * 0.05 + 0.005, "{key} {q}: shown {shown}, /discover {ms}");
+            assert!(
+                (shown - ms).abs() <= ms * 0.05 + 0.005,
+                "{key} {q}: shown {shown}, /discover {ms}"
+            );
         }
         for (status, n) in e["status"].as_object().unwrap() {
-            assert!(cells["mix-cell"].as_str().unwrap().contains(&format!("{status}×{n}")), "{key}: {cells}");
+            assert!(
+                cells["mix-cell"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("{status}×{n}")),
+                "{key}: {cells}"
+            );
         }
     }
-    let users = rows.iter().find(|r| r["key"] == "GET 127.0.0.1 /v1/users/{id}").unwrap();
+    let users = rows
+        .iter()
+        .find(|r| r["key"] == "GET 127.0.0.1 /v1/users/{id}")
+        .unwrap();
     assert_eq!(users["cells"]["count"], "6");
-    assert!(v["sparklines"].as_u64().unwrap() >= endpoints.len() as u64, "a sparkline per endpoint: {v:#}");
+    assert!(
+        v["sparklines"].as_u64().unwrap() >= endpoints.len() as u64,
+        "a sparkline per endpoint: {v:#}"
+    );
     // Sorted by p99, largest first: the slow endpoint leads.
-    assert_eq!(v["sortedByP99"][0], "GET 127.0.0.1 /v1/slow/report", "{v:#}");
+    assert_eq!(
+        v["sortedByP99"][0], "GET 127.0.0.1 /v1/slow/report",
+        "{v:#}"
+    );
     let spend = v["llmSpend"].as_str().unwrap_or_default();
-    let cost = discover["endpoints"].as_array().unwrap().iter().find_map(|e| e["llm"]["cost_usd"].as_f64()).unwrap();
+    let cost = discover["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["llm"]["cost_usd"].as_f64())
+        .unwrap();
     assert!(spend.contains(&format!("${cost:.4}")), "{spend} vs {cost}");
 
     // The header: a rate and an error share over the last minute, the version.
-    assert_eq!(v["header"]["version"], format!("v{}", env!("CARGO_PKG_VERSION")));
-    assert_ne!(v["header"]["errors"], "0 %", "four 503s were answered: {v:#}");
+    assert_eq!(
+        v["header"]["version"],
+        format!("v{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_ne!(
+        v["header"]["errors"], "0 %",
+        "four 503s were answered: {v:#}"
+    );
 
     // Remedies: each policy's state as /policies reports it.
     let shown = v["remedies"].as_array().unwrap();
     for p in policies["policies"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap();
-        let card = shown.iter().find(|c| c["policy"] == name).unwrap_or_else(|| panic!("no card for {name}: {v:#}"));
+        let card = shown
+            .iter()
+            .find(|c| c["policy"] == name)
+            .unwrap_or_else(|| panic!("no card for {name}: {v:#}"));
         for remedy in p["state"].as_object().unwrap().keys() {
-            assert!(card["remedies"].get(remedy).is_some(), "{name}.{remedy}: {card}");
+            assert!(
+                card["remedies"].get(remedy).is_some(),
+                "{name}.{remedy}: {card}"
+            );
         }
     }
     let users_state = &policies["policies"][0]["state"];
     let cache = shown[0]["remedies"]["cache"].as_str().unwrap();
-    assert!(cache.contains(&format!("entries{}", users_state["cache"]["entries"])), "{cache} vs {users_state}");
+    assert!(
+        cache.contains(&format!("entries{}", users_state["cache"]["entries"])),
+        "{cache} vs {users_state}"
+    );
     assert!(cache.contains("hit ratio %: 50 of 100"), "{cache}");
     let limit = shown[0]["remedies"]["rate_limit"].as_str().unwrap();
     let used = &users_state["rate_limit"];
-    assert!(limit.contains(&format!("used: {} of 1,000", used["used"])), "{limit} vs {used}");
+    assert!(
+        limit.contains(&format!("used: {} of 1,000", used["used"])),
+        "{limit} vs {used}"
+    );
     let breaker = shown[1]["remedies"]["breaker"].as_str().unwrap();
     let open = &policies["policies"][1]["state"]["breaker"]["state"]["state"];
     assert_eq!(open, "open", "{policies:#}");
     assert!(breaker.contains("stateopen"), "{breaker}");
     let budget = shown[2]["remedies"]["budget"].as_str().unwrap();
-    let spent = policies["policies"][2]["state"]["budget"]["spent_usd"].as_str().unwrap();
-    assert!(budget.contains(&format!("spent usd: {spent} of $5")), "{budget}");
+    let spent = policies["policies"][2]["state"]["budget"]["spent_usd"]
+        .as_str()
+        .unwrap();
+    assert!(
+        budget.contains(&format!("spent usd: {spent} of $5")),
+        "{budget}"
+    );
     // Remedy statistics as bars: the cache's hits and misses, counted as /remedy-stats does.
     let stats = admin_json(&gw, "/remedy-stats").await;
     for scope in stats["policies"].as_array().unwrap() {
         for a in scope["actions"].as_array().unwrap() {
-            let action = format!("{}:{}", a["remedy"].as_str().unwrap(), a["action"].as_str().unwrap());
-            let bar = v["stats"].as_array().unwrap().iter()
+            let action = format!(
+                "{}:{}",
+                a["remedy"].as_str().unwrap(),
+                a["action"].as_str().unwrap()
+            );
+            let bar = v["stats"]
+                .as_array()
+                .unwrap()
+                .iter()
                 .find(|b| b["policy"] == scope["policy"] && b["action"] == action.as_str())
                 .unwrap_or_else(|| panic!("no bar for {action}: {v:#}"));
             assert_eq!(bar["count"], a["count"].to_string());
@@ -226,15 +327,30 @@ async fn each_view_shows_what_the_admin_api_says() {
     // Config: the effective config with the token masked, and the reload's outcome (this
     // gateway runs without a file, so the reload is refused and says why).
     let config = v["config"].as_str().unwrap();
-    assert!(config.contains("\"users\"") && !config.contains(TOKEN), "{config}");
-    assert!(v["reloadState"].as_str().unwrap().starts_with("refused"), "{v:#}");
-    assert!(v["lastReload"].as_str().unwrap().contains("nothing to reload"), "{v:#}");
+    assert!(
+        config.contains("\"users\"") && !config.contains(TOKEN),
+        "{config}"
+    );
+    assert!(
+        v["reloadState"].as_str().unwrap().starts_with("refused"),
+        "{v:#}"
+    );
+    assert!(
+        v["lastReload"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to reload"),
+        "{v:#}"
+    );
 
     // The last failures: the four 503s.
     let failures = v["failures"].as_array().unwrap();
     assert_eq!(failures.len(), 4, "{v:#}");
     // On a phone the page does not scroll sideways (only the tables do).
-    assert!(v["phone"]["pageWidth"].as_u64() <= v["phone"]["viewport"].as_u64(), "{v:#}");
+    assert!(
+        v["phone"]["pageWidth"].as_u64() <= v["phone"]["viewport"].as_u64(),
+        "{v:#}"
+    );
     assert_eq!(v["phone"]["rpsVisible"], true);
     bless(&["endpoints", "remedies", "config", "phone"]);
 }
@@ -257,10 +373,16 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
     let cells = &v["row"]["cells"];
     assert_eq!(cells["status"], "200", "{v:#}");
     assert_eq!(cells["host"], "127.0.0.1");
-    assert_eq!(cells["path"], "/v1/users/{id}", "the endpoint as discovery counts it");
+    assert_eq!(
+        cells["path"], "/v1/users/{id}",
+        "the endpoint as discovery counts it"
+    );
     assert_eq!(cells["policy"], "users");
     assert_eq!(cells["actions"], "cache:missrate_limit:allowed", "{v:#}");
-    assert_eq!(v["shownWhilePaused"], false, "a paused view holds new calls back");
+    assert_eq!(
+        v["shownWhilePaused"], false,
+        "a paused view holds new calls back"
+    );
     assert_eq!(v["rowsWith5xxFilter"], 0);
     // The HAR entry is the one the file sink got: its URL, and its request id.
     assert_eq!(v["harUrl"], format!("GET http://{}/v1/users/42", up.addr));
@@ -278,8 +400,16 @@ async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
     let base = format!("http://{}", gw.admin_addr);
     assert_eq!(v["redirectedTo"], format!("{base}/ui/login"));
     let csp = v["csp"].as_str().unwrap();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
-    assert!(v["failedMessage"].as_str().unwrap().contains("not this gateway"));
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert!(
+        v["failedMessage"]
+            .as_str()
+            .unwrap()
+            .contains("not this gateway")
+    );
     assert_eq!(v["urlAfterLogin"], format!("{base}/ui"));
     let cookies = v["cookies"].as_array().unwrap();
     assert_eq!(cookies.len(), 1, "{v:#}");
@@ -288,16 +418,28 @@ async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
     assert_eq!(c["httpOnly"], true);
     assert_eq!(c["sameSite"], "Strict");
     let expires = c["expires"].as_f64().unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-    assert!(expires > now && expires <= now + 12.0 * 3600.0 + 60.0, "expires with the session: {c}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        expires > now && expires <= now + 12.0 * 3600.0 + 60.0,
+        "expires with the session: {c}"
+    );
     assert_ne!(c["value"], TOKEN);
-    assert!(!v.to_string().contains(&format!("token={TOKEN}")), "no URL carried the token: {v:#}");
+    assert!(
+        !v.to_string().contains(&format!("token={TOKEN}")),
+        "no URL carried the token: {v:#}"
+    );
     assert_eq!(v["summaryStatus"], 200);
     // The page's own POST (same origin) passes the cross-site check; the reload is
     // refused for having no file, which is not a 403.
     assert_eq!(v["reloadStatus"], 422);
     assert_eq!(v["afterLogout"], 401);
-    assert!(v["cookiesAfterLogout"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(
+        v["cookiesAfterLogout"].as_array().unwrap().is_empty(),
+        "{v:#}"
+    );
     let metrics = eventually("both logins counted", || async {
         let m = send(
             &client(),
@@ -308,10 +450,17 @@ async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
         )
         .await;
         let text = String::from_utf8_lossy(&m.body).into_owned();
-        if text.contains("tollgate_ui_logins_total{result=\"ok\"} 1") { Ok(text) } else { Err(text) }
+        if text.contains("tollgate_ui_logins_total{result=\"ok\"} 1") {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     })
     .await;
-    assert!(metrics.contains("tollgate_ui_logins_total{result=\"error\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("tollgate_ui_logins_total{result=\"error\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,11 +469,18 @@ async fn hostile_values_are_shown_as_text_and_never_run() {
     // An LLM policy without a budget: an unknown (hostile) model name is relayed.
     let yaml = config()
         .section("admin", &format!("{{token: {TOKEN}}}"))
-        .section("diagnosis", &format!(
-            "{{discovery: {{enabled: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
-            har.path().display()
-        ))
-        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[("llm", "{}")])
+        .section(
+            "diagnosis",
+            &format!(
+                "{{discovery: {{enabled: true}}, har: {{enabled: true, file: {{dir: '{}'}}}}}}",
+                har.path().display()
+            ),
+        )
+        .policy(
+            "ai",
+            "{host: 127.0.0.1, path: /v1/chat/completions}",
+            &[("llm", "{}")],
+        )
         .yaml();
     let gw = gateway(&yaml).await;
     let up = api().await;
@@ -343,19 +499,40 @@ async fn hostile_values_are_shown_as_text_and_never_run() {
          "body": json!({"model": "<img src=x onerror=__hit('model')>", "max_tokens": 3,
             "messages": [{"role": "user", "content": "<script>__hit('body')</script>"}]}).to_string()},
     ]);
-    let v = drive("hostile", &gw, json!({"upstream": up.addr.to_string(), "requests": requests})).await;
+    let v = drive(
+        "hostile",
+        &gw,
+        json!({"upstream": up.addr.to_string(), "requests": requests}),
+    )
+    .await;
     assert_eq!(v["hits"], json!([]), "a payload ran: {v:#}");
     assert_eq!(v["injected"], 0, "no element came from a payload: {v:#}");
     // And they were shown, as text.
     let paths = v["livePaths"].to_string();
     assert!(paths.contains("javascript:__hit('js')"), "{v:#}");
-    assert!(v["liveModels"].to_string().contains("<img src=x onerror=__hit('model')>"), "{v:#}");
+    assert!(
+        v["liveModels"]
+            .to_string()
+            .contains("<img src=x onerror=__hit('model')>"),
+        "{v:#}"
+    );
     let har_shown = v["harShown"].to_string();
-    for shown in ["__hit('body')", "<script>__hit('header')</script>", "__hit('model')"] {
+    for shown in [
+        "__hit('body')",
+        "<script>__hit('header')</script>",
+        "__hit('model')",
+    ] {
         assert!(har_shown.contains(shown), "{shown}: {v:#}");
     }
-    assert!(v["endpointTexts"].to_string().contains("__hit('js')"), "{v:#}");
-    assert_eq!(v["violations"], json!([]), "nothing even tried to run inline: {v:#}");
+    assert!(
+        v["endpointTexts"].to_string().contains("__hit('js')"),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["violations"],
+        json!([]),
+        "nothing even tried to run inline: {v:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,13 +545,28 @@ async fn the_admin_api_guards_the_dashboard() {
     let r = send(&client(), plain("/ui")).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     assert_eq!(r.header("location"), Some("/ui/login"));
-    assert_eq!(send(&client(), plain("/ui/api/summary")).await.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(send(&client(), plain("/ui/app.js")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&client(), plain("/ui/api/summary")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        send(&client(), plain("/ui/app.js")).await.status,
+        StatusCode::OK
+    );
     // Every admin answer carries the security headers.
     for path in ["/ui/login", "/healthz", "/ui/app.js"] {
         let r = send(&client(), plain(path)).await;
-        assert!(r.header("content-security-policy").unwrap().contains("default-src 'none'"), "{path}");
-        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}");
+        assert!(
+            r.header("content-security-policy")
+                .unwrap()
+                .contains("default-src 'none'"),
+            "{path}"
+        );
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
         assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
     }
     // A login by form; the cookie then opens the API, but not for a cross-site POST.
@@ -388,26 +580,82 @@ async fn the_admin_api_guards_the_dashboard() {
     .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     assert_eq!(r.header("location"), Some("/ui"));
-    let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
-    let with = |req: http::request::Builder| req.header("cookie", cookie.as_str()).body(empty()).unwrap();
-    assert_eq!(send(&client(), with(Request::get(format!("{base}/discover")))).await.status, StatusCode::OK);
+    let cookie = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let with =
+        |req: http::request::Builder| req.header("cookie", cookie.as_str()).body(empty()).unwrap();
+    assert_eq!(
+        send(&client(), with(Request::get(format!("{base}/discover"))))
+            .await
+            .status,
+        StatusCode::OK
+    );
     let host = gw.admin_addr.to_string();
-    let cross = send(&client(), with(Request::post(format!("{base}/reload")).header("origin", "http://evil.example"))).await;
+    let cross = send(
+        &client(),
+        with(Request::post(format!("{base}/reload")).header("origin", "http://evil.example")),
+    )
+    .await;
     assert_eq!(cross.status, StatusCode::FORBIDDEN);
     assert_eq!(cross.json()["error"]["code"], "cross_site_refused");
     let bare = send(&client(), with(Request::post(format!("{base}/reload")))).await;
-    assert_eq!(bare.status, StatusCode::FORBIDDEN, "no Origin, no Sec-Fetch-Site: not proven");
-    let site = send(&client(), with(Request::post(format!("{base}/reload")).header("sec-fetch-site", "cross-site").header("origin", format!("http://{host}")))).await;
-    assert_eq!(site.status, StatusCode::FORBIDDEN, "the browser's word wins");
-    let same = send(&client(), with(Request::post(format!("{base}/reload")).header("origin", format!("http://{host}")))).await;
-    assert_eq!(same.status, StatusCode::UNPROCESSABLE_ENTITY, "same origin: the reload ran (and had no file)");
+    assert_eq!(
+        bare.status,
+        StatusCode::FORBIDDEN,
+        "no Origin, no Sec-Fetch-Site: not proven"
+    );
+    let site = send(
+        &client(),
+        with(
+            Request::post(format!("{base}/reload"))
+                .header("sec-fetch-site", "cross-site")
+                .header("origin", format!("http://{host}")),
+        ),
+    )
+    .await;
+    assert_eq!(
+        site.status,
+        StatusCode::FORBIDDEN,
+        "the browser's word wins"
+    );
+    let same = send(
+        &client(),
+        with(Request::post(format!("{base}/reload")).header("origin", format!("http://{host}"))),
+    )
+    .await;
+    assert_eq!(
+        same.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "same origin: the reload ran (and had no file)"
+    );
     // The bearer token still works as before, for scripts.
-    let r = send(&client(), Request::post(format!("{base}/reload")).header("authorization", format!("Bearer {TOKEN}")).body(empty()).unwrap()).await;
+    let r = send(
+        &client(),
+        Request::post(format!("{base}/reload"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     // Logged out, the cookie opens nothing.
-    let r = send(&client(), with(Request::post(format!("{base}/ui/logout")).header("origin", format!("http://{host}")))).await;
+    let r = send(
+        &client(),
+        with(Request::post(format!("{base}/ui/logout")).header("origin", format!("http://{host}"))),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
-    assert_eq!(send(&client(), with(Request::get(format!("{base}/discover")))).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        send(&client(), with(Request::get(format!("{base}/discover"))))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,18 +663,33 @@ async fn unwatched_calls_keep_no_har_entry_and_the_dashboard_can_be_off() {
     let har = tempfile::tempdir().unwrap();
     let gw = gateway(&dashboard_config(har.path(), false)).await;
     let up = api().await;
-    let r = get_via(&gw, up.addr, "/v1/users/1", &[("x-tollgate-request-id", "unwatched-1")]).await;
+    let r = get_via(
+        &gw,
+        up.addr,
+        "/v1/users/1",
+        &[("x-tollgate-request-id", "unwatched-1")],
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK);
     har_entries_in(har.path(), 1).await;
     // The file sink has it; the dashboard kept nothing, since nobody watched.
     let r = admin_get(&gw, "/ui/api/har/unwatched-1").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert!(r.json()["error"].as_str().unwrap().contains("live view is open"));
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("live view is open")
+    );
     // Failures are kept, watched or not.
     get_via(&gw, up.addr, "/v1/fail", &[]).await;
     let s = eventually("the failure listed", || async {
         let s = admin_get(&gw, "/ui/api/summary").await.json();
-        if s["failures"].as_array().unwrap().len() == 1 { Ok(s) } else { Err(s) }
+        if s["failures"].as_array().unwrap().len() == 1 {
+            Ok(s)
+        } else {
+            Err(s)
+        }
     })
     .await;
     assert_eq!(s["failures"][0]["status"], 503);

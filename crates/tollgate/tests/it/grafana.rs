@@ -41,7 +41,9 @@ fn parse(expr: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut i = 0;
     while i < expr.len() {
         if expr[i..].starts_with("tollgate_") && (i == 0 || !is_name(b[i - 1] as char)) {
-            let end = expr[i..].find(|c| !is_name(c)).map_or(expr.len(), |n| i + n);
+            let end = expr[i..]
+                .find(|c| !is_name(c))
+                .map_or(expr.len(), |n| i + n);
             metrics.insert(expr[i..end].to_owned());
             i = end;
             if expr[i..].starts_with('{') {
@@ -57,7 +59,11 @@ fn parse(expr: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         {
             let open = i + expr[i..].find('(').unwrap();
             let close = open + expr[open..].find(')').unwrap();
-            labels.extend(expr[open + 1..close].split(',').map(|l| l.trim().to_owned()));
+            labels.extend(
+                expr[open + 1..close]
+                    .split(',')
+                    .map(|l| l.trim().to_owned()),
+            );
             i = close;
         }
         i += 1;
@@ -69,7 +75,10 @@ fn parse(expr: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 /// Each series' metric name and label names, in an exposition.
 fn series(text: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let name_end = line.find(['{', ' ']).unwrap_or(line.len());
         let entry = out.entry(line[..name_end].to_owned()).or_default();
         if line[name_end..].starts_with('{') {
@@ -142,7 +151,11 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     let mut stalled = tokio::net::TcpStream::connect(gw.proxy_addr).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(
         &mut stalled,
-        format!("GET http://{}/v1/big HTTP/1.1\r\nhost: {}\r\n\r\n", up.addr, up.addr).as_bytes(),
+        format!(
+            "GET http://{}/v1/big HTTP/1.1\r\nhost: {}\r\n\r\n",
+            up.addr, up.addr
+        )
+        .as_bytes(),
     )
     .await
     .unwrap();
@@ -151,9 +164,13 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     redis.kill();
     get_via(&gw, up.addr, "/v1/users/9", &[]).await;
     let live = metrics_when(&gw, |m| {
-        ["tollgate_llm_calls_total{", "tollgate_endpoint_requests_total{", "tollgate_store_errors_total{"]
-            .iter()
-            .all(|f| m.contains(f))
+        [
+            "tollgate_llm_calls_total{",
+            "tollgate_endpoint_requests_total{",
+            "tollgate_store_errors_total{",
+        ]
+        .iter()
+        .all(|f| m.contains(f))
     })
     .await;
     // The families the live gateway exports (a family shows once it has a series).
@@ -179,24 +196,45 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
                 "{m} (in {expr}) is not in the running gateway's /metrics"
             );
         }
-        let known: BTreeSet<&String> = metrics.iter().filter_map(|m| live.get(m)).flatten().collect();
+        let known: BTreeSet<&String> = metrics
+            .iter()
+            .filter_map(|m| live.get(m))
+            .flatten()
+            .collect();
         for l in &labels {
-            assert!(known.contains(l), "label {l} of {expr}: the metrics have {known:?}");
+            assert!(
+                known.contains(l),
+                "label {l} of {expr}: the metrics have {known:?}"
+            );
         }
     }
     // The datasource is a variable: importable as is into any Grafana.
     let vars = d["templating"]["list"].as_array().unwrap();
-    assert!(vars.iter().any(|v| v["type"] == "datasource" && v["query"] == "prometheus"));
-    for p in d["panels"].as_array().unwrap().iter().filter(|p| p["type"] != "row") {
+    assert!(
+        vars.iter()
+            .any(|v| v["type"] == "datasource" && v["query"] == "prometheus")
+    );
+    for p in d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] != "row")
+    {
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
     }
 }
 
 #[test]
 fn the_chart_ships_the_same_dashboard() {
-    let shipped = std::fs::read(format!("{ROOT}/deploy/helm/tollgate/dashboards/tollgate.json")).unwrap();
+    let shipped = std::fs::read(format!(
+        "{ROOT}/deploy/helm/tollgate/dashboards/tollgate.json"
+    ))
+    .unwrap();
     let canonical = std::fs::read(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
-    assert!(shipped == canonical, "copy deploy/grafana/tollgate.json to deploy/helm/tollgate/dashboards/");
+    assert!(
+        shipped == canonical,
+        "copy deploy/grafana/tollgate.json to deploy/helm/tollgate/dashboards/"
+    );
 }
 
 #[test]
@@ -204,6 +242,12 @@ fn parses_metrics_and_labels_of_a_query() {
     let (m, l) = parse(
         r#"histogram_quantile(0.99, sum by (le, host) (rate(tollgate_request_duration_seconds_bucket{job=~"$job", status_class="5xx"}[5m])))"#,
     );
-    assert_eq!(m.into_iter().collect::<Vec<_>>(), ["tollgate_request_duration_seconds_bucket"]);
-    assert_eq!(l.into_iter().collect::<Vec<_>>(), ["host", "le", "status_class"]);
+    assert_eq!(
+        m.into_iter().collect::<Vec<_>>(),
+        ["tollgate_request_duration_seconds_bucket"]
+    );
+    assert_eq!(
+        l.into_iter().collect::<Vec<_>>(),
+        ["host", "le", "status_class"]
+    );
 }

@@ -5,10 +5,11 @@
 //! request that changes something on the strength of the cookie must come from the
 //! dashboard's own origin. Every answer carries the dashboard's security headers.
 
+pub mod ui;
+
 use crate::body::{Body, full};
 use crate::reload;
 use crate::state::Shared;
-use crate::ui::Auth;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -17,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use ui::Auth;
 
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     loop {
@@ -53,12 +55,6 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
     )
 }
 
-/// Whether two secrets are equal, in time that depends only on their lengths.
-pub fn same_secret(given: &str, token: &str) -> bool {
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// How the request proves it may use a protected endpoint: no token configured, the
 /// right bearer token, or an open dashboard session. `None`: it does not.
 fn authorised(shared: &Shared, req: &Request<Incoming>) -> Option<Auth> {
@@ -75,7 +71,7 @@ fn authorised(shared: &Shared, req: &Request<Incoming>) -> Option<Auth> {
                 .or_else(|| v.strip_prefix("bearer "))
         });
     if let Some(given) = bearer {
-        return same_secret(given, token.expose()).then_some(Auth::Bearer);
+        return crate::ui::session::same_secret(given, token.expose()).then_some(Auth::Bearer);
     }
     crate::ui::session::cookie(req.headers())
         .filter(|id| shared.ui.sessions.valid(id, token.expose()))
@@ -123,9 +119,15 @@ fn secure(h: &mut http::HeaderMap) {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(crate::ui::assets::CSP),
     );
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
 }
@@ -140,7 +142,11 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     let path = req.uri().path();
     let probe = matches!(path, "/healthz" | "/readyz");
     let ui = path == "/ui" || path.starts_with("/ui/");
-    let auth = if probe { None } else { authorised(shared, &req) };
+    let auth = if probe {
+        None
+    } else {
+        authorised(shared, &req)
+    };
     let safe = matches!(*req.method(), Method::GET | Method::HEAD);
     if auth == Some(Auth::Session) && !safe && !same_origin(&req) {
         return text(
@@ -155,12 +161,10 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     if ui {
         // The dashboard's pages send a browser without a session to the login form; its
         // data endpoints answer 401 like the rest of the API.
-        if auth.is_none()
-            && path.starts_with("/ui/api/")
-        {
+        if auth.is_none() && path.starts_with("/ui/api/") {
             return unauthorised();
         }
-        return crate::ui::route(shared, req, auth).await;
+        return ui::route(shared, req, auth).await;
     }
     if !probe && auth.is_none() {
         return unauthorised();
