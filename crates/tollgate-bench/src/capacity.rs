@@ -31,6 +31,9 @@ pub struct CapacityArgs {
     /// Also measure tollgate with every call captured to HAR files and discovery on (`with-diagnosis`).
     #[arg(long)]
     pub diagnosis: bool,
+    /// Also measure tollgate with its dashboard's live view open and streaming every call (`dashboard-open`: a reader of `/ui/api/live`, as a browser keeps it).
+    #[arg(long)]
+    pub dashboard: bool,
 }
 
 struct Point {
@@ -87,6 +90,13 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             let d = h.with_diagnosis_config()?;
             targets.push(h.tollgate("with-diagnosis", &d, cores)?);
         }
+        let mut views = Vec::new();
+        if args.dashboard {
+            let t = h.tollgate("dashboard-open", &cfg, cores)?;
+            let admin = t.admin.ok_or("dashboard-open: no admin address")?;
+            views.push((crate::live_view::LiveView::open(admin)?, targets.len()));
+            targets.push(t);
+        }
         for p in c.peers()? {
             if let Ok(t) = h.peer(p, cores) {
                 targets.push(t);
@@ -119,6 +129,16 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                 );
                 points.push(p);
             }
+        }
+        for (view, i) in &views {
+            let dropped = targets[*i]
+                .metrics()
+                .and_then(|m| crate::harness::counter(&m, "tollgate_ui_live_dropped_total"))
+                .unwrap_or(0);
+            placement_lines.push(format!(
+                "{cores} core(s): dashboard-open: its live view received {} calls, skipped {dropped} (tollgate_ui_live_dropped_total)",
+                view.calls()
+            ));
         }
         placement_lines.extend(
             crate::latency::har_drop_lines(&targets)

@@ -12,6 +12,7 @@ pub mod harness;
 pub mod https;
 pub mod instructions;
 pub mod latency;
+pub mod live_view;
 pub mod llm;
 pub mod loadgen;
 pub mod lura;

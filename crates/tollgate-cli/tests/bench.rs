@@ -276,19 +276,39 @@ fn correlation_and_capacity_tiny_runs() {
             // Run by this binary, so never skipped: the floor of tollgate's HTTP stack.
             "--peer",
             "hyper",
+            "--dashboard",
         ],
         dir.path(),
     );
     let csv = read(dir.path(), "capacity.csv");
     let lines: Vec<&str> = csv.lines().collect();
+    // The dashboard's live view got the calls measured through its gateway.
+    let summary = read(dir.path(), "summary.md");
+    let received: u64 = summary
+        .split("dashboard-open: its live view received ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no live view line:\n{summary}"));
+    assert!(
+        received >= 600,
+        "2 × 300 measured calls (and the warm-up) streamed: {summary}"
+    );
     assert_eq!(
         lines[0],
         "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request"
     );
     assert_eq!(
         lines.len(),
-        1 + 2 * 3,
-        "2 concurrencies × (direct, tollgate, hyper)"
+        1 + 2 * 4,
+        "2 concurrencies × (direct, tollgate, dashboard-open, hyper)"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains(",dashboard-open,"))
+            .count(),
+        2
     );
     assert_eq!(lines.iter().filter(|l| l.contains(",hyper,")).count(), 2);
     for l in &lines[1..] {

@@ -20,8 +20,6 @@ pub struct Ctx {
     /// Kept only when the access log is on or a dashboard watches the live calls. A boxed
     /// `str`, not a `String`: 8 bytes fewer in every request's future.
     pub path: Option<Box<str>>,
-    /// The access log is on (a line is written for this request).
-    pub log_access: bool,
     /// Keeps the connection's read deadline off until the response has ended.
     pub in_flight: InFlight,
     /// Diagnosis of this request: present for matched requests and when diagnosis is on.
@@ -65,7 +63,9 @@ impl Ctx {
                     policy: self.policy.clone(),
                     body_bytes,
                     completed,
-                    log: self.log_access,
+                    // Kept for the dashboard alone, or for the access log too (read here,
+                    // not kept in the context: every request's future would grow).
+                    log: shared.runtime.load().config.log.access_log,
                 })
             }),
         }

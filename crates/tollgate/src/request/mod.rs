@@ -70,7 +70,6 @@ pub fn handle(
         policy: None,
         // For the access log, and for the dashboard's live calls while a browser watches.
         path: (rt.config.log.access_log || local.watching.any()).then(|| req.uri().path().into()),
-        log_access: rt.config.log.access_log,
         in_flight,
         diag: None,
         aggregate: None,

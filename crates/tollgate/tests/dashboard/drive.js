@@ -138,6 +138,8 @@ const scenarios = {
     const first = await page.goto(cfg.base + '/ui');
     out.redirectedTo = page.url();
     out.csp = first.headers()['content-security-policy'] || null;
+    await page.setViewportSize({ width: 900, height: 560 });
+    await shot(page, 'login');
     await page.fill('#token', 'not-the-token');
     await page.click('button[type=submit]');
     await page.waitForURL(/\/ui\/login\?failed$/);
@@ -152,7 +154,6 @@ const scenarios = {
     out.summaryStatus = await page.evaluate(async () => (await fetch('/ui/api/summary')).status);
     // A state-changing request the page makes itself goes through (same origin).
     out.reloadStatus = await page.evaluate(async () => (await fetch('/reload', { method: 'POST' })).status);
-    await shot(page, 'login');
     await page.click('#logout button');
     await page.waitForURL(cfg.base + '/ui/login');
     out.afterLogout = await page.evaluate(async () => (await fetch('/ui/api/summary')).status);

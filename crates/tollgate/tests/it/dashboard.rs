@@ -461,6 +461,7 @@ async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
         metrics.contains("tollgate_ui_logins_total{result=\"error\"} 1"),
         "{metrics}"
     );
+    bless(&["login"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
