@@ -42,17 +42,19 @@ pub struct InstructionsArgs {
     #[arg(long, default_value_t = 12)]
     pub top: usize,
     /// tollgate scenarios to count (default: all): passthrough, with-remedy, cache-hit,
-    /// with-diagnosis, aggregate (comma separated).
+    /// with-diagnosis, aggregate, dashboard-open (passthrough with the dashboard's live
+    /// view open and reading every call) (comma separated).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
 }
 
-const SCENARIOS: [&str; 5] = [
+const SCENARIOS: [&str; 6] = [
     "passthrough",
     "with-remedy",
     "cache-hit",
     "with-diagnosis",
     "aggregate",
+    "dashboard-open",
 ];
 
 /// One target's count over the measured requests.
@@ -201,7 +203,17 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
     let mut counts = Vec::new();
     for name in &scenarios {
         let (target, path) = scenario(&mut h, name)?;
+        // The dashboard's live view, open while the requests are counted.
+        let view = match name.as_str() {
+            "dashboard-open" => Some(crate::live_view::LiveView::open(
+                target.admin.ok_or("dashboard-open: no admin address")?,
+            )?),
+            _ => None,
+        };
         counts.push(spec.count(&h, &target, &path)?);
+        if let Some(v) = view {
+            h.lines.push(format!("dashboard-open: its live view received {} calls", v.calls()));
+        }
     }
     for peer in peers {
         if let Ok(target) = h.peer(peer, 1) {
@@ -232,7 +244,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
 /// A built-in scenario's tollgate process and the path its requests take.
 fn scenario(h: &mut Harness, name: &str) -> Result<(Target, String), String> {
     let config = match name {
-        "passthrough" => h.passthrough_config()?,
+        "passthrough" | "dashboard-open" => h.passthrough_config()?,
         "with-remedy" => h.with_remedy_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,

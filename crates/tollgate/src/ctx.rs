@@ -56,10 +56,11 @@ impl Ctx {
             error,
             total: self.start.elapsed(),
             upstream: self.upstream,
-            access: self.path.as_ref().map(|p| {
+            // The path moves to the event: the request is over.
+            access: self.path.take().map(|path| {
                 Box::new(Access {
                     request_id: self.id.clone(),
-                    path: p.to_string(),
+                    path,
                     policy: self.policy.clone(),
                     body_bytes,
                     completed,

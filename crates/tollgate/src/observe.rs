@@ -41,7 +41,7 @@ pub struct Event {
 
 pub struct Access {
     pub request_id: HeaderValue,
-    pub path: String,
+    pub path: Box<str>,
     pub policy: Option<std::sync::Arc<str>>,
     pub body_bytes: u64,
     pub completed: bool,
@@ -136,6 +136,7 @@ fn consume(
         // Held for one drain (the dashboard's reads wait at most that long), not taken
         // per event.
         let mut minute = ui.minute.lock().unwrap_or_else(|p| p.into_inner());
+        ui.live.drained();
         for rx in &mut rxs {
             loop {
                 match rx.try_recv() {
@@ -370,7 +371,7 @@ fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std
     if json {
         let mut line = serde_json::json!({
             "type": "access", "request_id": id, "method": ev.method.as_str(), "host": host,
-            "path": a.path, "status": ev.status, "error": ev.error, "policy": a.policy.as_deref(),
+            "path": &*a.path, "status": ev.status, "error": ev.error, "policy": a.policy.as_deref(),
             "total_ms": total_ms, "upstream_ms": upstream_ms, "body_bytes": a.body_bytes,
             "completed": a.completed,
         });
@@ -552,7 +553,7 @@ fn live_call<'e>(ev: &'e Event, endpoint: &'e str, now_ms: u64) -> Call<'e> {
         method: ev.method.as_str(),
         host: ev.host.as_deref(),
         path: access
-            .map(|a| a.path.as_str())
+            .map(|a| &*a.path)
             .or_else(|| diag.and_then(|d| d.path.as_deref())),
         endpoint: Some(endpoint).filter(|e| !e.is_empty()),
         status: ev.status,

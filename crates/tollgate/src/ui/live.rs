@@ -4,10 +4,14 @@
 //!
 //! Nobody watching costs the data plane one relaxed load per request (is anyone
 //! watching?) and the observer a line per failed call. While someone watches, each call
-//! keeps its path for its event and the observer writes one JSON line per call into a
-//! broadcast ring of [`RING`] lines, shared by every stream: a browser that reads too
+//! keeps its path for its event and the observer writes a JSON line per call, at most
+//! [`PER_DRAIN`] per 20 ms drain (1 250 a second: more than anyone reads, few enough to
+//! cost nothing measurable; the streams are told how many were left out), into a
+//! broadcast ring of [`RING`] lines shared by every stream. A browser that reads too
 //! slowly skips what was overwritten (counted in `tollgate_ui_live_dropped_total`, and
 //! told to it), so however many browsers watch and however stalled, memory is bounded.
+//! Each stream writes what has arrived since its last write at once: a write per batch,
+//! not per call.
 
 use crate::body::Body;
 use crate::diagnosis::Watching;
@@ -18,12 +22,17 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
 /// Lines of the broadcast ring every stream reads.
 const RING: usize = 512;
+/// Most calls published per drain of the observer (every 20 ms): 1 250 a second.
+pub const PER_DRAIN: u32 = 25;
+/// Most events one write of a stream carries.
+const BATCH: usize = 128;
 /// Failed calls kept for the live view's "last failures", watched or not.
 const FAILURES: usize = 50;
 /// A comment line this often keeps proxies and the browser from timing the stream out,
@@ -59,21 +68,60 @@ impl Call<'_> {
 
     fn line(&self) -> Arc<str> {
         let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-        json!({
-            "t": self.at_ms, "id": self.id, "method": self.method, "host": self.host,
-            "path": self.path, "endpoint": self.endpoint, "status": self.status,
-            "ms": ms(self.total), "upstream_ms": self.upstream.map(ms),
-            "policy": self.policy, "actions": self.actions, "error": self.error,
-            "bytes": self.bytes, "llm": self.llm, "har": self.captured,
-        })
-        .to_string()
-        .into()
+        let line = Line {
+            t: self.at_ms,
+            id: self.id,
+            method: self.method,
+            host: self.host,
+            path: self.path,
+            endpoint: self.endpoint,
+            status: self.status,
+            ms: ms(self.total),
+            upstream_ms: self.upstream.map(ms),
+            policy: self.policy,
+            actions: &self.actions,
+            error: self.error,
+            bytes: self.bytes,
+            llm: self.llm.as_ref(),
+            har: self.captured,
+        };
+        serde_json::to_string(&line).unwrap_or_default().into()
     }
+}
+
+/// A call's line on the stream (written by serde straight from the call's fields).
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    t: u64,
+    id: Option<&'a str>,
+    method: &'a str,
+    host: Option<&'a str>,
+    path: Option<&'a str>,
+    endpoint: Option<&'a str>,
+    status: u16,
+    ms: f64,
+    upstream_ms: Option<f64>,
+    policy: Option<&'a str>,
+    actions: &'a [String],
+    error: Option<&'a str>,
+    bytes: u64,
+    llm: Option<&'a Value>,
+    har: bool,
+}
+
+/// What the ring carries: a call's line, or how many calls a drain left out.
+#[derive(Clone)]
+enum Item {
+    Call(Arc<str>),
+    LeftOut(u64),
 }
 
 pub struct Live {
     watching: Watching,
-    tx: broadcast::Sender<Arc<str>>,
+    tx: broadcast::Sender<Item>,
+    /// Calls published in this drain, and those left out past [`PER_DRAIN`].
+    this_drain: AtomicU32,
+    left_out: AtomicU64,
     failures: Mutex<VecDeque<Arc<str>>>,
     streams: Gauge,
     dropped: Counter,
@@ -84,6 +132,8 @@ impl Live {
         Self {
             watching,
             tx: broadcast::channel(RING).0,
+            this_drain: AtomicU32::new(0),
+            left_out: AtomicU64::new(0),
             failures: Mutex::default(),
             streams: metrics.ui_streams.clone(),
             dropped: metrics.ui_dropped.clone(),
@@ -94,15 +144,32 @@ impl Live {
         &self.watching
     }
 
+    /// On the observer thread, before each drain: a new allowance of calls, and the
+    /// streams told how many the last drain left out.
+    pub fn drained(&self) {
+        self.this_drain.store(0, Ordering::Relaxed);
+        let n = self.left_out.swap(0, Ordering::Relaxed);
+        if n > 0 && self.watching.any() {
+            let _ = self.tx.send(Item::LeftOut(n));
+        }
+    }
+
     /// On the observer thread, for each finished call: to the streams while someone
-    /// watches, and to the last failures when it failed.
+    /// watches (within the drain's allowance), and to the last failures when it failed.
     pub fn publish(&self, call: &Call<'_>) {
-        let watched = self.watching.any();
-        if !watched && !call.failed() {
+        let failed = call.failed();
+        let watched = self.watching.any()
+            && if self.this_drain.fetch_add(1, Ordering::Relaxed) < PER_DRAIN {
+                true
+            } else {
+                self.left_out.fetch_add(1, Ordering::Relaxed);
+                false
+            };
+        if !watched && !failed {
             return;
         }
         let line = call.line();
-        if call.failed() {
+        if failed {
             let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
             if f.len() == FAILURES {
                 f.pop_front();
@@ -111,7 +178,7 @@ impl Live {
         }
         if watched {
             // No receiver left (the last stream just closed): nothing to do.
-            let _ = self.tx.send(line);
+            let _ = self.tx.send(Item::Call(line));
         }
     }
 
@@ -125,8 +192,10 @@ impl Live {
         )
     }
 
-    /// The event stream of one browser: `call` events as calls finish, a `dropped` event
-    /// when it skipped some, a comment every [`HEARTBEAT`].
+    /// The event stream of one browser: `call` events as calls finish, a `left_out`
+    /// event when a drain published only some, a `dropped` event when this stream
+    /// skipped some, a comment every [`HEARTBEAT`]. What has arrived since the last
+    /// write goes in one write.
     pub fn stream(self: &Arc<Self>) -> Body {
         let rx = self.tx.subscribe();
         let guard = Watcher::new(self.clone());
@@ -137,24 +206,58 @@ impl Live {
             if let Some(b) = first {
                 return Some((Ok(b), (rx, guard, None)));
             }
-            let chunk = tokio::select! {
-                got = rx.recv() => match got {
-                    Ok(line) => Bytes::from(format!("event: call\ndata: {line}\n\n")),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        guard.live.dropped.inc_by(n);
-                        Bytes::from(format!("event: dropped\ndata: {{\"dropped\":{n}}}\n\n"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                },
-                _ = tokio::time::sleep(HEARTBEAT) => Bytes::from_static(b": heartbeat\n\n"),
+            let mut out = String::new();
+            let got = tokio::select! {
+                got = rx.recv() => got,
+                _ = tokio::time::sleep(HEARTBEAT) => {
+                    return Some((Ok(Bytes::from_static(b": heartbeat\n\n")), (rx, guard, None)));
+                }
             };
-            Some((Ok::<_, crate::body::BoxError>(chunk), (rx, guard, None)))
+            let mut next = Some(got);
+            let mut n = 0;
+            while let Some(got) = next.take() {
+                match got {
+                    Ok(item) => event(&mut out, &item),
+                    Err(broadcast::error::RecvError::Lagged(k)) => {
+                        guard.live.dropped.inc_by(k);
+                        out.push_str(&format!("event: dropped\ndata: {{\"dropped\":{k}}}\n\n"));
+                    }
+                    Err(broadcast::error::RecvError::Closed) if out.is_empty() => return None,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+                n += 1;
+                if n < BATCH {
+                    next = match rx.try_recv() {
+                        Ok(item) => Some(Ok(item)),
+                        Err(broadcast::error::TryRecvError::Lagged(k)) => {
+                            Some(Err(broadcast::error::RecvError::Lagged(k)))
+                        }
+                        Err(_) => None,
+                    };
+                }
+            }
+            Some((
+                Ok::<_, crate::body::BoxError>(Bytes::from(out)),
+                (rx, guard, None),
+            ))
         });
         http_body_util::StreamBody::new(futures_util::StreamExt::map(s, |r| {
             r.map(hyper::body::Frame::data)
         }))
         .boxed_unsync()
     }
+}
+
+/// One server-sent event (the WHATWG HTML standard's `text/event-stream`).
+fn event(out: &mut String, item: &Item) {
+    match item {
+        Item::Call(line) => {
+            out.push_str("event: call\ndata: ");
+            out.push_str(line);
+        }
+        Item::LeftOut(n) => out.push_str(&format!("event: left_out\ndata: {{\"left_out\":{n}}}")),
+    }
+    out.push_str("\n\n");
 }
 
 /// One open stream: counted while it lives.
@@ -222,15 +325,42 @@ mod tests {
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert!(first.starts_with(b": tollgate"));
         for _ in 0..RING + 10 {
+            live.drained();
             live.publish(&call(200));
         }
+        // One write: the skip said first, then the calls still in the ring (a batch).
         let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert_eq!(&next[..], b"event: dropped\ndata: {\"dropped\":10}\n\n");
+        let text = String::from_utf8_lossy(&next);
+        assert!(
+            text.starts_with("event: dropped\ndata: {\"dropped\":10}\n\nevent: call\ndata: {"),
+            "{text}"
+        );
+        assert_eq!(text.matches("event: call\n").count(), BATCH - 1);
         assert_eq!(metrics.ui_dropped.get(), 10);
-        let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert!(next.starts_with(b"event: call\ndata: {"));
         drop(body);
         assert!(!live.watching().any());
         assert_eq!(metrics.ui_streams.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_drain_publishes_its_allowance_and_says_how_many_it_left_out() {
+        let live = Arc::new(Live::new(Watching::default(), &Metrics::default()));
+        let mut body = live.stream();
+        body.frame().await.unwrap().unwrap();
+        live.drained();
+        for _ in 0..PER_DRAIN + 5 {
+            live.publish(&call(200));
+        }
+        live.drained();
+        let mut text = String::new();
+        while !text.contains("left_out") {
+            let chunk = body.frame().await.unwrap().unwrap().into_data().unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        assert_eq!(text.matches("event: call\n").count(), PER_DRAIN as usize);
+        assert!(
+            text.ends_with("event: left_out\ndata: {\"left_out\":5}\n\n"),
+            "{text}"
+        );
     }
 }

@@ -123,6 +123,10 @@ impl Recent {
     fn add(&mut self, at_ms: u64, us: u64) {
         let step = (at_ms / 1000 / STEP_S) as u32;
         let slot = &mut self.slots[step as usize % STEPS];
+        if slot.0 > step {
+            // A call of a step already past the ring (a clock set back): not shown.
+            return;
+        }
         if slot.0 != step {
             *slot = (step, 0, 0);
         }
@@ -554,6 +558,37 @@ mod tests {
         assert_eq!(ours.len(), 1, "{j}");
         assert_eq!(ours[0]["count"], 2, "{j}");
         assert!(learned.iter().all(|e| e["endpoint"] == "/{id}/{id}"), "{j}");
+    }
+
+    #[test]
+    fn recent_latency_is_a_mean_per_step_ending_now() {
+        let mut r = Recent::default();
+        let step_ms = STEP_S * 1000;
+        let now = 1_000 * step_ms;
+        r.add(now - 2 * step_ms, 1_000);
+        r.add(now - 2 * step_ms + 5, 3_000);
+        r.add(now, 500);
+        r.add(now, 500);
+        // A step as old as the ring is long, late: it would land in `now`'s slot.
+        r.add(now - STEPS as u64 * step_ms, 9_000_000);
+        let j = r.to_json(now);
+        let means = j["mean_ms"].as_array().unwrap();
+        assert_eq!(means.len(), STEPS);
+        assert_eq!(means[STEPS - 1], 0.5);
+        assert_eq!(means[STEPS - 3], 2.0);
+        assert!(means[STEPS - 2].is_null());
+        // Long past: nothing shown.
+        assert!(
+            r.to_json(now + STEPS as u64 * step_ms)["mean_ms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v.is_null())
+        );
+        let mut other = Recent::default();
+        other.add(now, 2_000);
+        r.merge(&other);
+        assert_eq!(r.to_json(now)["mean_ms"][STEPS - 1], 1.0);
     }
 
     #[test]

@@ -113,7 +113,7 @@ async function refreshSummary() {
 // ---- live calls -----------------------------------------------------------------------
 const MAX_ROWS = 500;
 const calls = []; // newest first
-let paused = false, missed = 0, dropped = 0, source = null, policiesSeen = new Set();
+let paused = false, missed = 0, dropped = 0, leftOut = 0, source = null, policiesSeen = new Set();
 
 function matches(c) {
   const host = $('#filter-host').value.trim().toLowerCase();
@@ -162,6 +162,7 @@ function liveState() {
   const parts = [];
   parts.push(source && source.readyState === 1 ? 'streaming' : 'connecting…');
   if (paused) parts.push(`paused, ${missed} new`);
+  if (leftOut) parts.push(`${leftOut} not shown (over 1 250 calls/s the view shows a sample)`);
   if (dropped) parts.push(`${dropped} skipped (this browser read too slowly)`);
   $('#live-state').textContent = parts.join(' · ');
 }
@@ -191,6 +192,7 @@ function connect() {
   source.addEventListener('error', liveState);
   source.addEventListener('call', (e) => { try { onCall(JSON.parse(e.data)); } catch (_) { /* a line that is not JSON is skipped */ } });
   source.addEventListener('dropped', (e) => { try { dropped += JSON.parse(e.data).dropped; } catch (_) { } liveState(); });
+  source.addEventListener('left_out', (e) => { try { leftOut += JSON.parse(e.data).left_out; } catch (_) { } liveState(); });
 }
 
 function renderFailures(list) {
