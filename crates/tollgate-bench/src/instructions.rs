@@ -212,7 +212,10 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
         };
         counts.push(spec.count(&h, &target, &path)?);
         if let Some(v) = view {
-            h.lines.push(format!("dashboard-open: its live view received {} calls", v.calls()));
+            h.lines.push(format!(
+                "dashboard-open: its live view received {} calls",
+                v.calls()
+            ));
         }
     }
     for peer in peers {

@@ -142,7 +142,8 @@ fn consume(
                 match rx.try_recv() {
                     Ok(ev) => {
                         record(&metrics, &mut cache, &ev);
-                        minute.record(now_s, ev.total, ev.error.is_some() || ev.status >= 500);
+                        let failed = crate::ui::live::failed(ev.status, ev.error);
+                        minute.record(now_s, ev.total, failed);
                         if let Some(a) = &ev.access
                             && a.log
                         {
@@ -153,7 +154,8 @@ fn consume(
                             let state = (&mut endpoint_metrics, &mut key, &mut endpoint);
                             diagnose(&diagnostics, &metrics, state, &ev, d);
                         }
-                        ui.live.publish(&live_call(&ev, &endpoint, now_ms));
+                        ui.live
+                            .publish(failed, || live_call(&ev, &endpoint, now_ms));
                         if let Some(o) = &ev.aggregate {
                             o.record_metrics(&metrics, ev.total);
                             diagnostics

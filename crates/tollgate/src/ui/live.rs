@@ -60,12 +60,12 @@ pub struct Call<'a> {
     pub captured: bool,
 }
 
-impl Call<'_> {
-    /// A call the "last failures" list keeps: a tollgate error or a provider's 5xx.
-    pub fn failed(&self) -> bool {
-        self.error.is_some() || self.status >= 500
-    }
+/// A call the "last failures" list keeps: a tollgate error or a provider's 5xx.
+pub fn failed(status: u16, error: Option<&str>) -> bool {
+    error.is_some() || status >= 500
+}
 
+impl Call<'_> {
     fn line(&self) -> Arc<str> {
         let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
         let line = Line {
@@ -154,10 +154,10 @@ impl Live {
         }
     }
 
-    /// On the observer thread, for each finished call: to the streams while someone
-    /// watches (within the drain's allowance), and to the last failures when it failed.
-    pub fn publish(&self, call: &Call<'_>) {
-        let failed = call.failed();
+    /// On the observer thread, for each finished call: whether it goes to the streams
+    /// (someone watches, within the drain's allowance) or to the last failures, built
+    /// by `call` only then.
+    pub fn publish<'c>(&self, failed: bool, call: impl FnOnce() -> Call<'c>) {
         let watched = self.watching.any()
             && if self.this_drain.fetch_add(1, Ordering::Relaxed) < PER_DRAIN {
                 true
@@ -168,7 +168,7 @@ impl Live {
         if !watched && !failed {
             return;
         }
-        let line = call.line();
+        let line = call().line();
         if failed {
             let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
             if f.len() == FAILURES {
@@ -307,8 +307,8 @@ mod tests {
     #[tokio::test]
     async fn unwatched_calls_are_not_kept_unless_they_failed() {
         let live = Arc::new(Live::new(Watching::default(), &Metrics::default()));
-        live.publish(&call(200));
-        live.publish(&call(502));
+        live.publish(false, || call(200));
+        live.publish(true, || call(502));
         let f = live.failures();
         assert_eq!(f.as_array().unwrap().len(), 1);
         assert_eq!(f[0]["status"], 502);
@@ -326,7 +326,7 @@ mod tests {
         assert!(first.starts_with(b": tollgate"));
         for _ in 0..RING + 10 {
             live.drained();
-            live.publish(&call(200));
+            live.publish(false, || call(200));
         }
         // One write: the skip said first, then the calls still in the ring (a batch).
         let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -349,7 +349,7 @@ mod tests {
         body.frame().await.unwrap().unwrap();
         live.drained();
         for _ in 0..PER_DRAIN + 5 {
-            live.publish(&call(200));
+            live.publish(false, || call(200));
         }
         live.drained();
         let mut text = String::new();
