@@ -129,15 +129,22 @@ async fn get(gw: &tollgate::Gateway, up: &Server, path: &str) -> Got {
     get_via(gw, up.addr, path, &[]).await
 }
 
-async fn admin_json(gw: &tollgate::Gateway, path: &str) -> Value {
-    let r = send(
+/// A request to the admin API with the bearer token.
+async fn with_token(gw: &tollgate::Gateway, method: http::Method, path: &str) -> Got {
+    send(
         &client(),
-        Request::get(format!("http://{}{path}", gw.admin_addr))
+        Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", gw.admin_addr))
             .header("authorization", format!("Bearer {TOKEN}"))
             .body(empty())
             .unwrap(),
     )
-    .await;
+    .await
+}
+
+async fn admin_json(gw: &tollgate::Gateway, path: &str) -> Value {
+    let r = with_token(gw, http::Method::GET, path).await;
     assert_eq!(r.status, StatusCode::OK, "{path}");
     r.json()
 }
@@ -441,14 +448,7 @@ async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
         "{v:#}"
     );
     let metrics = eventually("both logins counted", || async {
-        let m = send(
-            &client(),
-            Request::get(format!("{base}/metrics"))
-                .header("authorization", format!("Bearer {TOKEN}"))
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+        let m = with_token(&gw, http::Method::GET, "/metrics").await;
         let text = String::from_utf8_lossy(&m.body).into_owned();
         if text.contains("tollgate_ui_logins_total{result=\"ok\"} 1") {
             Ok(text)
@@ -635,14 +635,7 @@ async fn the_admin_api_guards_the_dashboard() {
         "same origin: the reload ran (and had no file)"
     );
     // The bearer token still works as before, for scripts.
-    let r = send(
-        &client(),
-        Request::post(format!("{base}/reload"))
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .body(empty())
-            .unwrap(),
-    )
-    .await;
+    let r = with_token(&gw, http::Method::POST, "/reload").await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     // Logged out, the cookie opens nothing.
     let r = send(
