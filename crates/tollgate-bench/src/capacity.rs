@@ -34,6 +34,9 @@ pub struct CapacityArgs {
     /// Also measure tollgate with its dashboard's live view open and streaming every call (`dashboard-open`: a reader of `/ui/api/live`, as a browser keeps it).
     #[arg(long)]
     pub dashboard: bool,
+    /// Also measure a second tollgate with the passthrough's config (`tollgate-twin`): the noise floor between two processes of the same build, for comparing scenarios that each run in a process of their own.
+    #[arg(long)]
+    pub twin: bool,
 }
 
 struct Point {
@@ -89,6 +92,9 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         if args.diagnosis {
             let d = h.with_diagnosis_config()?;
             targets.push(h.tollgate("with-diagnosis", &d, cores)?);
+        }
+        if args.twin {
+            targets.push(h.tollgate("tollgate-twin", &cfg, cores)?);
         }
         let mut views = Vec::new();
         if args.dashboard {

@@ -277,6 +277,7 @@ fn correlation_and_capacity_tiny_runs() {
             "--peer",
             "hyper",
             "--dashboard",
+            "--twin",
         ],
         dir.path(),
     );
@@ -298,8 +299,15 @@ fn correlation_and_capacity_tiny_runs() {
     );
     assert_eq!(
         lines.len(),
-        1 + 2 * 4,
-        "2 concurrencies × (direct, tollgate, dashboard-open, hyper)"
+        1 + 2 * 5,
+        "2 concurrencies × (direct, tollgate, tollgate-twin, dashboard-open, hyper)"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains(",tollgate-twin,"))
+            .count(),
+        2
     );
     assert_eq!(
         lines
