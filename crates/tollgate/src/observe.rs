@@ -136,7 +136,6 @@ fn consume(
         // Held for one drain (the dashboard's reads wait at most that long), not taken
         // per event.
         let mut minute = ui.minute.lock().unwrap_or_else(|p| p.into_inner());
-        ui.live.drained();
         for rx in &mut rxs {
             loop {
                 match rx.try_recv() {
@@ -174,6 +173,7 @@ fn consume(
             }
         }
         drop(minute);
+        ui.live.drained();
         let _ = out.flush();
         if open == 0 {
             return;

@@ -122,6 +122,8 @@ pub struct Live {
     /// Calls published in this drain, and those left out past [`PER_DRAIN`].
     this_drain: AtomicU32,
     left_out: AtomicU64,
+    /// This drain's calls, sent when it ends (only the observer thread takes it).
+    pending: Mutex<Vec<Arc<str>>>,
     failures: Mutex<VecDeque<Arc<str>>>,
     streams: Gauge,
     dropped: Counter,
@@ -134,6 +136,7 @@ impl Live {
             tx: broadcast::channel(RING).0,
             this_drain: AtomicU32::new(0),
             left_out: AtomicU64::new(0),
+            pending: Mutex::default(),
             failures: Mutex::default(),
             streams: metrics.ui_streams.clone(),
             dropped: metrics.ui_dropped.clone(),
@@ -144,14 +147,20 @@ impl Live {
         &self.watching
     }
 
-    /// On the observer thread, before each drain: a new allowance of calls, and the
-    /// streams told how many the last drain left out.
+    /// On the observer thread, after each drain: the drain's calls to the streams, all
+    /// at once (a stream wakes once a drain, not once a call), and how many it left
+    /// out; then a new allowance.
     pub fn drained(&self) {
-        self.this_drain.store(0, Ordering::Relaxed);
+        let calls = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        for line in calls {
+            // No receiver left (the last stream just closed): nothing to do.
+            let _ = self.tx.send(Item::Call(line));
+        }
         let n = self.left_out.swap(0, Ordering::Relaxed);
         if n > 0 && self.watching.any() {
             let _ = self.tx.send(Item::LeftOut(n));
         }
+        self.this_drain.store(0, Ordering::Relaxed);
     }
 
     /// On the observer thread, for each finished call: whether it goes to the streams
@@ -177,8 +186,10 @@ impl Live {
             f.push_back(line.clone());
         }
         if watched {
-            // No receiver left (the last stream just closed): nothing to do.
-            let _ = self.tx.send(Item::Call(line));
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(line);
         }
     }
 
@@ -325,8 +336,8 @@ mod tests {
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert!(first.starts_with(b": tollgate"));
         for _ in 0..RING + 10 {
-            live.drained();
             live.publish(false, || call(200));
+            live.drained();
         }
         // One write: the skip said first, then the calls still in the ring (a batch).
         let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -347,7 +358,6 @@ mod tests {
         let live = Arc::new(Live::new(Watching::default(), &Metrics::default()));
         let mut body = live.stream();
         body.frame().await.unwrap().unwrap();
-        live.drained();
         for _ in 0..PER_DRAIN + 5 {
             live.publish(false, || call(200));
         }
