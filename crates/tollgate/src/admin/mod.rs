@@ -148,7 +148,14 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         authorised(shared, &req)
     };
     let safe = matches!(*req.method(), Method::GET | Method::HEAD);
-    if auth == Some(Auth::Session) && !safe && !same_origin(&req) {
+    // A change carried by the session cookie must come from the dashboard's pages; and
+    // whatever the proof, a browser's request from another site's page changes nothing
+    // (without a token, a page on the web could otherwise reload a local gateway).
+    let foreign = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
+    if !safe && (foreign || (auth == Some(Auth::Session) && !same_origin(&req))) {
         return text(
             StatusCode::FORBIDDEN,
             "application/json",

@@ -690,6 +690,23 @@ async fn unwatched_calls_keep_no_har_entry_and_the_dashboard_can_be_off() {
     assert_eq!(s["failures"][0]["policy"], "flaky");
     assert_eq!(s["login"], false);
 
+    // Without a token too, another site's page changes nothing (the browser says where
+    // it comes from); a script (no such header) still reloads.
+    let base = format!("http://{}", gw.admin_addr);
+    let from_a_page = send(
+        &client(),
+        Request::post(format!("{base}/reload"))
+            .header("sec-fetch-site", "cross-site")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(from_a_page.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        post_reload(&gw).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
     let off = gateway("admin: {ui: {enabled: false}}\n").await;
     assert_eq!(admin_get(&off, "/ui").await.status, StatusCode::NOT_FOUND);
     assert_eq!(admin_get(&off, "/metrics").await.status, StatusCode::OK);
