@@ -125,6 +125,13 @@ fn dashboard_config(har_dir: &Path, token: bool) -> String {
     c.yaml()
 }
 
+/// A gateway on [`dashboard_config`], with its HAR folder (kept while the test runs).
+async fn dashboard_gateway(token: bool) -> (tempfile::TempDir, tollgate::Gateway) {
+    let har = tempfile::tempdir().unwrap();
+    let gw = gateway(&dashboard_config(har.path(), token)).await;
+    (har, gw)
+}
+
 async fn get(gw: &tollgate::Gateway, up: &Server, path: &str) -> Got {
     get_via(gw, up.addr, path, &[]).await
 }
@@ -166,8 +173,7 @@ async fn chat(gw: &tollgate::Gateway, llm: &Provider, model: &str) -> Got {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_view_shows_what_the_admin_api_says() {
-    let har = tempfile::tempdir().unwrap();
-    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let (_har, gw) = dashboard_gateway(true).await;
     let up = api().await;
     let llm = Provider::start(local0()).await.unwrap();
     for i in 0..6 {
@@ -364,8 +370,7 @@ async fn each_view_shows_what_the_admin_api_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entry() {
-    let har = tempfile::tempdir().unwrap();
-    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let (_har, gw) = dashboard_gateway(true).await;
     let up = api().await;
     let v = drive(
         "live",
@@ -401,8 +406,7 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
-    let har = tempfile::tempdir().unwrap();
-    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let (_har, gw) = dashboard_gateway(true).await;
     let v = drive("login", &gw, json!({})).await;
     let base = format!("http://{}", gw.admin_addr);
     assert_eq!(v["redirectedTo"], format!("{base}/ui/login"));
@@ -538,8 +542,7 @@ async fn hostile_values_are_shown_as_text_and_never_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_guards_the_dashboard() {
-    let har = tempfile::tempdir().unwrap();
-    let gw = gateway(&dashboard_config(har.path(), true)).await;
+    let (_har, gw) = dashboard_gateway(true).await;
     let base = format!("http://{}", gw.admin_addr);
     let plain = |path: &str| Request::get(format!("{base}{path}")).body(empty()).unwrap();
     // Without a session: pages go to the login form, data answers 401, assets are open.
@@ -654,8 +657,7 @@ async fn the_admin_api_guards_the_dashboard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwatched_calls_keep_no_har_entry_and_the_dashboard_can_be_off() {
-    let har = tempfile::tempdir().unwrap();
-    let gw = gateway(&dashboard_config(har.path(), false)).await;
+    let (har, gw) = dashboard_gateway(false).await;
     let up = api().await;
     let r = get_via(
         &gw,
