@@ -17,11 +17,6 @@ use std::time::SystemTime;
 /// The most a login form's body may be.
 const MAX_FORM: usize = 4096;
 
-/// Paths under `/ui` anyone may fetch: the login page and the static assets.
-pub fn is_public(method: &Method, path: &str) -> bool {
-    path == "/ui/login" || (method == Method::GET && assets::find(path).is_some())
-}
-
 /// How a request to the admin listener proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
@@ -31,7 +26,8 @@ pub enum Auth {
     Session,
 }
 
-/// Answers a request under `/ui` (already authorised unless [`is_public`]).
+/// Answers a request under `/ui`: the login page and the assets to anyone, the rest
+/// only with `auth` (a browser without it is sent to the login form).
 pub async fn route(
     shared: &Arc<Shared>,
     req: Request<Incoming>,
