@@ -149,7 +149,9 @@ impl CommonArgs {
     }
 }
 
-pub fn main(cmd: BenchCommand) -> ExitCode {
+/// Runs a benchmark; `commit` is the binary's (recorded in each run's metadata).
+pub fn main(cmd: BenchCommand, commit: &'static str) -> ExitCode {
+    let _ = machine::COMMIT.set(commit);
     let result = match cmd {
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Correlation(a) => correlation::run(a),

@@ -35,10 +35,13 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The commit this binary was built from (recorded by build.rs).
+/// The commit the binary was built from, as its build script recorded it (the
+/// binary's crate sets it through [`crate::main`]).
 pub fn git_commit() -> String {
-    env!("TOLLGATE_GIT_COMMIT").to_owned()
+    COMMIT.get().copied().unwrap_or("unknown").to_owned()
 }
+
+pub(crate) static COMMIT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
 
 pub fn file_hash(path: &Path) -> String {
     match std::fs::read(path) {

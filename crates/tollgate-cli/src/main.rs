@@ -6,6 +6,7 @@
 mod ca;
 mod cli;
 mod client;
+mod generate;
 
 /// mimalloc rather than glibc's allocator (measured in docs/benchmarks.md, #24): a
 /// request's short-lived allocations cost fewer instructions, and the worker threads'
@@ -15,10 +16,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 
+/// The commit the binary was built from (build.rs), also in `--version`.
+#[cfg(feature = "bench")]
+const COMMIT: &str = env!("TOLLGATE_GIT_COMMIT");
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TOLLGATE_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tollgate",
-    version,
+    version = VERSION,
     about = "API egress gateway: forwards your outgoing API calls with remedies and diagnosis"
 )]
 struct Cli {
@@ -34,13 +45,27 @@ enum Top {
     #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(tollgate_bench::BenchCommand),
+    /// Print the shell completion script (`tollgate completions bash >
+    /// /etc/bash_completion.d/tollgate`; zsh, fish, elvish, powershell too).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or write a page per command into DIR (`--dir
+    /// /usr/local/share/man/man1`).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
     match Cli::parse().command {
         Top::Core(c) => cli::dispatch(c),
         #[cfg(feature = "bench")]
-        Top::Bench(b) => tollgate_bench::main(b),
+        Top::Bench(b) => tollgate_bench::main(b, COMMIT),
+        Top::Completions { shell } => generate::completions::<Cli>(shell),
+        Top::Man { dir } => generate::man::<Cli>(dir.as_deref()),
     }
 }
 

@@ -1,8 +1,13 @@
 //! The deployment files in `deploy/` as a cluster and compose would use them: the Helm
 //! chart lints, its ConfigMap holds a config `tollgate check` accepts, and the binary
 //! started with the exact arguments and environment of the rendered Deployment answers
-//! its probes, with its store on a real Redis. `.ci/run` installs `helm` and
-//! `redis-server`; without them these tests fail saying so.
+//! its probes and the chart's `helm test` script, with its store on a real Redis.
+//! `chart` renders the chart's other choices (interception, Secrets, rollouts, the
+//! values schema); `image` builds the image where the machine can. `scripts/test`
+//! installs `helm` and `redis-server`; without them these tests fail saying so.
+
+mod chart;
+mod image;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -27,11 +32,41 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// One template of the chart, rendered with its default values.
-fn rendered(template: &str) -> Value {
-    let chart = format!("{ROOT}/deploy/helm/tollgate");
-    let text = helm(&["template", "t", &chart, "--show-only", template]);
+fn chart() -> String {
+    format!("{ROOT}/deploy/helm/tollgate")
+}
+
+/// The values every rendering here adds to the chart's defaults: the Redis URL in a
+/// Secret of the operator's (the chart refuses to render without one while
+/// `redis.enabled`).
+const REDIS_SECRET: [&str; 2] = ["--set", "redis.existingSecret=tollgate-redis"];
+
+/// One template of the chart, rendered with its default values and `set` (`--set`
+/// pairs and other `helm template` flags).
+fn rendered(template: &str, set: &[&str]) -> Value {
+    let chart = chart();
+    let mut args = vec!["template", "t", &chart, "--show-only", template];
+    args.extend(set);
+    let text = helm(&args);
     yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{template}: {e}\n{text}"))
+}
+
+/// A `helm` command that must fail: what it printed, both streams.
+fn helm_refuses(args: &[&str]) -> String {
+    let out = Command::new("helm")
+        .args(args)
+        .output()
+        .expect("helm on PATH");
+    assert!(
+        !out.status.success(),
+        "helm {args:?} rendered what it should refuse:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn free_port() -> u16 {
@@ -117,18 +152,22 @@ fn check(config: &Path, env: &[(String, String)]) {
 
 #[test]
 fn the_chart_lints_and_its_pod_starts_with_the_rendered_arguments_and_probes() {
-    helm(&["lint", &format!("{ROOT}/deploy/helm/tollgate")]);
+    let mut lint = vec!["lint", "--strict"];
+    let chart = chart();
+    lint.push(&chart);
+    lint.extend(REDIS_SECRET);
+    helm(&lint);
     let redis = Redis::start();
     let dir = tempfile::tempdir().unwrap();
 
     // The ConfigMap's file, where the Deployment mounts it (here: a temporary folder).
-    let cm = rendered("templates/configmap.yaml");
+    let cm = rendered("templates/configmap.yaml", &REDIS_SECRET);
     let config = cm["data"]["tollgate.yaml"]
         .as_str()
         .expect("data.tollgate.yaml");
     std::fs::write(dir.path().join("tollgate.yaml"), config).unwrap();
 
-    let dep = rendered("templates/deployment.yaml");
+    let dep = rendered("templates/deployment.yaml", &REDIS_SECRET);
     let pod = &dep["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     let mount = c["volumeMounts"]
@@ -193,12 +232,18 @@ fn the_chart_lints_and_its_pod_starts_with_the_rendered_arguments_and_probes() {
         .collect();
     let (_, shown) = get(admin, "/config");
     let (_, policies) = get(admin, "/policies");
+    let helm_test = chart::helm_test_script(&REDIS_SECRET, admin);
     let _ = child.kill();
     let _ = child.wait();
     assert!(up, "the pod's tollgate never answered /healthz");
     for (status, _) in &probes {
         assert!(status.contains(" 200 "), "{probes:?}");
     }
+    assert!(
+        helm_test.0,
+        "`helm test`'s pod failed against it: {}",
+        helm_test.1
+    );
     // Its store is the Redis, shown as written: the variable, never the URL it holds.
     let config: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(config["store"]["backend"], "redis", "{shown}");
@@ -224,40 +269,4 @@ fn the_compose_replicas_config_is_one_tollgate_accepts() {
         .count();
     assert_eq!(replicas, 3, "three replicas");
     assert!(services.contains_key("redis"));
-}
-
-#[test]
-fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
-    let chart = format!("{ROOT}/deploy/helm/tollgate");
-    let off = helm(&["template", "t", &chart]);
-    assert!(!off.contains("grafana-dashboard"), "off by default");
-    let text = helm(&[
-        "template",
-        "t",
-        &chart,
-        "--set",
-        "grafanaDashboard.enabled=true",
-        "--set",
-        "grafanaDashboard.annotations.grafana_folder=tollgate",
-        "--show-only",
-        "templates/grafana-dashboard.yaml",
-    ]);
-    let cm: Value = yaml_serde::from_str(&text).unwrap();
-    assert_eq!(cm["kind"].as_str(), Some("ConfigMap"));
-    assert_eq!(
-        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
-        Some("1")
-    );
-    assert_eq!(
-        cm["metadata"]["annotations"]["grafana_folder"].as_str(),
-        Some("tollgate")
-    );
-    let shipped = cm["data"]["tollgate.json"].as_str().unwrap();
-    let canonical =
-        std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
-    assert_eq!(
-        shipped.trim_end(),
-        canonical.trim_end(),
-        "the ConfigMap holds the dashboard as it is"
-    );
 }

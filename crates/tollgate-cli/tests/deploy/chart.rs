@@ -1,0 +1,386 @@
+//! The chart's choices rendered and checked: interception with its CA from a Secret,
+//! the Redis URL and admin token put in Secrets of the chart's, a rollout that does not
+//! answer 503 (preStop, grace period), PodDisruptionBudget and HPA, the values schema
+//! (tollgate's own config schema inside it), `helm test` and NOTES.txt.
+
+use super::{REDIS_SECRET, ROOT, chart, check, helm, helm_refuses, rendered};
+use std::process::Command;
+use yaml_serde::Value;
+
+/// Interception, and the Redis URL and admin token as values the chart puts in Secrets.
+const EVERYTHING: [&str; 8] = [
+    "--set",
+    "redis.url=redis://:pw@redis:6379/0",
+    "--set",
+    "adminToken.value=s3cret",
+    "--set",
+    "intercept.caSecret=tollgate-ca",
+    "--set",
+    "config.intercept.hosts={api.openai.com}",
+];
+
+/// Every document `helm template` renders with `set`.
+fn documents(set: &[&str]) -> Vec<Value> {
+    let chart = chart();
+    let mut args = vec!["template", "t", &chart];
+    args.extend(set);
+    let text = helm(&args);
+    text.split("\n---")
+        .filter_map(|d| yaml_serde::from_str::<Value>(d).ok())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> Option<&'a Value> {
+    docs.iter().find(|d| d["kind"].as_str() == Some(kind))
+}
+
+fn secrets(docs: &[Value]) -> Vec<&Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some("Secret"))
+        .collect()
+}
+
+/// The rendered `helm test` pod's script run here with bash, the Service's name and
+/// admin port replaced by 127.0.0.1 and `admin`: whether it passed, and its stderr.
+pub fn helm_test_script(set: &[&str], admin: u16) -> (bool, String) {
+    let pod = rendered("templates/tests/healthz.yaml", set);
+    assert_eq!(pod["kind"].as_str(), Some("Pod"));
+    assert_eq!(
+        pod["metadata"]["annotations"]["helm.sh/hook"].as_str(),
+        Some("test")
+    );
+    let command = pod["spec"]["containers"][0]["command"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(command[0].as_str(), Some("bash"));
+    let script = command[2].as_str().unwrap().replace(
+        "/dev/tcp/t-tollgate/8081",
+        &format!("/dev/tcp/127.0.0.1/{admin}"),
+    );
+    assert!(
+        script.contains("127.0.0.1"),
+        "the Service's address: {script}"
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn interception_redis_and_the_admin_token_render_to_a_config_check_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    // The CA as values.yaml says to make it, mounted as the Secret's volume would be.
+    let ca = dir.path().join("ca");
+    let made = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["ca", "init", "--data-dir"])
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let mount = dir.path().join("mount");
+    std::fs::create_dir(&mount).unwrap();
+    std::fs::copy(ca.join("tollgate-ca.pem"), mount.join("tls.crt")).unwrap();
+    std::fs::copy(ca.join("tollgate-ca-key.pem"), mount.join("tls.key")).unwrap();
+
+    let docs = documents(&EVERYTHING);
+    // The Secrets the chart made, and the variables the pod takes from them.
+    let mut env = Vec::new();
+    let dep = find(&docs, "Deployment").unwrap();
+    let pod = &dep["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    for e in c["env"].as_sequence().unwrap() {
+        let Some(r) = e["valueFrom"].get("secretKeyRef") else {
+            continue;
+        };
+        let secret = secrets(&docs)
+            .into_iter()
+            .find(|s| s["metadata"]["name"] == r["name"])
+            .unwrap_or_else(|| panic!("no Secret {:?} rendered", r["name"]));
+        let value = secret["stringData"][r["key"].as_str().unwrap()]
+            .as_str()
+            .unwrap();
+        env.push((e["name"].as_str().unwrap().to_owned(), value.to_owned()));
+    }
+    let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["REDIS_URL", "TOLLGATE_ADMIN_TOKEN"], "{env:?}");
+    assert_eq!(env[0].1, "redis://:pw@redis:6379/0");
+
+    // The CA Secret's volume, its key readable by the pod's group only (tollgate refuses
+    // a key other users can read), mounted where the config says.
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "ca")
+        .expect("a CA volume");
+    assert_eq!(volume["secret"]["secretName"].as_str(), Some("tollgate-ca"));
+    assert_eq!(volume["secret"]["defaultMode"].as_u64(), Some(0o440));
+    assert_eq!(pod["securityContext"]["fsGroup"].as_u64(), Some(10001));
+    let ca_mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "ca")
+        .expect("the CA volume is mounted");
+    let mount_path = ca_mount["mountPath"].as_str().unwrap();
+
+    let cm = find(&docs, "ConfigMap").unwrap();
+    let config = cm["data"]["tollgate.yaml"].as_str().unwrap();
+    let parsed: Value = yaml_serde::from_str(config).unwrap();
+    assert_eq!(
+        parsed["intercept"]["ca"]["key_file"].as_str(),
+        Some(format!("{mount_path}/tls.key").as_str())
+    );
+    assert_eq!(
+        parsed["admin"]["token"].as_str(),
+        Some("${TOLLGATE_ADMIN_TOKEN}")
+    );
+    assert_eq!(parsed["store"]["expected_replicas"].as_u64(), Some(3));
+    let local = config.replace(mount_path, &mount.display().to_string());
+    std::fs::write(dir.path().join("tollgate.yaml"), local).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let key = mount.join("tls.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o440)).unwrap();
+    }
+    check(&dir.path().join("tollgate.yaml"), &env);
+}
+
+#[test]
+fn interception_without_a_ca_secret_and_redis_without_a_url_are_refused_with_the_fix() {
+    let chart = chart();
+    let no_url = helm_refuses(&["template", "t", &chart]);
+    assert!(no_url.contains("set redis.url"), "{no_url}");
+    let no_ca = helm_refuses(&[
+        "template",
+        "t",
+        &chart,
+        "--set",
+        "redis.enabled=false",
+        "--set",
+        "config.intercept.hosts={api.openai.com}",
+    ]);
+    assert!(no_ca.contains("set intercept.caSecret"), "{no_ca}");
+}
+
+#[test]
+fn a_rollout_waits_for_the_service_then_drains_within_the_grace_period() {
+    let grace = |set: &[&str]| {
+        let dep = rendered("templates/deployment.yaml", set);
+        let pod = &dep["spec"]["template"]["spec"];
+        let sleep = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1]
+            .as_str()
+            .map(|s| s.parse::<u64>().unwrap());
+        (
+            pod["terminationGracePeriodSeconds"].as_u64().unwrap(),
+            sleep,
+        )
+    };
+    // The default drain (30s): preStop 10 s, then 30 s, and 5 s to spare.
+    assert_eq!(grace(&REDIS_SECRET), (45, Some(10)));
+    let mut longer = REDIS_SECRET.to_vec();
+    longer.extend(["--set-string", "config.shutdown.drain_timeout=2m"]);
+    assert_eq!(grace(&longer), (135, Some(10)));
+    let mut none = REDIS_SECRET.to_vec();
+    none.extend(["--set", "shutdown.preStopSeconds=0"]);
+    assert_eq!(grace(&none), (35, None));
+    let chart = chart();
+    let odd = helm_refuses(&[
+        "template",
+        "t",
+        &chart,
+        "--set",
+        "redis.enabled=false",
+        "--set-string",
+        "config.shutdown.drain_timeout=1m30s",
+    ]);
+    assert!(
+        odd.contains("shutdown.terminationGracePeriodSeconds"),
+        "{odd}"
+    );
+}
+
+#[test]
+fn a_budget_limits_disruptions_and_the_autoscaler_owns_the_replica_count() {
+    let docs = documents(&REDIS_SECRET);
+    let pdb = find(&docs, "PodDisruptionBudget").expect("a PodDisruptionBudget by default");
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    assert!(find(&docs, "HorizontalPodAutoscaler").is_none());
+    assert_eq!(
+        find(&docs, "Deployment").unwrap()["spec"]["replicas"].as_u64(),
+        Some(3)
+    );
+
+    let mut set = REDIS_SECRET.to_vec();
+    set.extend([
+        "--set",
+        "autoscaling.enabled=true",
+        "--set",
+        "autoscaling.maxReplicas=8",
+    ]);
+    let docs = documents(&set);
+    let hpa = find(&docs, "HorizontalPodAutoscaler").expect("an HPA");
+    assert_eq!(hpa["spec"]["maxReplicas"].as_u64(), Some(8));
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"].as_str(),
+        Some("t-tollgate")
+    );
+    let dep = find(&docs, "Deployment").unwrap();
+    assert!(dep["spec"].get("replicas").is_none(), "the HPA sets it");
+    // Each replica's share while Redis is away: of the most replicas there may be.
+    let cm = find(&docs, "ConfigMap").unwrap();
+    let config: Value =
+        yaml_serde::from_str(cm["data"]["tollgate.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config["store"]["expected_replicas"].as_u64(), Some(8));
+}
+
+#[test]
+fn the_values_schema_holds_tollgates_config_schema_and_refuses_a_wrong_key() {
+    // The config part of values.schema.json is tollgate's schema as `tollgate schema`
+    // prints it (TOLLGATE_BLESS=1 writes it in).
+    let path = format!("{ROOT}/deploy/helm/tollgate/values.schema.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut values: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("schema")
+        .output()
+        .unwrap();
+    let mut config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defs = config.as_object_mut().unwrap().remove("$defs").unwrap();
+    let obj = config.as_object_mut().unwrap();
+    obj.remove("$schema");
+    obj.remove("title");
+    obj.insert(
+        "description".into(),
+        values["properties"]["config"]["description"].clone(),
+    );
+    if values["properties"]["config"] != config || values["$defs"] != defs {
+        if std::env::var_os("TOLLGATE_BLESS").is_some() {
+            values["properties"]["config"] = config;
+            values["$defs"] = defs;
+            let mut text = serde_json::to_string_pretty(&values).unwrap();
+            text.push('\n');
+            std::fs::write(&path, text).unwrap();
+        } else {
+            panic!(
+                "{path} holds another config schema than `tollgate schema`: run TOLLGATE_BLESS=1 cargo test -p tollgate-cli --test deploy schema"
+            );
+        }
+    }
+
+    let chart = chart();
+    let lint = |extra: &[&str]| {
+        let mut args = vec!["lint", &chart];
+        args.extend(REDIS_SECRET);
+        args.extend(extra);
+        helm_refuses(&args)
+    };
+    let typo = lint(&["--set", "config.rate_limit.github.limit=5"]);
+    assert!(
+        typo.contains("Additional property rate_limit is not allowed"),
+        "the misspelt key is named: {typo}"
+    );
+    let wrong = lint(&["--set", "config.rate_limits.github.limit=many"]);
+    assert!(
+        wrong.contains("config.rate_limits.github.limit"),
+        "the field path: {wrong}"
+    );
+    let port = lint(&["--set", "service.port=0"]);
+    assert!(port.contains("service.port"), "{port}");
+}
+
+#[test]
+fn the_notes_say_how_to_reach_the_dashboard_and_trust_the_ca() {
+    // NOTES.txt is rendered only by install; a copy of the chart renders it as a
+    // template of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("tollgate");
+    let status = Command::new("cp")
+        .args(["-r", &chart()])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let notes = std::fs::read_to_string(copy.join("templates/NOTES.txt")).unwrap();
+    std::fs::remove_file(copy.join("templates/NOTES.txt")).unwrap();
+    std::fs::write(
+        copy.join("templates/_notes.tpl"),
+        format!("{{{{- define \"notes\" -}}}}\n{notes}{{{{- end -}}}}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        copy.join("templates/notes.yaml"),
+        "notes: {{ include \"notes\" . | toJson }}\n",
+    )
+    .unwrap();
+    let copy = copy.display().to_string();
+    let mut args = vec![
+        "template",
+        "t",
+        &copy,
+        "--show-only",
+        "templates/notes.yaml",
+    ];
+    args.extend(EVERYTHING);
+    let text = helm(&args);
+    let doc: Value = yaml_serde::from_str(&text).unwrap();
+    let notes = doc["notes"].as_str().unwrap();
+    for expected in [
+        "http://t-tollgate.default.svc:8000",
+        "port-forward svc/t-tollgate 8081",
+        "/ui",
+        "kubectl get secret t-tollgate-admin",
+        "Interception is on for api.openai.com",
+        "kubectl get secret tollgate-ca",
+        "helm test t",
+    ] {
+        assert!(notes.contains(expected), "{expected:?} in NOTES:\n{notes}");
+    }
+    assert!(!notes.contains("s3cret"), "the token is never printed");
+}
+
+#[test]
+fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
+    let chart = format!("{ROOT}/deploy/helm/tollgate");
+    let off = helm(&["template", "t", &chart, REDIS_SECRET[0], REDIS_SECRET[1]]);
+    assert!(!off.contains("grafana-dashboard"), "off by default");
+    let text = helm(&[
+        "template",
+        "t",
+        &chart,
+        "--set",
+        "grafanaDashboard.enabled=true",
+        REDIS_SECRET[0],
+        REDIS_SECRET[1],
+        "--set",
+        "grafanaDashboard.annotations.grafana_folder=tollgate",
+        "--show-only",
+        "templates/grafana-dashboard.yaml",
+    ]);
+    let cm: Value = yaml_serde::from_str(&text).unwrap();
+    assert_eq!(cm["kind"].as_str(), Some("ConfigMap"));
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["grafana_folder"].as_str(),
+        Some("tollgate")
+    );
+    let shipped = cm["data"]["tollgate.json"].as_str().unwrap();
+    let canonical =
+        std::fs::read_to_string(format!("{ROOT}/deploy/grafana/tollgate.json")).unwrap();
+    assert_eq!(
+        shipped.trim_end(),
+        canonical.trim_end(),
+        "the ConfigMap holds the dashboard as it is"
+    );
+}
