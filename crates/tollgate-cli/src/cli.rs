@@ -4,7 +4,7 @@ use clap::Subcommand;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate::config::{self, Config};
+use tollgate::config::{self, Config, ConfigFiles};
 use tollgate::server::{Gateway, StartOptions};
 use tollgate::state::Overrides;
 
@@ -12,10 +12,12 @@ use tollgate::state::Overrides;
 pub enum Command {
     /// Run the gateway (built-in defaults without a config file).
     Run(RunArgs),
-    /// Validate a config file: prints every error with its field path; exit 0 valid, 1 invalid.
+    /// Validate a config: prints every error with its field path; exit 0 valid, 1 invalid.
     Check {
-        /// The config file to validate.
-        file: PathBuf,
+        /// The config file to validate; several files, or a directory of them (conf.d),
+        /// are checked as `run --config` joins them.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         /// Report `${VARS}` that are not set as warnings, not errors (CI checking a file
         /// whose secrets exist only where it runs); their values are placeholders.
         #[arg(long)]
@@ -49,9 +51,12 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Config file (YAML). Without it tollgate runs on built-in defaults.
+    /// Config file (YAML), or a directory of them (conf.d: its *.yaml files in name
+    /// order). Repeat it to join several files: mappings merge, lists join, and a value
+    /// or policy name set in two files is an error. Without it tollgate runs on
+    /// built-in defaults.
     #[arg(long, short, env = "TOLLGATE_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// Proxy listener address, overriding `listen.address`.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -78,7 +83,10 @@ fn threads(s: &str) -> Result<usize, String> {
 pub fn dispatch(command: Command) -> ExitCode {
     match command {
         Command::Run(args) => run(args),
-        Command::Check { file, env_optional } => check(&file, env_optional),
+        Command::Check {
+            files,
+            env_optional,
+        } => check(files, env_optional),
         Command::Schema => {
             crate::out(&config::json_schema());
             ExitCode::SUCCESS
@@ -119,12 +127,9 @@ pub fn dispatch(command: Command) -> ExitCode {
     }
 }
 
-fn check(file: &std::path::Path, env_optional: bool) -> ExitCode {
-    let loaded = if env_optional {
-        Config::load_env_optional(file)
-    } else {
-        Config::load(file).map(|c| (c, Vec::new()))
-    };
+fn check(files: Vec<PathBuf>, env_optional: bool) -> ExitCode {
+    let files = ConfigFiles::new(files);
+    let loaded = files.load(env_optional);
     match loaded {
         Ok((config, unset)) => {
             for u in unset {
@@ -141,7 +146,7 @@ fn check(file: &std::path::Path, env_optional: bool) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             }
-            crate::out(&format!("{}: valid\n", file.display()));
+            crate::out(&format!("{}: valid\n", files.describe()));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -178,15 +183,17 @@ pub fn run(args: RunArgs) -> ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     block_on(Some(1), async move {
-        let log_config = match &args.config {
-            Some(p) => Config::load(p)
-                .map(|c| c.log)
+        let files = (!args.config.is_empty()).then(|| ConfigFiles::new(args.config));
+        let log_config = match &files {
+            Some(f) => f
+                .load(false)
+                .map(|(c, _)| c.log)
                 .unwrap_or_else(|_| Config::default().log),
             None => Config::default().log,
         };
         tollgate::logging::init(&log_config);
         let opts = StartOptions {
-            config_path: args.config,
+            config_files: files,
             config: None,
             overrides: Overrides {
                 listen: args.listen,

@@ -864,3 +864,48 @@ fn check_leaves_no_har_directory_behind() {
     let out = tollgate().arg("check").arg(&config).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+#[test]
+fn check_joins_several_files_and_a_directory_as_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf_d = dir.path().join("conf.d");
+    std::fs::create_dir(&conf_d).unwrap();
+    std::fs::write(
+        conf_d.join("10-limits.yaml"),
+        "rate_limits:\n  gh: {limit: 10, window: minute}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        conf_d.join("20-policy.yaml"),
+        "policies:\n  - name: gh\n    match: {host: api.github.com}\n    rate_limit: gh\n",
+    )
+    .unwrap();
+    let out = tollgate().arg("check").arg(&conf_d).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let clash = dir.path().join("clash.yaml");
+    std::fs::write(
+        &clash,
+        "policies:\n  - name: gh\n    match: {host: other.example}\n",
+    )
+    .unwrap();
+    let out = tollgate()
+        .arg("check")
+        .arg(&conf_d)
+        .arg(&clash)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a policy named `gh` is already defined in"),
+        "{err}"
+    );
+    assert!(err.contains("20-policy.yaml"), "{err}");
+    // One file alone lacks the limit the policy names: refused, in that file.
+    let out = tollgate()
+        .arg("check")
+        .arg(conf_d.join("20-policy.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}

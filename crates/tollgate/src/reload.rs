@@ -3,11 +3,10 @@
 //! A request keeps the runtime it started with, so a reload fails no request.
 
 use crate::config::ConfigDiff;
-use crate::config::{Config, ConfigError, diff};
+use crate::config::{ConfigError, ConfigFiles, diff};
 use crate::metrics::ResultLabels;
 use crate::state::{Runtime, Shared};
 use crate::upstream::UpstreamClient;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -40,7 +39,7 @@ pub async fn reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>
 }
 
 fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
-    let Some(path) = &shared.config_path else {
+    let Some(files) = &shared.config_files else {
         return Err(vec![ConfigError {
             path: String::new(),
             message: "tollgate runs on built-in defaults (no --config file): nothing to reload"
@@ -48,23 +47,7 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
             location: None,
         }]);
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![ConfigError {
-            path: String::new(),
-            message: format!("cannot read `{}`: {e}", path.display()),
-            location: None,
-        }]
-    })?;
-    // An empty file would mean "all defaults": allow and deny lists and routes gone.
-    // On reload it is far more likely a file caught mid-write, so it is refused.
-    if text.trim().is_empty() {
-        return Err(vec![ConfigError {
-            path: String::new(),
-            message: "the file is empty (caught mid-write?); the running config is kept. To go back to the built-in defaults on purpose, write `{}`".into(),
-            location: None,
-        }]);
-    }
-    let mut config = Config::from_yaml(&text)?;
+    let mut config = files.reload()?;
     shared.overrides.apply(&mut config);
     let current = shared.runtime.load_full();
     let d = diff(&current.config, &config);
@@ -129,21 +112,21 @@ pub fn stamp(path: &std::path::Path) -> Stamp {
 /// How often the watcher looks at the file.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Polls the file's stamp every [`WATCH_INTERVAL`] and reloads once a change has
+/// Polls the files' stamp every [`WATCH_INTERVAL`] and reloads once a change has
 /// settled: the stamp differs from the running config's and is the same at two polls in
 /// a row. A file caught in the middle of a write (still growing, or truncated before
 /// being rewritten) is not applied; a change is applied 0.5–1 s after the last write.
 /// `last` is the stamp taken before the running config was read, so a change in between
 /// is not missed.
-pub async fn watch(shared: Arc<Shared>, path: PathBuf, mut last: Stamp) {
+pub async fn watch(shared: Arc<Shared>, files: ConfigFiles, mut last: Option<u64>) {
     let mut tick = tokio::time::interval(WATCH_INTERVAL);
-    let mut seen: Stamp = None;
+    let mut seen = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shared.stop.cancelled() => return,
         }
-        let now = stamp(&path);
+        let now = files.stamp();
         if now.is_none() || now == last {
             seen = None;
         } else if now == seen {

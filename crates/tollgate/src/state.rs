@@ -10,7 +10,6 @@ use crate::request_id::RequestIds;
 use crate::upstream::UpstreamClient;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
@@ -111,7 +110,7 @@ pub struct Shared {
     pub runtime: ArcSwap<Runtime>,
     /// One per data-plane worker.
     pub locals: Box<[Local]>,
-    pub config_path: Option<PathBuf>,
+    pub config_files: Option<crate::config::ConfigFiles>,
     pub overrides: Overrides,
     pub metrics: Metrics,
     draining: AtomicBool,
@@ -174,7 +173,7 @@ impl Shared {
     pub fn new(
         runtime: Runtime,
         clients: Vec<Arc<UpstreamClient>>,
-        config_path: Option<PathBuf>,
+        config_files: Option<crate::config::ConfigFiles>,
         overrides: Overrides,
         metrics: Metrics,
         own_listeners: Vec<(SocketAddr, Listener)>,
@@ -216,7 +215,7 @@ impl Shared {
         Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
             locals,
-            config_path,
+            config_files,
             overrides,
             metrics,
             draining: AtomicBool::new(false),

@@ -4,6 +4,7 @@
 
 pub mod append;
 mod diff;
+pub mod files;
 mod locate;
 pub mod raw;
 pub mod raw_diagnosis;
@@ -28,6 +29,7 @@ use crate::egress::EgressRules;
 use crate::policy::PolicySet;
 use crate::routes::RouteTable;
 use crate::secret::Secret;
+pub use files::ConfigFiles;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;

@@ -12,7 +12,7 @@ mod watched_io;
 mod worker;
 
 use crate::admin;
-use crate::config::{Config, ConfigErrors};
+use crate::config::{Config, ConfigErrors, ConfigFiles};
 use crate::egress::{Egress, Listener};
 use crate::metrics::Metrics;
 use crate::policy::Engine;
@@ -21,7 +21,6 @@ use crate::reload;
 use crate::state::{Overrides, Runtime, Shared, Worker};
 use crate::upstream::UpstreamClient;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -29,9 +28,10 @@ use tokio::task::JoinHandle;
 /// How to start a gateway in-process.
 #[derive(Debug, Default)]
 pub struct StartOptions {
-    /// Config file; `None` runs the built-in defaults (or `config`).
-    pub config_path: Option<PathBuf>,
-    /// A config given directly (tests); used when `config_path` is `None`.
+    /// Config files (one, several, or directories of them); `None` runs the built-in
+    /// defaults (or `config`).
+    pub config_files: Option<ConfigFiles>,
+    /// A config given directly (tests); used when `config_files` is `None`.
     pub config: Option<Config>,
     pub overrides: Overrides,
     /// Watch the config file for changes and reload.
@@ -84,9 +84,9 @@ impl Drop for StopOnDrop {
 
 impl Gateway {
     pub async fn start(opts: StartOptions) -> Result<Gateway, StartError> {
-        let stamp = opts.config_path.as_deref().map(reload::stamp);
-        let mut config = match &opts.config_path {
-            Some(p) => Config::load(p)?,
+        let stamp = opts.config_files.as_ref().and_then(ConfigFiles::stamp);
+        let mut config = match &opts.config_files {
+            Some(files) => files.load(false)?.0,
             None => opts.config.unwrap_or_default(),
         };
         opts.overrides.apply(&mut config);
@@ -144,7 +144,7 @@ impl Gateway {
             Shared::new(
                 runtime,
                 clients,
-                opts.config_path.clone(),
+                opts.config_files.clone(),
                 opts.overrides,
                 metrics,
                 own,
@@ -165,9 +165,9 @@ impl Gateway {
         }
         let admin_task = tokio::spawn(admin::serve(admin_listener, shared.clone()));
         if opts.watch
-            && let Some(path) = opts.config_path
+            && let Some(files) = opts.config_files
         {
-            tokio::spawn(reload::watch(shared.clone(), path, stamp.flatten()));
+            tokio::spawn(reload::watch(shared.clone(), files, stamp));
         }
         let s = shared.clone();
         let done = tokio::spawn(async move {

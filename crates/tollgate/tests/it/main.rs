@@ -14,6 +14,7 @@ mod cache;
 mod client_contract;
 mod clients;
 mod config;
+mod config_files;
 mod config_properties;
 mod connections;
 mod dashboard;

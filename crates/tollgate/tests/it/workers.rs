@@ -83,7 +83,7 @@ async fn a_reload_reaches_every_worker() {
         |up: std::net::SocketAddr| format!("routes:\n  - prefix: /\n    upstream: http://{up}\n");
     std::fs::write(file.path(), route(a.addr)).unwrap();
     let gw = Gateway::start(StartOptions {
-        config_path: Some(file.path().to_owned()),
+        config_files: Some(tollgate::config::ConfigFiles::one(file.path())),
         overrides: Overrides {
             listen: Some(local0()),
             admin: Some(local0()),

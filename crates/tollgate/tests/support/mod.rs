@@ -59,7 +59,7 @@ pub async fn gateway_with_workers(yaml: &str, workers: usize) -> Gateway {
 /// Starts a gateway from a config file (reload tests).
 pub async fn gateway_from_file(path: &std::path::Path, watch: bool) -> Gateway {
     Gateway::start(StartOptions {
-        config_path: Some(path.to_owned()),
+        config_files: Some(tollgate::config::ConfigFiles::one(path)),
         overrides: Overrides {
             listen: Some(local0()),
             admin: Some(local0()),
