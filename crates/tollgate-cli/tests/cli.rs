@@ -62,7 +62,7 @@ fn spawn(cmd: &mut Command, marker: &str) -> (Child, Vec<String>) {
     // Keep draining stderr so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     let addrs = line
-        .split("http://")
+        .split("://")
         .skip(1)
         .map(|s| s.split_whitespace().next().unwrap().to_owned())
         .collect();
@@ -908,4 +908,65 @@ fn check_joins_several_files_and_a_directory_as_run_does() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `upstream.tls.roots: system` trusts the host's store (here the file `SSL_CERT_FILE`
+/// names, as on a host whose corporate CA is installed); the built-in roots do not know
+/// that CA, and an empty store is refused at `check` with the fix.
+#[test]
+fn upstream_roots_from_the_system_store_trust_a_ca_installed_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut provider, addrs) = spawn(
+        tollgate()
+            .args(["provider", "--listen", "127.0.0.1:0", "--tls-dir"])
+            .arg(dir.path()),
+        "listening on",
+    );
+    let provider_addr = addrs[0].clone();
+    let bundle = dir.path().join("provider-ca.pem");
+    let through = |roots: &str| {
+        let config = dir.path().join(format!("{roots}.yaml"));
+        std::fs::write(&config, format!("upstream:\n  tls: {{roots: {roots}}}\n")).unwrap();
+        let (mut gw, addrs) = spawn(
+            run_on_ephemeral_ports(&config)
+                .env("SSL_CERT_FILE", &bundle)
+                .env_remove("SSL_CERT_DIR"),
+            "tollgate listening:",
+        );
+        let got = get(
+            &addrs[0],
+            "/get",
+            &[("x-tollgate-host", provider_addr.as_str())],
+        );
+        let _ = gw.kill();
+        let _ = gw.wait();
+        got.0
+    };
+    let system = through("system");
+    let both = through("both");
+    let webpki = through("webpki");
+    let _ = provider.kill();
+    let _ = provider.wait();
+    assert!(system.contains(" 200 "), "{system}");
+    assert!(both.contains(" 200 "), "{both}");
+    assert!(
+        webpki.contains(" 502 "),
+        "the built-in roots do not know the CA: {webpki}"
+    );
+
+    // A store with no certificate: `check` says so, at the field, with the fix.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let config = dir.path().join("system.yaml");
+    let out = tollgate()
+        .arg("check")
+        .arg(&config)
+        .env("SSL_CERT_FILE", &empty)
+        .env("SSL_CERT_DIR", dir.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("upstream.tls.roots"), "{err}");
+    assert!(err.contains("roots: webpki"), "{err}");
 }

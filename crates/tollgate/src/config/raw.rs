@@ -206,13 +206,25 @@ impl Default for RawPool {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTls {
+    /// Which certificate authorities upstream certificates are verified against. `webpki` (the default): the Mozilla roots built into the binary, the same on every machine. `system`: the host's trust store (`/etc/ssl/certs` and the like, or the files `SSL_CERT_FILE` and `SSL_CERT_DIR` name), so a corporate CA installed on the host works without `extra_ca_file`; read at load, and an empty store is an error. `both`: either. `extra_ca_file` adds to any of them.
+    pub roots: Word<crate::upstream::tls::Roots>,
     /// PEM file of CA certificates trusted in addition to the webpki (Mozilla) roots. Checked at load by building the TLS configuration `run` uses: it must exist and hold at least one certificate rustls accepts. A server's own self-signed certificate in it (what `openssl req -x509` makes, the usual local stand-in for a provider) is trusted for the names it holds while it is valid, as curl and Python trust it.
     pub extra_ca_file: Option<String>,
     /// Exact host names whose certificates are **not** verified (test servers only). No wildcards; every other host stays verified.
     pub insecure_skip_verify: Vec<String>,
+}
+
+impl Default for RawTls {
+    fn default() -> Self {
+        Self {
+            roots: Word::of(crate::upstream::tls::Roots::Webpki),
+            extra_ca_file: None,
+            insecure_skip_verify: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]

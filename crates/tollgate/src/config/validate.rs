@@ -9,6 +9,7 @@ pub(super) use crate::fields::Errors;
 use crate::glob::HostGlob;
 use crate::routes::{Route, RouteTable};
 use crate::secret::Secret;
+use crate::upstream::tls::Roots;
 use ipnet::IpNet;
 use serde_json::json;
 
@@ -230,9 +231,20 @@ fn upstream(e: &mut Errors, raw: &RawConfig) -> Upstream {
         pool_max_idle_per_host: u.pool.max_idle_per_host.usize(),
         // `check` builds what `run` builds: the TLS configs themselves, so a CA file
         // rustls would refuse fails here, not at start.
+        // The system's store is read now, so `check` fails where it is empty.
+        roots: match u.tls.roots.get() {
+            Roots::Webpki => Roots::Webpki,
+            other => e
+                .check(
+                    "upstream.tls.roots",
+                    crate::upstream::tls::client_configs(other, None).map(|_| other),
+                )
+                .unwrap_or_default(),
+        },
         extra_ca_file: u.tls.extra_ca_file.as_deref().and_then(|f| {
             e.env_checked("upstream.tls.extra_ca_file", f, |f| {
-                crate::upstream::tls::client_configs(Some(f.as_ref())).map(|_| f.into())
+                crate::upstream::tls::client_configs(u.tls.roots.get(), Some(f.as_ref()))
+                    .map(|_| f.into())
             })
         }),
         insecure_skip_verify: u

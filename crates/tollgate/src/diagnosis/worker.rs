@@ -207,7 +207,7 @@ impl Drop for Diagnostics {
 /// A connector for the sinks: the upstream TLS settings, no egress rules of the proxied
 /// traffic (the operator named these endpoints).
 fn connector(u: &crate::upstream::Settings) -> Result<Connector, String> {
-    let tls = tls::client_configs(u.extra_ca_file.as_deref())?;
+    let tls = tls::client_configs(u.roots, u.extra_ca_file.as_deref())?;
     Ok(Connector::new(
         dns::Resolver::new(u.dns_ttl),
         crate::egress::Egress::new(&crate::egress::EgressRules::default(), &[]),

@@ -38,6 +38,7 @@ pub struct Settings {
     pub expect_continue_timeout: std::time::Duration,
     pub pool_idle_timeout: std::time::Duration,
     pub pool_max_idle_per_host: usize,
+    pub roots: tls::Roots,
     pub extra_ca_file: Option<std::path::PathBuf>,
     pub insecure_skip_verify: Vec<String>,
 }
@@ -70,7 +71,7 @@ impl UpstreamClient {
         metrics: &Metrics,
         workers: usize,
     ) -> Result<Vec<Arc<Self>>, String> {
-        let tls = tls::client_configs(settings.extra_ca_file.as_deref())?;
+        let tls = tls::client_configs(settings.roots, settings.extra_ca_file.as_deref())?;
         Ok((0..workers.max(1))
             .map(|_| {
                 Arc::new(Self::with_tls(

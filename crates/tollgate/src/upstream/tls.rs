@@ -1,6 +1,7 @@
-//! TLS towards providers: rustls with the ring provider, webpki (Mozilla) roots plus an
-//! optional extra CA file, ALPN `h2` and `http/1.1`. Verification is skipped only for
-//! hosts listed explicitly in `upstream.tls.insecure_skip_verify`.
+//! TLS towards providers: rustls with the ring provider, webpki (Mozilla) roots, the
+//! host's trust store or both (`upstream.tls.roots`) plus an optional extra CA file, ALPN
+//! `h2` and `http/1.1`. Verification is skipped only for hosts listed explicitly in
+//! `upstream.tls.insecure_skip_verify`.
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, ring};
@@ -22,17 +23,53 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String>
     Ok(certs)
 }
 
+crate::fields::words::words! {
+    /// The certificate authorities upstream certificates are verified against
+    /// (`upstream.tls.roots`).
+    #[derive(Default)]
+    pub enum Roots {
+        /// The Mozilla roots built into the binary (webpki-roots).
+        #[default]
+        Webpki = "webpki",
+        /// The host's trust store, as rustls-native-certs finds it.
+        System = "system",
+        /// Both.
+        Both = "both",
+    }
+}
+
+/// The trust anchors `roots` names.
+fn anchors(roots: Roots) -> Result<RootCertStore, String> {
+    let mut store = RootCertStore::empty();
+    if roots != Roots::System {
+        store.roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
+    }
+    if roots != Roots::Webpki {
+        let found = rustls_native_certs::load_native_certs();
+        let (added, _ignored) = store.add_parsable_certificates(found.certs);
+        if added == 0 {
+            let why = found
+                .errors
+                .first()
+                .map_or_else(|| "no certificate found".to_owned(), ToString::to_string);
+            return Err(format!(
+                "the system's trust store gave no usable certificate ({why}): install the ca-certificates package (or point SSL_CERT_FILE at a PEM bundle), or write `roots: webpki`"
+            ));
+        }
+    }
+    Ok(store)
+}
+
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
 /// The two client configs: verifying (default) and, for listed hosts only, not verifying.
 pub fn client_configs(
+    trust: Roots,
     extra_ca: Option<&Path>,
 ) -> Result<(Arc<ClientConfig>, Arc<ClientConfig>), String> {
-    let mut roots = RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
+    let mut roots = anchors(trust)?;
     let mut pinned = Vec::new();
     if let Some(path) = extra_ca {
         for cert in read_ca_file(path)? {
