@@ -27,9 +27,10 @@ pub enum Command {
     Schema,
     /// Show the endpoints a running gateway discovered (`GET /discover`), most called first.
     Discover(crate::client::DiscoverArgs),
-    /// Read captured HAR files: list entries, show one, turn one into a mock policy.
+    /// Read captured HAR files: list or follow entries (filtered by host, status,
+    /// policy), show one, turn one into a mock policy.
     #[command(subcommand)]
-    Har(crate::client::HarCommand),
+    Har(crate::har::HarCommand),
     /// The local certificate authority of HTTPS interception: make it, show its
     /// fingerprint, export its certificate for trust stores.
     #[command(subcommand)]
@@ -92,7 +93,7 @@ pub fn dispatch(command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Discover(args) => block_on(Some(1), crate::client::discover(args)),
-        Command::Har(cmd) => crate::client::har(cmd),
+        Command::Har(cmd) => crate::har::har(cmd),
         Command::Ca(cmd) => crate::ca::run(cmd),
         Command::Provider {
             listen,

@@ -1,12 +1,8 @@
-//! `tollgate discover` and `tollgate har`: diagnosis from the command line.
+//! `tollgate discover`: the endpoints a running gateway discovered, from its admin API.
 
-use clap::Subcommand;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate::config::append;
-use tollgate::diagnosis::har::read;
 
 #[derive(Debug, clap::Args)]
 pub struct DiscoverArgs {
@@ -19,81 +15,6 @@ pub struct DiscoverArgs {
     /// Print the JSON of `GET /discover` instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum HarCommand {
-    /// List the entries of a HAR file, or of every tollgate HAR file in a directory.
-    List {
-        /// A HAR file or a directory of them (diagnosis.har.file.dir).
-        path: PathBuf,
-    },
-    /// Print one entry as JSON.
-    Show {
-        path: PathBuf,
-        /// The entry's number in `list`, or its request id.
-        entry: String,
-    },
-    /// Print a config with a mock policy answering the entry's request with its response,
-    /// or add that policy to a config file's `policies:` (`--append`).
-    Mock {
-        path: PathBuf,
-        /// The entry's number in `list`, or its request id.
-        entry: String,
-        /// Add the policy to this config file (created if missing), under its
-        /// `policies:` list; comments and formatting are kept, a taken name gets a suffix.
-        #[arg(long, value_name = "FILE")]
-        append: Option<PathBuf>,
-    },
-}
-
-pub fn har(cmd: HarCommand) -> ExitCode {
-    let (path, which) = match &cmd {
-        HarCommand::List { path } => (path, None),
-        HarCommand::Show { path, entry } | HarCommand::Mock { path, entry, .. } => {
-            (path, Some(entry))
-        }
-    };
-    let entries = match read::load(path) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let Some(which) = which else {
-        crate::out(&read::list(&entries));
-        return ExitCode::SUCCESS;
-    };
-    let Some(entry) = read::find(&entries, which) else {
-        eprintln!(
-            "error: no entry `{which}` ({} entries; give a number from `tollgate har list` or a request id)",
-            entries.len()
-        );
-        return ExitCode::FAILURE;
-    };
-    match cmd {
-        HarCommand::Mock { append, .. } => {
-            let done = match append {
-                Some(file) => append::append_to_file(&file, entry),
-                None => read::mock(entry).map(|yaml| crate::out(&yaml)),
-            };
-            match done {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        _ => {
-            crate::out(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(entry).unwrap_or_default()
-            ));
-            ExitCode::SUCCESS
-        }
-    }
 }
 
 pub async fn discover(args: DiscoverArgs) -> ExitCode {

@@ -7,6 +7,7 @@ mod ca;
 mod cli;
 mod client;
 mod generate;
+mod har;
 
 /// mimalloc rather than glibc's allocator (measured in docs/benchmarks.md, #24): a
 /// request's short-lived allocations cost fewer instructions, and the worker threads'

@@ -434,12 +434,17 @@ fn diagnose(
     key.clear();
     if let (Some(endpoints), Some(h)) = (&d.endpoints, host) {
         let at_ms = crate::diagnosis::unix_ns() / 1_000_000;
+        // `host:port` off the default port (bracketed when an IPv6 literal).
+        let with_port = diag.port.map(|p| match h.contains(':') {
+            true => format!("[{h}]:{p}"),
+            false => format!("{h}:{p}"),
+        });
         let consumer = diag
             .consumer
             .as_ref()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let call = Seen {
-            host: h,
+            host: with_port.as_deref().unwrap_or(h),
             method,
             path,
             template,
@@ -449,6 +454,11 @@ fn diagnose(
             request_bytes: diag.request_bytes().unwrap_or(0),
             response_bytes: ev.response_bytes,
             consumer: consumer.as_deref(),
+            policy: diag.policy.as_deref(),
+            cache_hit: diag
+                .acted
+                .iter()
+                .any(|a| a.remedy == "cache" && a.action == "hit"),
             at_ms,
             llm: diag
                 .llm

@@ -8,7 +8,7 @@ use crate::metrics::ResultLabels;
 use crate::state::{Runtime, Shared};
 use crate::upstream::UpstreamClient;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Reloads the config file the gateway was started with.
 pub async fn reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
@@ -94,19 +94,6 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
     };
     shared.install(runtime, &clients);
     Ok(d)
-}
-
-/// What the watcher compares: modification time, size and (on Unix) the inode, which
-/// an atomic replacement (write a new file, rename it over the old) changes.
-pub type Stamp = Option<(SystemTime, u64, u64)>;
-
-pub fn stamp(path: &std::path::Path) -> Stamp {
-    let m = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(&m);
-    #[cfg(not(unix))]
-    let inode = 0;
-    Some((m.modified().ok()?, m.len(), inode))
 }
 
 /// How often the watcher looks at the file.

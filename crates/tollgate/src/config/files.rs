@@ -12,6 +12,7 @@ use crate::fields::ConfigError;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 use yaml_serde::{Mapping, Value};
 
 /// The config files a gateway was started with, as given (files and directories).
@@ -170,7 +171,7 @@ impl ConfigFiles {
         let mut h = DefaultHasher::new();
         for f in &files {
             f.hash(&mut h);
-            crate::reload::stamp(f)?.hash(&mut h);
+            stamp(f)?.hash(&mut h);
         }
         Some(h.finish())
     }
@@ -351,4 +352,17 @@ fn traced(mut e: ConfigError, parts: &[Part], origins: &[Origin]) -> ConfigError
         None => e.location = None,
     }
     e
+}
+
+/// What the watcher compares: modification time, size and (on Unix) the inode, which
+/// an atomic replacement (write a new file, rename it over the old) changes.
+type Stamp = Option<(SystemTime, u64, u64)>;
+
+fn stamp(path: &std::path::Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((m.modified().ok()?, m.len(), inode))
 }

@@ -151,6 +151,9 @@ pub fn sampled(rate: f64) -> bool {
 pub struct RequestDiag {
     /// The upstream path (after a route's prefix), for discovery.
     pub path: Option<String>,
+    /// The target's port when it is not its scheme's default: discovery tells
+    /// `host:port` apart from `host`.
+    pub port: Option<u16>,
     /// The path template of the matched policy.
     pub template: Option<Arc<str>>,
     /// The consumer header's value.

@@ -262,6 +262,7 @@ fn prepare(
     if rt.diag.any() || policy.is_some() {
         let mut d = RequestDiag::start(&rt.diag, req.headers());
         d.path = Some(path_and_query.path().to_owned());
+        d.port = (target.port != target.scheme.default_port()).then_some(target.port);
         d.policy = ctx.policy.clone();
         d.template = policy
             .map(|i| rt.diag.templates[i].clone())

@@ -246,7 +246,7 @@ async fn each_view_shows_what_the_admin_api_says() {
     }
     let users = rows
         .iter()
-        .find(|r| r["key"] == "GET 127.0.0.1 /v1/users/{id}")
+        .find(|r| r["key"] == format!("GET {} /v1/users/{{id}}", up.addr))
         .unwrap();
     assert_eq!(users["cells"]["count"], "6");
     assert!(
@@ -255,7 +255,8 @@ async fn each_view_shows_what_the_admin_api_says() {
     );
     // Sorted by p99, largest first: the slow endpoint leads.
     assert_eq!(
-        v["sortedByP99"][0], "GET 127.0.0.1 /v1/slow/report",
+        v["sortedByP99"][0],
+        format!("GET {} /v1/slow/report", up.addr),
         "{v:#}"
     );
     let spend = v["llmSpend"].as_str().unwrap_or_default();

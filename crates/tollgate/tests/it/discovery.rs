@@ -145,7 +145,8 @@ diagnosis:
     get("/v1/balance".into(), "billing").await;
     let d = discovered(&gw, calls).await;
 
-    let host = "127.0.0.1";
+    // The upstream's port is not http's default: the host keeps it.
+    let host = up.addr.to_string();
     let customers = find(&d, "GET", "/v1/customers/{id}");
     assert_eq!(customers["count"], 4);
     assert_eq!(customers["host"], host);
@@ -276,7 +277,7 @@ diagnosis:
     assert_eq!(action(p, "rejected")["count"], 3);
     assert_eq!(action(p, "rejected")["ratio"], 0.6);
     let e = &s["endpoints"][0];
-    assert_eq!(e["endpoint"], "GET 127.0.0.1 /items/{id}");
+    assert_eq!(e["endpoint"], format!("GET {} /items/{{id}}", up.addr));
     assert_eq!(action(e, "rejected")["count"], 3);
     let by_status = |code: &str| {
         s["statuses"]
@@ -294,8 +295,11 @@ diagnosis:
         m.contains("tollgate_endpoint_remedy_actions_total{")
     })
     .await;
-    let line = "tollgate_endpoint_remedy_actions_total{host=\"127.0.0.1\",method=\"GET\",endpoint=\"/items/{id}\",remedy=\"rate_limit\",action=\"rejected\"} 3";
-    assert!(m.contains(line), "{line} in\n{m}");
+    let line = format!(
+        "tollgate_endpoint_remedy_actions_total{{host=\"{}\",method=\"GET\",endpoint=\"/items/{{id}}\",remedy=\"rate_limit\",action=\"rejected\"}} 3",
+        up.addr
+    );
+    assert!(m.contains(&line), "{line} in\n{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

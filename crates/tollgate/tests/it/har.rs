@@ -515,7 +515,7 @@ async fn a_captured_entry_becomes_a_mock_policy() {
     let r = get_via(&gw, up.addr, "/gzip", &[]).await;
     assert_eq!(r.status, 200);
     let entries = har_entries_in(dir.path(), 1).await;
-    let listing = read::list(&entries);
+    let listing = read::list(&entries, &read::Filter::default());
     assert!(
         listing.contains("GET") && listing.contains("/gzip") && listing.contains("200"),
         "{listing}"

@@ -19,6 +19,7 @@ const ID: &str = "{id}";
 
 /// One finished call, as discovery sees it.
 pub struct Seen<'a> {
+    /// `host`, or `host:port` when the port is not the scheme's default.
     pub host: &'a str,
     pub method: &'static str,
     pub path: &'a str,
@@ -30,6 +31,10 @@ pub struct Seen<'a> {
     pub request_bytes: u64,
     pub response_bytes: u64,
     pub consumer: Option<&'a str>,
+    /// The matched policy.
+    pub policy: Option<&'a str>,
+    /// Answered from the cache.
+    pub cache_hit: bool,
     pub at_ms: u64,
     /// An LLM call's usage: tokens in and out, cost (nano-dollars) and time to first byte.
     pub llm: Option<LlmSeen>,
@@ -102,6 +107,9 @@ pub struct Stats {
     pub first_seen_ms: u64,
     pub last_seen_ms: u64,
     pub consumers: BTreeMap<String, u64>,
+    /// The policy its last matched call ran (`None`: no policy matched yet).
+    pub policy: Option<Box<str>>,
+    pub cache_hits: u64,
     /// Its LLM calls' usage, once it had one.
     pub llm: Option<Box<LlmStats>>,
     recent: Recent,
@@ -175,6 +183,8 @@ impl Stats {
             first_seen_ms: at,
             last_seen_ms: at,
             consumers: BTreeMap::new(),
+            policy: None,
+            cache_hits: 0,
             llm: None,
             recent: Recent::default(),
         }
@@ -192,6 +202,12 @@ impl Stats {
         self.response_bytes += c.response_bytes;
         self.first_seen_ms = self.first_seen_ms.min(c.at_ms);
         self.last_seen_ms = self.last_seen_ms.max(c.at_ms);
+        self.cache_hits += u64::from(c.cache_hit);
+        if let Some(p) = c.policy
+            && self.policy.as_deref() != Some(p)
+        {
+            self.policy = Some(p.into());
+        }
         if let Some(l) = &c.llm {
             self.llm
                 .get_or_insert_with(|| Box::new(LlmStats::new()))
@@ -219,6 +235,10 @@ impl Stats {
         self.response_bytes += o.response_bytes;
         self.first_seen_ms = self.first_seen_ms.min(o.first_seen_ms);
         self.last_seen_ms = self.last_seen_ms.max(o.last_seen_ms);
+        self.cache_hits += o.cache_hits;
+        if o.policy.is_some() {
+            self.policy = o.policy;
+        }
         if let Some(l) = o.llm {
             match &mut self.llm {
                 Some(mine) => mine.merge(*l),
@@ -391,6 +411,8 @@ impl Discovered {
                     "request_bytes": s.request_bytes, "response_bytes": s.response_bytes,
                     "first_seen": ts(s.first_seen_ms), "last_seen": ts(s.last_seen_ms),
                     "consumers": s.consumers,
+                    "policy": s.policy.as_deref(),
+                    "cache_hits": s.cache_hits,
                 });
                 if let Some(l) = &s.llm {
                     row["llm"] = l.to_json();
@@ -497,6 +519,8 @@ mod tests {
             request_bytes: 0,
             response_bytes: 10,
             consumer: None,
+            policy: None,
+            cache_hit: false,
             at_ms: 1,
             llm: None,
         }

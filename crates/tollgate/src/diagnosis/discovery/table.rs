@@ -8,6 +8,27 @@ fn ms(x: &Value) -> String {
     x.as_f64().map_or("-".to_owned(), |f| format!("{f:.1}"))
 }
 
+/// The busiest consumers first, `name:count`, at most three and how many more.
+fn consumers(c: &Value) -> String {
+    let Some(map) = c.as_object().filter(|m| !m.is_empty()) else {
+        return "-".into();
+    };
+    let mut list: Vec<(&String, u64)> = map
+        .iter()
+        .map(|(k, n)| (k, n.as_u64().unwrap_or(0)))
+        .collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let mut out: Vec<String> = list
+        .iter()
+        .take(3)
+        .map(|(k, n)| format!("{k}:{n}"))
+        .collect();
+    if list.len() > 3 {
+        out.push(format!("+{} more", list.len() - 3));
+    }
+    out.join(" ")
+}
+
 /// Endpoints as a table, most called first; then the aggregated endpoints, if any.
 pub fn table(v: &Value) -> String {
     let mut out = if v["enabled"] == false {
@@ -105,11 +126,23 @@ fn llm(v: &Value) -> String {
     out
 }
 
-/// The discovered endpoints, most called first.
+/// The discovered endpoints, most called first: each with the policy it ran, its status
+/// mix (2xx share, 429s, 5xx), cache hits, latency and its consumers.
 fn discovered(v: &Value) -> String {
     let mut out = format!(
-        "{:>8}  {:<7} {:<28} {:<40} {:>6} {:>6} {:>8} {:>8}\n",
-        "COUNT", "METHOD", "HOST", "ENDPOINT", "2xx%", "429", "p50 ms", "p99 ms"
+        "{:>8}  {:<7} {:<28} {:<40} {:<16} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8}  {}\n",
+        "COUNT",
+        "METHOD",
+        "HOST",
+        "ENDPOINT",
+        "POLICY",
+        "2xx%",
+        "429",
+        "5xx",
+        "CACHED",
+        "p50 ms",
+        "p99 ms",
+        "CONSUMERS"
     );
     for e in v["endpoints"].as_array().into_iter().flatten() {
         let count = e["count"].as_u64().unwrap_or(0);
@@ -124,15 +157,19 @@ fn discovered(v: &Value) -> String {
         };
         let ok = sum(&|s| (200..300).contains(&s));
         out.push_str(&format!(
-            "{:>8}  {:<7} {:<28} {:<40} {:>6.1} {:>6} {:>8} {:>8}\n",
+            "{:>8}  {:<7} {:<28} {:<40} {:<16} {:>6.1} {:>6} {:>6} {:>7} {:>8} {:>8}  {}\n",
             count,
             e["method"].as_str().unwrap_or("-"),
             e["host"].as_str().unwrap_or("-"),
             e["endpoint"].as_str().unwrap_or("-"),
+            e["policy"].as_str().unwrap_or("-"),
             100.0 * ok as f64 / count.max(1) as f64,
             sum(&|s| s == 429),
+            sum(&|s| (500..600).contains(&s)),
+            e["cache_hits"].as_u64().unwrap_or(0),
             ms(&e["latency_ms"]["p50"]),
             ms(&e["latency_ms"]["p99"]),
+            consumers(&e["consumers"]),
         ));
     }
     out.push_str(&llm(v));

@@ -24,22 +24,118 @@ pub fn load(path: &Path) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
-/// One line per entry: index, time, method, status, duration, URL.
-pub fn list(entries: &[Value]) -> String {
-    let mut out = format!(
-        "{:>5}  {:<24}  {:<7} {:>6} {:>10}  URL\n",
-        "#", "STARTED", "METHOD", "STATUS", "TIME ms"
-    );
-    for (i, e) in entries.iter().enumerate() {
-        out.push_str(&format!(
-            "{:>5}  {:<24}  {:<7} {:>6} {:>10.3}  {}\n",
-            i + 1,
-            e["startedDateTime"].as_str().unwrap_or("-"),
-            e["request"]["method"].as_str().unwrap_or("-"),
-            e["response"]["status"].as_u64().unwrap_or(0),
-            e["time"].as_f64().unwrap_or(0.0),
-            e["request"]["url"].as_str().unwrap_or("-"),
-        ));
+/// Which entries `tollgate har list` and `tail` show: all by default.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// The request URL's host (`api.github.com`, or `host:port`).
+    pub host: Option<String>,
+    /// A status (`429`) or a class (`5xx`).
+    pub status: Option<String>,
+    /// The policy that ran (`_tollgatePolicy`).
+    pub policy: Option<String>,
+}
+
+impl Filter {
+    /// A status filter that is neither a code nor a class is refused with the fix.
+    pub fn check(&self) -> Result<(), String> {
+        match self.status.as_deref() {
+            Some(s) if status_matcher(s).is_none() => Err(format!(
+                "--status `{s}`: write a status (`429`) or a class (`5xx`)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn keeps(&self, e: &Value) -> bool {
+        let host_ok = self.host.as_deref().is_none_or(|h| {
+            url_authority(e["request"]["url"].as_str().unwrap_or("")).is_some_and(
+                |(host, authority)| {
+                    h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(authority)
+                },
+            )
+        });
+        let status = e["response"]["status"].as_u64().unwrap_or(0);
+        let status_ok = self
+            .status
+            .as_deref()
+            .and_then(status_matcher)
+            .is_none_or(|m| m(status));
+        let policy_ok = self
+            .policy
+            .as_deref()
+            .is_none_or(|p| e["_tollgatePolicy"].as_str() == Some(p));
+        host_ok && status_ok && policy_ok
+    }
+}
+
+/// `429` or `5xx` as a test on a status code.
+fn status_matcher(s: &str) -> Option<Box<dyn Fn(u64) -> bool>> {
+    if let Ok(code) = s.parse::<u64>() {
+        return (100..600)
+            .contains(&code)
+            .then(|| Box::new(move |x| x == code) as _);
+    }
+    let class = s.strip_suffix("xx").or_else(|| s.strip_suffix("XX"))?;
+    let c: u64 = class.parse().ok().filter(|c| (1..=5).contains(c))?;
+    Some(Box::new(move |x| x / 100 == c))
+}
+
+/// The URL's host and authority (`host[:port]`).
+fn url_authority(url: &str) -> Option<(&str, &str)> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.split(':').next()?,
+    };
+    Some((host, authority))
+}
+
+/// An entry as `har list --json` and `tail --json` print it: its number (what `show`
+/// takes), request id, time, method, status, duration, URL, policy, remedies and error.
+pub fn summary(n: usize, e: &Value) -> Value {
+    json!({
+        "n": n,
+        "request_id": e["_tollgateRequestId"],
+        "started": e["startedDateTime"],
+        "method": e["request"]["method"],
+        "status": e["response"]["status"],
+        "time_ms": e["time"],
+        "url": e["request"]["url"],
+        "policy": e["_tollgatePolicy"],
+        "remedies": e["_tollgateRemedies"],
+        "error": e["_tollgateError"],
+    })
+}
+
+/// The header of [`list`]'s table.
+pub fn list_head() -> String {
+    format!(
+        "{:>5}  {:<24}  {:<7} {:>6} {:>10}  {:<16} URL\n",
+        "#", "STARTED", "METHOD", "STATUS", "TIME ms", "POLICY"
+    )
+}
+
+/// One line of [`list`]'s table: the entry numbered `n`.
+pub fn list_line(n: usize, e: &Value) -> String {
+    format!(
+        "{:>5}  {:<24}  {:<7} {:>6} {:>10.3}  {:<16} {}\n",
+        n,
+        e["startedDateTime"].as_str().unwrap_or("-"),
+        e["request"]["method"].as_str().unwrap_or("-"),
+        e["response"]["status"].as_u64().unwrap_or(0),
+        e["time"].as_f64().unwrap_or(0.0),
+        e["_tollgatePolicy"].as_str().unwrap_or("-"),
+        e["request"]["url"].as_str().unwrap_or("-"),
+    )
+}
+
+/// One line per entry the filter keeps, numbered as in the whole file (what `show`
+/// takes): index, time, method, status, duration, policy, URL.
+pub fn list(entries: &[Value], filter: &Filter) -> String {
+    let mut out = list_head();
+    for (i, e) in entries.iter().enumerate().filter(|(_, e)| filter.keeps(e)) {
+        out.push_str(&list_line(i + 1, e));
     }
     out
 }

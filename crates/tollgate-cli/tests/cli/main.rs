@@ -1,5 +1,8 @@
 //! The `tollgate` binary as users run it: `check`, `schema`, `run` with SIGHUP reload
-//! and SIGTERM graceful exit, `provider`.
+//! and SIGTERM graceful exit, `provider`; `diagnosis`: `discover` and `har` against a
+//! running gateway.
+
+mod diagnosis;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -40,6 +43,33 @@ fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, String) {
         head.lines().next().unwrap_or("").to_owned(),
         body.to_owned(),
     )
+}
+
+/// The provider emulator on an ephemeral port, and its address.
+fn provider() -> (Child, Vec<String>) {
+    spawn(
+        tollgate().args(["provider", "--listen", "127.0.0.1:0"]),
+        "provider listening",
+    )
+}
+
+/// A gateway config: a route `/api` to `provider`, the policy `emulator` on it with
+/// `remedy` (YAML flow), and `diagnosis`.
+fn emulator_config(
+    dir: &std::path::Path,
+    provider: &str,
+    remedy: &str,
+    diagnosis: &str,
+) -> std::path::PathBuf {
+    let cfg = dir.join("tollgate.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "routes:\n  - prefix: /api\n    upstream: http://{provider}\npolicies:\n  - name: emulator\n    match: {{ host: 127.0.0.1 }}\n    {remedy}\ndiagnosis:\n{diagnosis}"
+        ),
+    )
+    .unwrap();
+    cfg
 }
 
 /// Starts a long-running subcommand and reads the addresses it prints on stderr.
@@ -209,10 +239,7 @@ fn schema_matches_the_committed_file() {
 
 #[test]
 fn run_reloads_on_sighup_and_exits_zero_on_sigterm() {
-    let (mut provider, p) = spawn(
-        tollgate().args(["provider", "--listen", "127.0.0.1:0"]),
-        "provider listening",
-    );
+    let (mut provider, p) = provider();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("tollgate.yaml");
     std::fs::write(
@@ -283,22 +310,18 @@ fn thread_counts_out_of_range_are_refused_with_a_message() {
 #[test]
 fn har_to_stdout_and_files_then_discover_and_har_commands() {
     const SECRET: &str = "sk-cli-SECRET-0123456789";
-    let (mut provider, p) = spawn(
-        tollgate().args(["provider", "--listen", "127.0.0.1:0"]),
-        "provider listening",
-    );
+    let (mut provider, p) = provider();
     let dir = tempfile::tempdir().unwrap();
     let har = dir.path().join("har");
-    let cfg = dir.path().join("tollgate.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "routes:\n  - prefix: /api\n    upstream: http://{}\npolicies:\n  - name: emulator\n    match: {{ host: 127.0.0.1 }}\n    credentials: {{ accounts: [{{ bearer: {SECRET} }}] }}\ndiagnosis:\n  discovery: {{ enabled: true }}\n  har:\n    enabled: true\n    stdout: true\n    file: {{ dir: {} }}\n",
-            p[0],
+    let cfg = emulator_config(
+        dir.path(),
+        &p[0],
+        &format!("credentials: {{ accounts: [{{ bearer: {SECRET} }}] }}"),
+        &format!(
+            "  discovery: {{ enabled: true }}\n  har:\n    enabled: true\n    stdout: true\n    file: {{ dir: {} }}\n",
             har.display()
         ),
-    )
-    .unwrap();
+    );
     let mut child = run_on_ephemeral_ports(&cfg)
         .args(["--threads", "1"])
         .stderr(Stdio::piped())
