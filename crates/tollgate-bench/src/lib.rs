@@ -152,6 +152,7 @@ impl CommonArgs {
 /// Runs a benchmark; `commit` is the binary's (recorded in each run's metadata).
 pub fn main(cmd: BenchCommand, commit: &'static str) -> ExitCode {
     let _ = machine::COMMIT.set(commit);
+    procs::stop_on_signals();
     let result = match cmd {
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Correlation(a) => correlation::run(a),

@@ -1,5 +1,9 @@
 //! Child processes the bench starts and stops: the provider, tollgate, nginx, HAProxy.
-//! Pinned to cores with `taskset` when it is available; always killed on drop.
+//! Pinned to cores with `taskset` when it is available. Each starts in a process group
+//! of its own, and the whole group is killed: on drop (a run that returns or fails), on
+//! Ctrl-C, SIGTERM or SIGHUP ([`stop_on_signals`]) and before a panic aborts, so no
+//! worker a peer forked (nginx's, re-parented to init when only its master was killed)
+//! outlives the bench.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -7,7 +11,58 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A child process, killed when dropped.
+/// The process groups of the children alive now (each child leads its own).
+static LIVE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LIVE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// SIGKILL to every process of the group `pgid` leads.
+fn kill_group(pgid: u32) {
+    if let Some(pid) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Kills every child's group: what an interrupted or panicking bench does last.
+pub fn kill_all() {
+    for pgid in live().drain(..) {
+        kill_group(pgid);
+    }
+}
+
+/// Once per process: on SIGINT, SIGTERM or SIGHUP every child's group is killed and the
+/// bench exits 128 + the signal; a panic kills them before it aborts (release builds
+/// abort, so no drop runs).
+pub fn stop_on_signals() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        if let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            std::thread::spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    kill_all();
+                    eprintln!(
+                        "bench interrupted (signal {sig}): every process it started is stopped"
+                    );
+                    std::process::exit(128 + sig);
+                }
+            });
+        }
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            kill_all();
+            previous(info);
+        }));
+    });
+}
+
+/// A child process, its group killed when dropped.
 pub struct Proc {
     pub name: String,
     child: Child,
@@ -17,13 +72,19 @@ pub struct Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let pgid = self.child.id();
+        live().retain(|&p| p != pgid);
+        kill_group(pgid);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
 impl Proc {
+    /// `child` was started by a command from [`command`] or [`under`]: it leads a
+    /// process group of its own.
     pub fn new(name: &str, child: Child, placement: String) -> Self {
+        live().push(child.id());
         Self {
             name: name.to_owned(),
             child,
@@ -159,16 +220,26 @@ pub fn on_path(bin: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// `taskset -c CORES cmd …` when taskset exists and cores are given; plain `cmd` otherwise.
+/// `taskset -c CORES cmd …` when taskset exists and cores are given; plain `cmd`
+/// otherwise. In a process group of its own (see the module's note).
 pub fn command(bin: &Path, cores: Option<&str>) -> (Command, String) {
-    match (cores, on_path("taskset")) {
+    let (mut cmd, placement) = match (cores, on_path("taskset")) {
         (Some(c), Some(taskset)) => {
             let mut cmd = Command::new(taskset);
             cmd.arg("-c").arg(c).arg(bin);
             (cmd, format!("cores {c}"))
         }
         _ => (Command::new(bin), "unpinned".into()),
-    }
+    };
+    grouped(&mut cmd);
+    (cmd, placement)
+}
+
+/// The child will lead a process group of its own: its group is what [`Proc`] kills,
+/// and a terminal's Ctrl-C reaches the bench alone, which stops it.
+fn grouped(cmd: &mut Command) {
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
 }
 
 /// `cmd` run under a tool (`valgrind --tool=callgrind …`): the tool's words, then the
@@ -178,6 +249,7 @@ pub fn under(tool: &[std::ffi::OsString], cmd: Command) -> Command {
         return cmd;
     };
     let mut wrapped = Command::new(first);
+    grouped(&mut wrapped);
     wrapped
         .args(rest)
         .arg(cmd.get_program())
@@ -223,13 +295,28 @@ pub fn spawn_tollgate(
             let _ = tx.send(Err(seen.join("\n")));
         }
     });
-    let proc = Proc {
-        name: name.to_owned(),
-        child,
-        placement,
+    let mut proc = Proc::new(name, child, placement);
+    // Under valgrind a start takes seconds. A process that exits first fails at once,
+    // even when something it forked keeps its stderr open.
+    let started = Instant::now();
+    let got = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            got => break got.map_err(|_| ()),
+        }
+        if let Ok(Some(status)) = proc.child.try_wait() {
+            // What it printed before exiting, if the reader has it by now.
+            let said = match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(Err(output)) => output,
+                _ => String::new(),
+            };
+            return Err(format!("{name} exited ({status}) before listening\n{said}"));
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            break Err(());
+        }
     };
-    // Under valgrind a start takes seconds.
-    match rx.recv_timeout(Duration::from_secs(60)) {
+    match got {
         Ok(Ok(line)) => {
             let addrs = line
                 .split("://")
@@ -239,7 +326,7 @@ pub fn spawn_tollgate(
             Ok((proc, addrs))
         }
         Ok(Err(output)) => Err(format!("{name} exited before listening:\n{output}")),
-        Err(_) => Err(format!("{name} did not start within 60 s")),
+        Err(()) => Err(format!("{name} did not start within 60 s")),
     }
 }
 

@@ -723,3 +723,150 @@ fn redis_measures_a_limit_on_redis_beside_the_same_limit_in_memory() {
         );
     }
 }
+
+/// The processes alive whose environment holds `marker` (the bench's children inherit
+/// it, and so do the processes they fork).
+fn alive_with(marker: &str) -> Vec<String> {
+    let needle = format!("TOLLGATE_BENCH_MARK={marker}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let has = env.split(|&b| b == 0).any(|v| v == needle.as_bytes());
+            // A zombie (exited, not yet reaped) holds nothing: it is gone.
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'));
+            (has && !zombie).then(|| {
+                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            })
+        })
+        .collect()
+}
+
+/// A tollgate that forks a process of its own first, as nginx's master forks workers: a
+/// bench that killed only the process it started would leave that one running.
+fn forking_tollgate(dir: &Path) -> std::path::PathBuf {
+    let script = dir.join("tollgate-forking");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 600 &\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_tollgate")
+        ),
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).unwrap();
+    script
+}
+
+fn capacity(out: &Path, bin: &Path, marker: &str, requests: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args([
+        "bench",
+        "capacity",
+        "--concurrency",
+        "4",
+        "--requests",
+        requests,
+    ])
+    .args(["--warmup", "10", "--rounds", "2", "--placement", "none"])
+    .arg("--tollgate-bin")
+    .arg(bin)
+    .arg("--out")
+    .arg(out)
+    .env("TOLLGATE_BENCH_MARK", marker);
+    cmd
+}
+
+#[test]
+fn every_process_a_bench_starts_is_gone_when_it_returns_fails_or_is_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = forking_tollgate(dir.path());
+    let marker = format!("{}-{}", std::process::id(), dir.path().display());
+
+    // A run that completes.
+    let done = capacity(
+        &dir.path().join("done"),
+        &bin,
+        &format!("{marker}-done"),
+        "200",
+    )
+    .output()
+    .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(alive_with(&format!("{marker}-done")), Vec::<String>::new());
+
+    // A run that fails after starting processes: the tollgate it starts never says it
+    // listens (its forked process keeps running until the bench kills its group).
+    let failing = dir.path().join("tollgate-failing");
+    std::fs::write(&failing, "#!/bin/sh\nsleep 600 &\nsleep 1\nexit 3\n").unwrap();
+    let mut perm = std::fs::metadata(&failing).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&failing, perm).unwrap();
+    let failed = capacity(
+        &dir.path().join("failed"),
+        &failing,
+        &format!("{marker}-failed"),
+        "200",
+    )
+    .output()
+    .unwrap();
+    assert!(!failed.status.success());
+    assert_eq!(
+        alive_with(&format!("{marker}-failed")),
+        Vec::<String>::new()
+    );
+
+    // Runs interrupted by Ctrl-C (SIGINT) and by a supervisor (SIGTERM) while measuring.
+    for (signal, code) in [("-INT", 130), ("-TERM", 143)] {
+        let mark = format!("{marker}{signal}");
+        let mut run = capacity(&dir.path().join(signal), &bin, &mark, "100000000")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Measuring: the provider and tollgate are up, each with its forked process.
+        let mut up = false;
+        for _ in 0..3000 {
+            if alive_with(&mark)
+                .iter()
+                .filter(|c| c.starts_with("sleep"))
+                .count()
+                >= 2
+            {
+                up = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            up,
+            "the bench never started its processes: {:?}",
+            alive_with(&mark)
+        );
+        let sent = Command::new("kill")
+            .args([signal, &run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert_eq!(run.wait().unwrap().code(), Some(code));
+        assert_eq!(alive_with(&mark), Vec::<String>::new(), "after {signal}");
+    }
+}
