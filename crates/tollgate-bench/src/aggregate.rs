@@ -100,6 +100,8 @@ pub fn endpoints(delays: &[Duration; 3]) -> Vec<Endpoint> {
 
 /// One capacity measurement's medians.
 struct Point {
+    /// The lowest and highest round's requests/s.
+    rps_range: (f64, f64),
     concurrency: usize,
     target: String,
     rps: f64,
@@ -180,6 +182,7 @@ pub fn run(args: AggregateArgs) -> Result<(), String> {
                 concurrency: conc,
                 target: t.name.clone(),
                 rps: m.rps,
+                rps_range: m.rps_range,
                 p50_ms: m.p50_ms,
                 p99_ms: m.p99_ms,
                 cpu_us: m.cpu_us.map(|(u, k)| u + k),
@@ -361,23 +364,23 @@ fn write_report(
     report::write(&h.out, "aggregate-latency.csv", &lat_csv)?;
     let mut files = Vec::new();
     if args.concurrency.len() > 1 {
-        let mut lines = Vec::new();
+        let mut lines: Vec<charts::Series> = Vec::new();
         for name in points.iter().map(|p| p.target.clone()) {
-            if lines.iter().any(|(n, _): &(String, _)| *n == name) {
+            if lines.iter().any(|s| s.name == name) {
                 continue;
             }
-            let pts: Vec<(f64, f64)> = points
+            let pts = points
                 .iter()
                 .filter(|p| p.target == name)
-                .map(|p| (p.concurrency as f64, p.rps))
+                .map(|p| (p.concurrency as f64, p.rps, p.rps_range.0, p.rps_range.1))
                 .collect();
-            lines.push((name, pts));
+            lines.push(charts::Series::new(name, pts));
         }
         files.extend(charts::soft(charts::capacity_chart(
             &h.out,
             "aggregate-capacity",
             "Requests/s: KrakenD's /foo and /social on tollgate and Lura",
-            "concurrency",
+            charts::XAxis::Concurrency,
             &lines,
         )));
     }

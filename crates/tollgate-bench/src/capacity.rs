@@ -45,6 +45,8 @@ struct Point {
     concurrency: usize,
     requests: u64,
     rps: f64,
+    /// The lowest and highest round.
+    rps_range: (f64, f64),
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
@@ -76,10 +78,18 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         c.placement(Layout::Shared)?
     };
     let load_before = machine::loadavg();
+    let mut caveats: Vec<String> = machine::busy(&load_before).into_iter().collect();
+    for c in &caveats {
+        eprintln!("warning: {c}");
+    }
     let mut points: Vec<Point> = Vec::new();
     let mut placement_lines = Vec::new();
     let rounds = c.rounds.max(1);
     for &cores in &core_list {
+        if let Some(shared) = placement.shared_cores(cores) {
+            eprintln!("warning: {shared}");
+            caveats.push(shared);
+        }
         let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, placement.clone())?;
         let cfg = h.passthrough_config()?;
         let mut targets: Vec<Target> = vec![h.direct(), h.tollgate("tollgate", &cfg, cores)?];
@@ -123,6 +133,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     concurrency: conc,
                     requests,
                     rps: m.rps,
+                    rps_range: m.rps_range,
                     p50_ms: m.p50_ms,
                     p99_ms: m.p99_ms,
                     errors: m.errors,
@@ -236,7 +247,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             &c.out,
             "capacity-scaling",
             "Requests/s on /static by proxy cores",
-            "proxy cores",
+            charts::XAxis::Cores,
             &scaling_series(&points, &args.concurrency),
         )));
     }
@@ -250,25 +261,26 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             "haproxy-tcp",
             "hyper",
         ] {
-            let pts: Vec<(f64, f64)> = points
+            let pts: Vec<_> = points
                 .iter()
                 .filter(|p| p.target == name && p.cores == cores)
-                .map(|p| (p.concurrency as f64, p.rps))
+                .map(|p| (p.concurrency as f64, p.rps, p.rps_range.0, p.rps_range.1))
                 .collect();
             if !pts.is_empty() {
-                series.push((name.to_owned(), pts));
+                series.push(charts::Series::new(name, pts));
             }
         }
         files.extend(charts::soft(charts::capacity_chart(
             &c.out,
             &format!("capacity-{cores}core"),
             &format!("Requests/s on /static, tollgate on {cores} thread(s)"),
-            "concurrency",
+            charts::XAxis::Concurrency,
             &series,
         )));
     }
+    let caveats: String = caveats.iter().map(|c| format!("- caveat: {c}\n")).collect();
     let summary = format!(
-        "# tollgate bench capacity\n\n{} · {} ({n} cores) · placement {} · closed loop on the 110-byte `/static`, {requests} requests per point, median of {rounds} interleaved round(s)\n\n{md}\n{peers_md}{vs}\n{scaling}\n{}\n- load average before {load_before}, after {load_after}\n",
+        "# tollgate bench capacity\n\n{} · {} ({n} cores) · placement {} · closed loop on the 110-byte `/static`, {requests} requests per point, median of {rounds} interleaved round(s)\n\n{caveats}{md}\n{peers_md}{vs}\n{scaling}\n{}\n- load average before {load_before}, after {load_after}\n",
         machine::now(),
         machine::cpu_model(),
         placement.layout.name(),
@@ -390,21 +402,32 @@ fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -
     out
 }
 
-/// One line per proxy and concurrency: requests/s by core count.
-fn scaling_series(points: &[Point], concurrency: &[usize]) -> Vec<(String, Vec<(f64, f64)>)> {
+/// One line per proxy and concurrency: requests/s by core count; and, dashed, tollgate's
+/// ideal scaling (its fewest cores' requests/s per core, times the cores).
+fn scaling_series(points: &[Point], concurrency: &[usize]) -> Vec<charts::Series> {
     let mut series = Vec::new();
+    let mut ideal = Vec::new();
     for n in proxies(points) {
         for &conc in concurrency {
-            let mut pts: Vec<(f64, f64)> = points
+            let mut pts: Vec<_> = points
                 .iter()
                 .filter(|p| p.target == n && p.concurrency == conc)
-                .map(|p| (p.cores as f64, p.rps))
+                .map(|p| (p.cores as f64, p.rps, p.rps_range.0, p.rps_range.1))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if let (true, Some(&(k0, r0, _, _))) = (n == "tollgate", pts.first()) {
+                let line = pts.iter().map(|p| (p.0, r0 * p.0 / k0, 0.0, 0.0)).collect();
+                ideal.push(charts::Series {
+                    name: format!("ideal, {n} c={conc}"),
+                    points: line,
+                    dashed: true,
+                });
+            }
             if !pts.is_empty() {
-                series.push((format!("{n} c={conc}"), pts));
+                series.push(charts::Series::new(format!("{n} c={conc}"), pts));
             }
         }
     }
+    series.extend(ideal);
     series
 }

@@ -161,6 +161,32 @@ impl Placement {
         }
     }
 
+    /// Why a proxy on `threads` cores does not have them to itself, when it does not: the
+    /// cores it shares with the provider or the load generator (a proxy of 2 threads on
+    /// a 2-core machine shares both). `None` under `dedicated`, or when it has its own.
+    pub fn shared_cores(&self, threads: usize) -> Option<String> {
+        self.shared_on(threads, machine::cores())
+    }
+
+    fn shared_on(&self, threads: usize, n: usize) -> Option<String> {
+        let t = threads.max(1);
+        let with = |provider: bool, loadgen: bool| match (provider, loadgen) {
+            (true, true) => Some("the provider and the load generator"),
+            (true, false) => Some("the provider"),
+            (false, true) => Some("the load generator"),
+            (false, false) => None,
+        };
+        let shares = match self.layout {
+            Layout::Dedicated => None,
+            Layout::None => (t + 2 > n).then_some("the provider and the load generator (unpinned)"),
+            Layout::Shared => with(true, t >= n),
+            Layout::Sidecar => with(t >= n, true),
+        }?;
+        Some(format!(
+            "at {t} core(s) the proxy shares cores with {shares} ({n} cores on this machine): its requests/s and scaling there are understated"
+        ))
+    }
+
     /// Cores for a proxy using `threads` threads, when pinning: from core 0 up (shared),
     /// or from the last core down (sidecar, so one thread shares the load generator's core).
     pub fn server_cores(&self, threads: usize) -> Option<String> {
@@ -201,6 +227,9 @@ pub struct Harness {
     /// Other processes that live as long as the harness (the TLS provider).
     keep: Vec<Proc>,
     pub lines: Vec<String>,
+    /// The points whose load generator was already said to be busy: the warning is
+    /// printed once per point, not once per round.
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A thing to measure: a URL (base) and the process behind it (kept alive).
@@ -355,6 +384,7 @@ impl Harness {
             _provider_proc: proc,
             keep: Vec::new(),
             lines,
+            warned: Default::default(),
         })
     }
 
@@ -642,10 +672,16 @@ log:
             });
         }
         let results = loadgen::run_many(specs)?;
+        let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+        let point = format!("{} {path} c={concurrency}", names.join(","));
         if let Some(r) = results.first()
             && r.cpu_share() > 0.9
+            && self
+                .warned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(point)
         {
-            let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
             eprintln!(
                 "warning: the load generator used {:.0}% of its core(s) while measuring {}: it may be the bottleneck",
                 r.cpu_share() * 100.0,
@@ -667,6 +703,37 @@ log:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proxy_sharing_its_cores_is_said_to() {
+        let on = |layout, t, n| {
+            Placement {
+                layout,
+                provider: None,
+                provider_threads: 1,
+                loadgen: Vec::new(),
+            }
+            .shared_on(t, n)
+        };
+        let two = on(Layout::Shared, 2, 2).unwrap();
+        assert!(
+            two.contains("with the provider and the load generator (2 cores"),
+            "{two}"
+        );
+        assert!(
+            on(Layout::Shared, 1, 16)
+                .unwrap()
+                .contains("with the provider (")
+        );
+        assert!(
+            on(Layout::Sidecar, 1, 16)
+                .unwrap()
+                .contains("with the load generator (")
+        );
+        assert_eq!(on(Layout::None, 4, 16), None);
+        assert!(on(Layout::None, 2, 2).is_some());
+        assert_eq!(on(Layout::Dedicated, 4, 16), None);
+    }
 
     #[test]
     fn dedicated_gives_each_role_cores_of_its_own() {

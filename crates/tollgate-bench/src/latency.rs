@@ -127,6 +127,10 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
         eprintln!("{l}");
     }
     eprintln!("load average before: {load_before}");
+    let busy = machine::busy(&load_before);
+    if let Some(b) = &busy {
+        eprintln!("warning: {b}");
+    }
 
     let rounds = c.rounds.max(2);
     let per_round = (requests / rounds as u64).max(1);
@@ -254,6 +258,9 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
     summary.push_str(&format!(
         "- load average before {load_before}, after {load_after}\n"
     ));
+    if let Some(b) = &busy {
+        summary.push_str(&format!("- caveat: {b}\n"));
+    }
     for r in &runs {
         if r["errors"].as_u64() > Some(0) || r["non_2xx"].as_u64() > Some(0) {
             summary.push_str(&format!(

@@ -35,6 +35,16 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// A warning when the 1-minute load average is at least half the cores before a run:
+/// other work competes for the CPUs, so the numbers come out low and noisy.
+pub fn busy(load: &str) -> Option<String> {
+    let one: f64 = load.split_whitespace().next()?.parse().ok()?;
+    let n = cores() as f64;
+    (one >= n / 2.0).then(|| {
+        format!("the load average was {one:.2} on {n} cores before the run: other work competes for the CPUs, so the numbers may be low and noisy")
+    })
+}
+
 /// The commit the binary was built from, as its build script recorded it (the
 /// binary's crate sets it through [`crate::main`]).
 pub fn git_commit() -> String {

@@ -76,6 +76,8 @@ pub fn sample(
 /// One target's samples over the rounds: the median of each figure, errors summed.
 pub struct Summary {
     pub rps: f64,
+    /// The lowest and highest requests/s of the rounds (the charts' error bars).
+    pub rps_range: (f64, f64),
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub loadgen_cpu: f64,
@@ -88,7 +90,12 @@ pub fn summary(s: &[Sample]) -> Summary {
     let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
     let mut user: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
     let mut kernel: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
+    let rps = s.iter().map(|x| x.rps);
     Summary {
+        rps_range: (
+            rps.clone().fold(f64::INFINITY, f64::min),
+            rps.fold(f64::NEG_INFINITY, f64::max),
+        ),
         rps: col(|x| x.rps),
         p50_ms: col(|x| x.p50_ms),
         p99_ms: col(|x| x.p99_ms),
