@@ -165,8 +165,10 @@ pub struct RawUpstream {
     pub connect_timeout: Dur<1, HOUR_MS>,
     /// From handing the request to the upstream client to the provider's response head, including connecting when no pooled connection is free (so keep it above `connect_timeout`, or a slow connect reports as a response timeout); past it: 504 `upstream_timeout`. The body then streams without a deadline.
     pub response_timeout: Dur<1, DAY_MS>,
-    /// How long resolved addresses are cached (failures are not cached; concurrent lookups of one name are coalesced).
+    /// The longest resolved addresses are kept: each answer is kept for its records' TTL, up to this, so a provider that moves its addresses is followed as soon as its records say (failures are not cached; concurrent lookups of one name are coalesced). Where the system's DNS configuration (`/etc/resolv.conf`) cannot be read, getaddrinfo answers and its addresses are kept this long.
     pub dns_ttl: Dur<0, DAY_MS>,
+    /// DNS servers to ask, as `ip` or `ip:port` (port 53 by default), over UDP and TCP. Empty (the default): the servers, search domains and options of `/etc/resolv.conf`, and `/etc/hosts`.
+    pub dns_servers: Vec<String>,
     /// A request with `Expect: 100-continue` (RFC 9110 §10.1.1) is forwarded with it, and its body is held back until the provider answers `100 Continue`, which then reaches the client: the client never uploads a body the provider refuses on its headers (a final answer that comes first is relayed and the body is never read). A provider that never sends `100` gets the body after this long. For HTTP/2 providers, which send no interim answer through hyper, the body always waits this long.
     pub expect_continue_timeout: Dur<0, { 60 * SEC_MS }>,
     /// The upstream connection pool.
@@ -181,6 +183,7 @@ impl Default for RawUpstream {
             connect_timeout: Dur::secs(5),
             response_timeout: Dur::secs(60),
             dns_ttl: Dur::secs(30),
+            dns_servers: Vec::new(),
             expect_continue_timeout: Dur::secs(1),
             pool: RawPool::default(),
             tls: RawTls::default(),

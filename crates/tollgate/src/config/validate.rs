@@ -226,6 +226,18 @@ fn upstream(e: &mut Errors, raw: &RawConfig) -> Upstream {
         connect_timeout: u.connect_timeout.get(),
         response_timeout: u.response_timeout.get(),
         dns_ttl: u.dns_ttl.get(),
+        dns_servers: u
+            .dns_servers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let parsed = s
+                    .parse::<std::net::SocketAddr>()
+                    .or_else(|_| s.parse::<std::net::IpAddr>().map(|ip| (ip, 53).into()))
+                    .map_err(|_| format!("`{s}` is not a DNS server address; write an IP address, optionally with a port (`10.0.0.2`, `10.0.0.2:53`, `[fd00::2]:53`)"));
+                e.check(&format!("upstream.dns_servers[{i}]"), parsed)
+            })
+            .collect(),
         expect_continue_timeout: u.expect_continue_timeout.get(),
         pool_idle_timeout: u.pool.idle_timeout.get(),
         pool_max_idle_per_host: u.pool.max_idle_per_host.usize(),

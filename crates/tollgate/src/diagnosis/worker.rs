@@ -209,7 +209,7 @@ impl Drop for Diagnostics {
 fn connector(u: &crate::upstream::Settings) -> Result<Connector, String> {
     let tls = tls::client_configs(u.roots, u.extra_ca_file.as_deref())?;
     Ok(Connector::new(
-        dns::Resolver::new(u.dns_ttl),
+        dns::Resolver::new(u.dns_ttl, &u.dns_servers),
         crate::egress::Egress::new(&crate::egress::EgressRules::default(), &[]),
         u.connect_timeout,
         tls,

@@ -35,6 +35,7 @@ pub struct Settings {
     pub connect_timeout: std::time::Duration,
     pub response_timeout: std::time::Duration,
     pub dns_ttl: std::time::Duration,
+    pub dns_servers: Vec<std::net::SocketAddr>,
     pub expect_continue_timeout: std::time::Duration,
     pub pool_idle_timeout: std::time::Duration,
     pub pool_max_idle_per_host: usize,
@@ -91,7 +92,7 @@ impl UpstreamClient {
         tls: (Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>),
     ) -> Self {
         let connector = Connector::new(
-            dns::Resolver::new(settings.dns_ttl),
+            dns::Resolver::new(settings.dns_ttl, &settings.dns_servers),
             egress.clone(),
             settings.connect_timeout,
             tls,

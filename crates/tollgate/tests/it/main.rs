@@ -19,6 +19,7 @@ mod config_properties;
 mod connections;
 mod dashboard;
 mod discovery;
+mod dns;
 mod egress;
 mod errors;
 mod expect_continue;

@@ -89,7 +89,16 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let listener = TcpListener::bind(local0()).await.unwrap();
+    upstream_on(local0(), handler).await
+}
+
+/// [`upstream`] listening on `addr` (another loopback address, a given port).
+pub async fn upstream_on<F, Fut>(addr: SocketAddr, handler: F) -> Server
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         loop {
