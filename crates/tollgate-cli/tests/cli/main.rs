@@ -3,6 +3,7 @@
 //! running gateway.
 
 mod diagnosis;
+mod traces;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

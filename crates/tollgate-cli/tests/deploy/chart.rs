@@ -225,6 +225,11 @@ fn a_budget_limits_disruptions_and_the_autoscaler_owns_the_replica_count() {
         "autoscaling.enabled=true",
         "--set",
         "autoscaling.maxReplicas=8",
+        // The OpenTelemetry variables (or any) for the container, as Kubernetes writes them.
+        "--set",
+        "extraEnv[0].name=OTEL_SERVICE_NAME",
+        "--set",
+        "extraEnv[0].value=egress",
     ]);
     let docs = documents(&set);
     let hpa = find(&docs, "HorizontalPodAutoscaler").expect("an HPA");
@@ -235,6 +240,14 @@ fn a_budget_limits_disruptions_and_the_autoscaler_owns_the_replica_count() {
     );
     let dep = find(&docs, "Deployment").unwrap();
     assert!(dep["spec"].get("replicas").is_none(), "the HPA sets it");
+    let env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "OTEL_SERVICE_NAME" && e["value"] == "egress"),
+        "{env:?}"
+    );
     // Each replica's share while Redis is away: of the most replicas there may be.
     let cm = find(&docs, "ConfigMap").unwrap();
     let config: Value =

@@ -187,14 +187,16 @@ fn default_max_backoff() -> Dur<100, HOUR_MS> {
 pub struct RawTraces {
     /// Export spans.
     pub enabled: bool,
-    /// OTLP/HTTP traces endpoint (protobuf). `${ENV_VAR}` is substituted.
-    pub endpoint: String,
-    /// Headers sent with every export. `${ENV_VAR}` is substituted; values are masked in `/config`.
+    /// The OTLP endpoint: for `http/protobuf` the whole URL spans are POSTed to (`http://collector:4318/v1/traces`), for `grpc` the collector's address (`http://collector:4317`). `${ENV_VAR}` is substituted. Absent: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` (with `/v1/traces` added for HTTP), else `http://localhost:4318/v1/traces` or `http://localhost:4317`.
+    pub endpoint: Option<String>,
+    /// `http/protobuf` or `grpc`. Absent: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`.
+    pub protocol: Option<crate::fields::words::Word<crate::diagnosis::settings::OtlpProtocol>>,
+    /// Headers (gRPC metadata) sent with every export, besides those of `OTEL_EXPORTER_OTLP_HEADERS`. `${ENV_VAR}` is substituted; values are masked in `/config`.
     pub headers: BTreeMap<String, crate::fields::SecretText>,
     /// Fraction of new traces sampled, from 0 to 1. A client's `traceparent` decides for the traces it continues.
     pub sample: f64,
-    /// `service.name` of the exported resource.
-    pub service_name: String,
+    /// `service.name` of the exported resource. Absent: `OTEL_SERVICE_NAME`, else `service.name` in `OTEL_RESOURCE_ATTRIBUTES` (whose other attributes are exported too), else `tollgate`.
+    pub service_name: Option<String>,
     /// Spans waiting for export; past it spans are dropped and counted in `tollgate_spans_dropped_total`.
     pub queue_capacity: Int<1, { 1 << 20 }>,
     /// Most spans per export request.
@@ -209,10 +211,11 @@ impl Default for RawTraces {
     fn default() -> Self {
         Self {
             enabled: false,
-            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            endpoint: None,
+            protocol: None,
             headers: BTreeMap::new(),
             sample: 1.0,
-            service_name: "tollgate".into(),
+            service_name: None,
             queue_capacity: Int::of(4096),
             batch_size: Int::of(512),
             interval: Dur::secs(1),

@@ -184,29 +184,36 @@ fn parse_json_path(s: &str) -> Result<Vec<String>, String> {
 
 fn traces(e: &mut Errors, t: &RawTraces) -> Traces {
     let p = |f: &str| format!("diagnosis.traces.{f}");
-    let endpoint = if t.enabled {
-        e.env_checked(&p("endpoint"), &t.endpoint, |u| {
-            Route::new("/", u, &t.endpoint)
-        })
-        .map(|url| Collector {
-            path: base_path(&url),
-            display: url.display.clone(),
-            url: url.target,
+    let export = t.enabled.then(|| {
+        // A URL written here is checked as one; the OTEL_ variables are read by the
+        // exporter when it starts.
+        let endpoint = t.endpoint.as_deref().and_then(|written| {
+            e.env_checked(&p("endpoint"), written, |u| {
+                Route::new("/", u, written).map(|r| (u.to_owned(), r.display))
+            })
+        });
+        let display = endpoint.as_ref().map_or_else(
+            || "the OTEL_EXPORTER_OTLP_ endpoint".to_owned(),
+            |(_, d)| d.clone(),
+        );
+        TraceExport {
+            endpoint: endpoint.map(|(u, _)| u),
+            protocol: t.protocol.as_ref().map(|w| w.get()),
             headers: e.headers(&p("headers"), &t.headers),
-            batch_size: t.batch_size.usize(),
-            interval: t.interval.get(),
-            buffer: t.queue_capacity.usize(),
+            service_name: t.service_name.clone(),
+            batching: Batching {
+                batch_size: t.batch_size.usize(),
+                interval: t.interval.get(),
+                max_backoff: Duration::from_secs(30),
+                display,
+            },
             timeout: t.timeout.get(),
-            max_backoff: Duration::from_secs(30),
-        })
-    } else {
-        None
-    };
+        }
+    });
     Traces {
         enabled: t.enabled,
-        endpoint,
+        export,
         sample: fraction(e, &p("sample"), t.sample),
-        service_name: t.service_name.clone(),
         queue_capacity: t.queue_capacity.usize(),
     }
 }

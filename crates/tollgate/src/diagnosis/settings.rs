@@ -75,11 +75,57 @@ pub struct Collector {
     pub max_backoff: Duration,
 }
 
+/// How a sink sends its batches: their size, how long a short one waits, the longest
+/// wait between retries, and its address as written (for logs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batching {
+    pub batch_size: usize,
+    pub interval: Duration,
+    pub max_backoff: Duration,
+    pub display: String,
+}
+
+impl Collector {
+    pub fn batching(&self) -> Batching {
+        Batching {
+            batch_size: self.batch_size,
+            interval: self.interval,
+            max_backoff: self.max_backoff,
+            display: self.display.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Traces {
     pub enabled: bool,
-    pub endpoint: Option<Collector>,
+    /// Present when enabled.
+    pub export: Option<TraceExport>,
     pub sample: f64,
-    pub service_name: String,
     pub queue_capacity: usize,
+}
+
+crate::fields::words::words! {
+    /// How spans travel to the collector (`diagnosis.traces.protocol`), OTLP's names.
+    pub enum OtlpProtocol {
+        /// OTLP/HTTP with protobuf bodies.
+        HttpProtobuf = "http/protobuf",
+        /// OTLP/gRPC.
+        Grpc = "grpc",
+    }
+}
+
+/// Where and how spans are exported (through opentelemetry-otlp).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceExport {
+    /// The endpoint as written, `${VARS}` substituted; `None`: the OTEL_ variables'.
+    pub endpoint: Option<String>,
+    /// `None`: `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`, else `http/protobuf`.
+    pub protocol: Option<OtlpProtocol>,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// `None`: `OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`),
+    /// else `tollgate`.
+    pub service_name: Option<String>,
+    pub batching: Batching,
+    pub timeout: Duration,
 }

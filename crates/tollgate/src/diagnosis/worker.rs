@@ -7,6 +7,7 @@ use super::har::HarWriter;
 use super::har::collector::{self, Pending, Poster};
 use super::remedy_stats::RemedyStats;
 use super::trace::Finished;
+use super::trace::export::Exporter;
 use crate::diagnosis::aggregated::AggregateStats;
 use crate::metrics::{Metrics, SinkLabels};
 use crate::upstream::{Connector, dns, tls};
@@ -60,7 +61,7 @@ impl Diagnostics {
             stop: None,
             closed: Mutex::new(None),
         };
-        let traces = d.traces.endpoint.clone().filter(|_| d.traces.enabled);
+        let traces = d.traces.export.clone().filter(|_| d.traces.enabled);
         if !d.har.enabled && traces.is_none() {
             return Ok(this);
         }
@@ -84,18 +85,9 @@ impl Diagnostics {
                 .har_entries
                 .get_or_create(&SinkLabels { sink: "collector" })
                 .clone();
-            let (c, stop) = (c.clone(), stop.clone());
+            let (batching, stop) = (c.batching(), stop.clone());
             tasks.push(Box::pin(async move {
-                collector::run(
-                    pending,
-                    poster,
-                    c,
-                    |b: &[Arc<str>]| (json_array(b), b.len() as u64),
-                    sent,
-                    stop,
-                    "HAR collector",
-                )
-                .await
+                collector::run(pending, poster, batching, sent, stop, "HAR collector").await
             })
                 as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
         }
@@ -105,27 +97,17 @@ impl Diagnostics {
                 metrics.spans_dropped.clone(),
             ));
             this.spans = Some(pending.clone());
-            let poster = Poster::new(&t, connector, "application/x-protobuf")
-                .map_err(std::io::Error::other)?;
-            let (sent, stop, service) = (
-                metrics.spans_exported.clone(),
-                stop.clone(),
-                d.traces.service_name.clone(),
-            );
+            let (sent, stop) = (metrics.spans_exported.clone(), stop.clone());
+            let extra_ca = upstream.extra_ca_file.clone();
+            // Made on the diagnosis thread: gRPC's channel belongs to its runtime.
             tasks.push(Box::pin(async move {
-                collector::run(
-                    pending,
-                    poster,
-                    t,
-                    move |b: &[Finished]| {
-                        let spans = b.iter().map(Finished::spans).sum();
-                        (super::trace::otlp::encode(&service, b), spans)
-                    },
-                    sent,
-                    stop,
-                    "OTLP export",
-                )
-                .await
+                match Exporter::new(&t, connector, extra_ca.as_deref()) {
+                    Ok(exporter) => {
+                        collector::run(pending, exporter, t.batching, sent, stop, "OTLP export")
+                            .await
+                    }
+                    Err(e) => tracing::error!("diagnosis.traces: {e}; spans are not exported"),
+                }
             }));
         }
         let thread_stop = stop.clone();
@@ -237,10 +219,13 @@ pub fn check(
         })?;
     }
     let c = connector(upstream)?;
-    for s in d.har.collector.iter().chain(d.traces.endpoint.iter()) {
+    if let Some(s) = &d.har.collector {
         Poster::new(s, c.clone(), "application/json")?;
     }
-    Ok(())
+    match &d.traces.export {
+        Some(t) if d.traces.enabled => super::trace::export::check(t),
+        _ => Ok(()),
+    }
 }
 
 /// Puts the calling thread in Linux's `SCHED_IDLE` class: it runs only when the request
@@ -260,17 +245,4 @@ fn background_priority() {
             tracing::debug!("diagnosis thread stays at normal priority: {e:?}");
         }
     }
-}
-
-/// Encoded entries as one JSON array.
-fn json_array(entries: &[Arc<str>]) -> bytes::Bytes {
-    let mut out = String::from("[");
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(e);
-    }
-    out.push(']');
-    bytes::Bytes::from(out)
 }

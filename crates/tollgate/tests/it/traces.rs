@@ -32,8 +32,13 @@ async fn receiver() -> (Server, Arc<Mutex<Vec<(String, Span)>>>) {
             let body = req.into_body().collect().await.unwrap().to_bytes();
             let export = ExportTraceServiceRequest::decode(body).expect("valid OTLP protobuf");
             for rs in export.resource_spans {
-                let service = rs.resource.unwrap().attributes[0].value.clone().unwrap();
-                let service = format!("{:?}", service.value.unwrap());
+                let resource = rs.resource.unwrap();
+                let service = resource
+                    .attributes
+                    .iter()
+                    .find(|a| a.key == "service.name")
+                    .expect("the resource names its service");
+                let service = format!("{:?}", service.value.clone().unwrap().value.unwrap());
                 for ss in rs.scope_spans {
                     for span in ss.spans {
                         s.lock().unwrap().push((service.clone(), span));

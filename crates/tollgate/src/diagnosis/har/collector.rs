@@ -1,10 +1,11 @@
-//! Sending batches to an HTTP endpoint (the HAR collector, the OTLP traces endpoint):
-//! items wait in a bounded buffer (the oldest dropped and counted when it is full), go
-//! out in batches at least every `interval`, and a failed batch is retried with doubling
-//! waits up to `max_backoff`, keeping its items, while new ones queue behind it.
+//! Sending batches to a collector (HAR entries to an HTTP endpoint, spans through the
+//! OTLP exporter): items wait in a bounded buffer (the oldest dropped and counted when
+//! it is full), go out in batches at least every `interval`, and a failed batch is
+//! retried with doubling waits up to `max_backoff`, keeping its items, while new ones
+//! queue behind it.
 
 use crate::body::{Body, full};
-use crate::diagnosis::settings::Collector as Settings;
+use crate::diagnosis::settings::{Batching, Collector as Settings};
 use crate::target::Scheme;
 use crate::upstream::Connector;
 use bytes::Bytes;
@@ -131,12 +132,41 @@ impl Poster {
     }
 }
 
+/// Where batches go.
+pub trait Sender<T>: Send + Sync {
+    /// Sends one batch; how many items it carried for the `sent` counter (spans, not
+    /// calls).
+    fn send(&self, batch: &[T]) -> impl std::future::Future<Output = Result<u64, String>> + Send;
+}
+
+/// HAR entries, POSTed as one JSON array per batch.
+impl Sender<Arc<str>> for Poster {
+    async fn send(&self, batch: &[Arc<str>]) -> Result<u64, String> {
+        self.post(json_array(batch))
+            .await
+            .map(|()| batch.len() as u64)
+    }
+}
+
+/// Entries (each a JSON object already) as one JSON array.
+fn json_array(entries: &[Arc<str>]) -> Bytes {
+    let mut out = Vec::with_capacity(entries.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(e.as_bytes());
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
+
 /// Sends `pending` in batches for ever (until `stop`), then what is left, once.
 pub async fn run<T: Clone>(
     pending: Arc<Pending<T>>,
-    poster: Poster,
-    s: Settings,
-    encode: impl Fn(&[T]) -> (Bytes, u64),
+    sender: impl Sender<T>,
+    s: Batching,
     sent: Counter,
     stop: tokio_util::sync::CancellationToken,
     what: &'static str,
@@ -158,10 +188,8 @@ pub async fn run<T: Clone>(
             }
             continue;
         }
-        // The body, and how many items it carries for `sent` (spans, not calls).
-        let (body, items) = encode(&batch);
-        match poster.post(body).await {
-            Ok(()) => {
+        match sender.send(&batch).await {
+            Ok(items) => {
                 pending.sent(batch.len(), dropped_before);
                 sent.inc_by(items);
                 backoff = Duration::from_millis(100);

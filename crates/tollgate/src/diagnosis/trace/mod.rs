@@ -2,9 +2,10 @@
 //! own), remedy actions as span events. W3C Trace Context (https://www.w3.org/TR/trace-context/):
 //! a client's `traceparent` is continued (its sampled flag decides), otherwise a trace is
 //! started at the configured rate; each attempt sends the provider a `traceparent` naming
-//! its own span. Spans leave through a bounded buffer and are exported over OTLP/HTTP.
+//! its own span. Spans leave through a bounded buffer and are exported over OTLP
+//! (HTTP or gRPC, [`export`]).
 
-pub mod otlp;
+pub mod export;
 
 use http::{HeaderMap, HeaderValue};
 
@@ -150,7 +151,7 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// Spans it exports as ([`otlp::encode`]): the server span and one per attempt.
+    /// Spans it exports as ([`export`]): the server span and one per attempt.
     pub fn spans(&self) -> u64 {
         1 + self.attempts.len() as u64
     }
