@@ -230,6 +230,13 @@ fn a_budget_limits_disruptions_and_the_autoscaler_owns_the_replica_count() {
         "extraEnv[0].name=OTEL_SERVICE_NAME",
         "--set",
         "extraEnv[0].value=egress",
+        // Replicas spread over nodes: the chart fills in the pods' selector.
+        "--set",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "--set",
+        "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+        "--set",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
     ]);
     let docs = documents(&set);
     let hpa = find(&docs, "HorizontalPodAutoscaler").expect("an HPA");
@@ -247,6 +254,15 @@ fn a_budget_limits_disruptions_and_the_autoscaler_owns_the_replica_count() {
         env.iter()
             .any(|e| e["name"] == "OTEL_SERVICE_NAME" && e["value"] == "egress"),
         "{env:?}"
+    );
+    let spread = &dep["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(
+        spread["topologyKey"].as_str(),
+        Some("kubernetes.io/hostname")
+    );
+    assert_eq!(
+        spread["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"].as_str(),
+        Some("t")
     );
     // Each replica's share while Redis is away: of the most replicas there may be.
     let cm = find(&docs, "ConfigMap").unwrap();
