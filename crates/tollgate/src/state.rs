@@ -32,16 +32,20 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// This runtime as worker `client`'s: its own upstream client and its own copy of the
-    /// route targets; config sections, policies and diagnosis plan shared (read-only).
+    /// This runtime as worker `client`'s: its own upstream client, its own copy of the
+    /// route targets, of the policies' chains and of the diagnosis plan's templates (what
+    /// requests clone: a shared reference count would be written by every worker); config
+    /// sections and remedy state shared.
     pub fn for_worker(&self, client: Arc<UpstreamClient>) -> Runtime {
         let mut config = Config::clone(&self.config);
         config.routes = config.routes.detached();
+        let mut diag = crate::diagnosis::Plan::clone(&self.diag);
+        diag.templates = diag.templates.iter().map(|t| Arc::from(&**t)).collect();
         Runtime {
             config: Arc::new(config),
             client,
-            engine: self.engine.clone(),
-            diag: self.diag.clone(),
+            engine: Arc::new(self.engine.for_worker()),
+            diag: Arc::new(diag),
             intercept: self.intercept.clone(),
         }
     }

@@ -49,6 +49,7 @@ pub struct Acted {
 }
 
 /// Per config: what diagnosis does for each request. Built with the runtime.
+#[derive(Clone)]
 pub struct Plan {
     pub discovery: bool,
     pub consumer_header: Option<HeaderName>,
@@ -64,6 +65,7 @@ pub struct Plan {
     pub templates: Vec<Arc<str>>,
 }
 
+#[derive(Clone)]
 pub struct HarPlan {
     pub sample: f64,
     /// Per policy index: whether its calls are captured. `None`: every call.

@@ -200,6 +200,7 @@ impl Built {
 
 /// A policy compiled into its chain, in the registry's order: the request stack, the
 /// layer sending the attempts, the attempt stack.
+#[derive(Clone)]
 pub struct Chain {
     pub policy: Arc<str>,
     pub remedies: Vec<Arc<dyn Remedy>>,
@@ -216,6 +217,15 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// A copy whose policy name is an allocation of its own (the remedies stay shared):
+    /// see [`crate::policy::Engine::for_worker`].
+    pub fn detached(&self) -> Chain {
+        Chain {
+            policy: Arc::from(&*self.policy),
+            ..self.clone()
+        }
+    }
+
     /// The chain of `built` (in registry order) for `policy`.
     pub fn new(policy: &str, built: Vec<Built>, names: Vec<&'static str>) -> Self {
         Self {

@@ -21,8 +21,9 @@ use std::sync::Arc;
 pub struct Engine {
     /// One chain per policy, in the config's order.
     pub chains: Vec<Arc<Chain>>,
-    /// CONNECT tunnels that bypassed each policy (for `GET /policies`).
-    pub tunnelled: Vec<Tunnelled>,
+    /// CONNECT tunnels that bypassed each policy (for `GET /policies`), one set for
+    /// every worker's copy.
+    pub tunnelled: Arc<[Tunnelled]>,
     resources: FxHashMap<String, Arc<dyn Any + Send + Sync>>,
 }
 
@@ -129,6 +130,19 @@ impl Engine {
             tunnelled: (0..chains.len()).map(|_| Tunnelled::default()).collect(),
             chains,
             resources: b.resources,
+        }
+    }
+
+    /// A data-plane worker's copy: chains of its own (the remedies in them, and their
+    /// state, shared), so the reference counts a matched request clones and drops, the
+    /// chain's and the policy name's, are written by that worker's thread alone. With one
+    /// `Arc` shared by all workers, every matched request on every core wrote the same
+    /// cache line.
+    pub fn for_worker(&self) -> Engine {
+        Engine {
+            chains: self.chains.iter().map(|c| Arc::new(c.detached())).collect(),
+            tunnelled: self.tunnelled.clone(),
+            resources: self.resources.clone(),
         }
     }
 }

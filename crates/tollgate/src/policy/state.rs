@@ -13,7 +13,7 @@ pub async fn describe(policies: &PolicySet, engine: &Engine) -> Value {
         .policies
         .iter()
         .zip(&engine.chains)
-        .zip(&engine.tunnelled)
+        .zip(engine.tunnelled.iter())
     {
         let mut state = serde_json::Map::new();
         for (r, name) in chain.remedies.iter().zip(&chain.names) {
