@@ -786,22 +786,25 @@ fn all_gone(marker: &str) -> Vec<String> {
     alive_with(marker)
 }
 
+/// An executable shell script at `path`.
+fn script(path: &Path, text: &str) -> std::path::PathBuf {
+    std::fs::write(path, text).unwrap();
+    let mut perm = std::fs::metadata(path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(path, perm).unwrap();
+    path.to_owned()
+}
+
 /// A tollgate that forks a process of its own first, as nginx's master forks workers: a
 /// bench that killed only the process it started would leave that one running.
 fn forking_tollgate(dir: &Path) -> std::path::PathBuf {
-    let script = dir.join("tollgate-forking");
-    std::fs::write(
-        &script,
-        format!(
+    script(
+        &dir.join("tollgate-forking"),
+        &format!(
             "#!/bin/sh\nsleep 600 &\nexec {} \"$@\"\n",
             env!("CARGO_BIN_EXE_tollgate")
         ),
     )
-    .unwrap();
-    let mut perm = std::fs::metadata(&script).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&script, perm).unwrap();
-    script
 }
 
 fn capacity(out: &Path, bin: &Path, marker: &str, requests: &str) -> Command {
@@ -847,11 +850,10 @@ fn every_process_a_bench_starts_is_gone_when_it_returns_fails_or_is_interrupted(
 
     // A run that fails after starting processes: the tollgate it starts never says it
     // listens (its forked process keeps running until the bench kills its group).
-    let failing = dir.path().join("tollgate-failing");
-    std::fs::write(&failing, "#!/bin/sh\nsleep 600 &\nsleep 1\nexit 3\n").unwrap();
-    let mut perm = std::fs::metadata(&failing).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&failing, perm).unwrap();
+    let failing = script(
+        &dir.path().join("tollgate-failing"),
+        "#!/bin/sh\nsleep 600 &\nsleep 1\nexit 3\n",
+    );
     let failed = capacity(
         &dir.path().join("failed"),
         &failing,
@@ -861,10 +863,7 @@ fn every_process_a_bench_starts_is_gone_when_it_returns_fails_or_is_interrupted(
     .output()
     .unwrap();
     assert!(!failed.status.success());
-    assert_eq!(
-        alive_with(&format!("{marker}-failed")),
-        Vec::<String>::new()
-    );
+    assert_eq!(all_gone(&format!("{marker}-failed")), Vec::<String>::new());
 
     // Runs interrupted by Ctrl-C (SIGINT) and by a supervisor (SIGTERM) while measuring.
     for (signal, code) in [("-INT", 130), ("-TERM", 143)] {

@@ -66,6 +66,14 @@ impl<T: Clone> Pending<T> {
     }
 }
 
+/// The pooled HTTP client the diagnosis sinks send with (HAR collector, OTLP/HTTP).
+pub fn client(connector: Connector) -> Client<Connector, Body> {
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector)
+}
+
 /// POSTs bodies to one URL.
 pub struct Poster {
     client: Client<Connector, Body>,
@@ -91,12 +99,8 @@ impl Poster {
             .path_and_query(s.path.clone())
             .build()
             .map_err(|e| e.to_string())?;
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
         Ok(Self {
-            client,
+            client: client(connector),
             uri,
             headers: s.headers.clone(),
             content_type: HeaderValue::from_static(content_type),

@@ -13,7 +13,6 @@ use crate::upstream::Connector;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry::trace::{
     Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -285,10 +284,7 @@ struct OtlpHttp {
 impl OtlpHttp {
     fn new(connector: Connector) -> Self {
         Self {
-            client: Client::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .timer(TokioTimer::new())
-                .build(connector),
+            client: crate::diagnosis::har::collector::client(connector),
         }
     }
 }
