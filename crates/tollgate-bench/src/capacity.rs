@@ -55,6 +55,8 @@ struct Point {
     /// The target process's CPU per request, user and kernel, in µs (targets the bench
     /// started; not direct).
     cpu_us: Option<(f64, f64)>,
+    /// Its cycles and instructions per request, where the machine counts them.
+    counters: Option<(f64, f64)>,
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -139,6 +141,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     errors: m.errors,
                     loadgen_cpu: m.loadgen_cpu,
                     cpu_us: m.cpu_us,
+                    counters: m.counters,
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
@@ -239,7 +242,9 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         }
     }
     let peers_md = peer_table(&points, &core_list, &args.concurrency);
-    let scaling = scaling_lines(&points, &core_list, &args.concurrency);
+    let scaling = scaling_lines(&points, &core_list, &args.concurrency)
+        + &remedy_lines(&points, &core_list, &args.concurrency)
+        + &contention_lines(&points, &core_list, &args.concurrency);
     report::write(&c.out, "capacity.csv", &csv)?;
     let mut files = Vec::new();
     if core_list.len() > 1 {
@@ -314,11 +319,14 @@ fn proxies(points: &[Point]) -> Vec<String> {
     names
 }
 
-fn rps_of(points: &[Point], target: &str, cores: usize, conc: usize) -> Option<f64> {
+fn point<'a>(points: &'a [Point], target: &str, cores: usize, conc: usize) -> Option<&'a Point> {
     points
         .iter()
         .find(|p| p.target == target && p.cores == cores && p.concurrency == conc)
-        .map(|p| p.rps)
+}
+
+fn rps_of(points: &[Point], target: &str, cores: usize, conc: usize) -> Option<f64> {
+    point(points, target, cores, conc).map(|p| p.rps)
 }
 
 /// tollgate against each peer at the same core count and concurrency: requests/s of
@@ -394,6 +402,88 @@ fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -
                 let _ = writeln!(
                     out,
                     "- scaling, {n} at concurrency {conc}: {} (of its {base}-core requests/s)",
+                    steps.join(", ")
+                );
+            }
+            // Work per request stays flat when nothing the cores share grows with them.
+            let cpu = |k: usize| point(points, &n, k, conc)?.cpu_us.map(|(u, k)| u + k);
+            if let Some(first) = cpu(base) {
+                let steps: Vec<String> = core_list
+                    .iter()
+                    .filter(|&&k| k != base)
+                    .filter_map(|&k| {
+                        cpu(k)
+                            .map(|v| format!("{v:.1} at {k} ({:+.0} %)", (v / first - 1.0) * 100.0))
+                    })
+                    .collect();
+                if !steps.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "- CPU µs/request, {n} at concurrency {conc}: {first:.1} at {base} core(s), {}",
+                        steps.join(", ")
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Per proxy and concurrency, cycles and instructions per request from the fewest cores
+/// to the most: cycles that grow while the instructions stay flat are stalls on what the
+/// cores share. Where the machine has no counters, the one line saying so.
+fn contention_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
+    let (Some(&base), Some(&top)) = (core_list.iter().min(), core_list.iter().max()) else {
+        return String::new();
+    };
+    if base == top {
+        return String::new();
+    }
+    if let Err(why) = crate::counters::available() {
+        return format!(
+            "- contention: not measured: {why}; CPU µs per request by core count is the measure\n"
+        );
+    }
+    let mut out = String::new();
+    for n in proxies(points) {
+        for &conc in concurrency {
+            let at = |k: usize| point(points, &n, k, conc)?.counters;
+            let (Some((c0, i0)), Some((c1, i1))) = (at(base), at(top)) else {
+                continue;
+            };
+            let (dc, di) = ((c1 / c0 - 1.0) * 100.0, (i1 / i0 - 1.0) * 100.0);
+            let verdict = if dc > di + 5.0 {
+                "the cycles grew more than the work: stalls on what the cores share"
+            } else {
+                "no contention beyond 5 %"
+            };
+            let _ = writeln!(
+                out,
+                "- contention, {n} at concurrency {conc}: cycles/request {c0:.0} at {base} core(s), {c1:.0} at {top} ({dc:+.0} %); instructions/request {i0:.0} → {i1:.0} ({di:+.0} %): {verdict}"
+            );
+        }
+    }
+    out
+}
+
+/// tollgate's remedy scenarios against its passthrough, at each point: what a matched
+/// policy costs in requests/s, and what a cache hit saves.
+fn remedy_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
+    let mut out = String::new();
+    for scenario in ["with-remedy", "cache-hit", "with-diagnosis"] {
+        for &conc in concurrency {
+            let steps: Vec<String> = core_list
+                .iter()
+                .filter_map(|&k| {
+                    let s = rps_of(points, scenario, k, conc)?;
+                    let t = rps_of(points, "tollgate", k, conc)?;
+                    Some(format!("{:.2}× at {k} core(s)", s / t))
+                })
+                .collect();
+            if !steps.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "- {scenario} ÷ passthrough (tollgate) at concurrency {conc}: {}",
                     steps.join(", ")
                 );
             }

@@ -7,6 +7,7 @@ pub mod aggregate;
 pub mod capacity;
 pub mod charts;
 pub mod correlation;
+pub mod counters;
 pub mod floor;
 pub mod harness;
 pub mod https;

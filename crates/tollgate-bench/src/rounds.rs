@@ -19,6 +19,9 @@ pub struct Sample {
     /// The target process's CPU per request, user and kernel, in µs (processes the bench
     /// started).
     pub cpu_us: Option<(f64, f64)>,
+    /// Its cycles and instructions per request, where the machine counts them
+    /// ([`crate::counters`]).
+    pub counters: Option<(f64, f64)>,
 }
 
 /// Every target measured once per round, one after another (A B A B …), warm-up requests
@@ -53,7 +56,9 @@ pub fn sample(
 ) -> Result<Sample, String> {
     let pid = t.pid();
     let before = pid.and_then(procs::tree_cpu);
+    let counting = pid.and_then(crate::counters::start);
     let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
+    let counted = counting.and_then(|c| c.finish());
     // Warm-up requests ran inside the window too: count them.
     let served = (r.ok + r.non_2xx + warmup).max(1) as f64;
     let cpu_us = match (before, pid.and_then(procs::tree_cpu)) {
@@ -63,6 +68,7 @@ pub fn sample(
         )),
         _ => None,
     };
+    let counters = counted.map(|(c, i)| (c as f64 / served, i as f64 / served));
     Ok(Sample {
         rps: r.rps(),
         p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
@@ -70,6 +76,7 @@ pub fn sample(
         errors: r.errors + r.non_2xx,
         cpu: r.cpu_share(),
         cpu_us,
+        counters,
     })
 }
 
@@ -83,6 +90,8 @@ pub struct Summary {
     pub loadgen_cpu: f64,
     /// User and kernel µs per request, each the median over the rounds that had them.
     pub cpu_us: Option<(f64, f64)>,
+    /// Cycles and instructions per request, each the median over the rounds counted.
+    pub counters: Option<(f64, f64)>,
     pub errors: u64,
 }
 
@@ -90,6 +99,8 @@ pub fn summary(s: &[Sample]) -> Summary {
     let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
     let mut user: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
     let mut kernel: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
+    let mut cycles: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.0)).collect();
+    let mut instructions: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.1)).collect();
     let rps = s.iter().map(|x| x.rps);
     Summary {
         rps_range: (
@@ -101,6 +112,7 @@ pub fn summary(s: &[Sample]) -> Summary {
         p99_ms: col(|x| x.p99_ms),
         loadgen_cpu: col(|x| x.cpu),
         cpu_us: (!user.is_empty()).then(|| (median(&mut user), median(&mut kernel))),
+        counters: (!cycles.is_empty()).then(|| (median(&mut cycles), median(&mut instructions))),
         errors: s.iter().map(|x| x.errors).sum(),
     }
 }

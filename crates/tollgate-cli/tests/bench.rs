@@ -437,6 +437,7 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
             "none",
             "--peer",
             "hyper",
+            "--remedies",
         ],
         dir.path(),
     );
@@ -446,9 +447,20 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
             "| Cores | Concurrency | tollgate | hyper | tollgate ÷ hyper |",
             "- scaling, tollgate at concurrency 4: 2 cores ",
             "- scaling, hyper at concurrency 4: 2 cores ",
+            "- scaling, with-remedy at concurrency 4: 2 cores ",
+            "- CPU µs/request, tollgate at concurrency 4: ",
+            "- CPU µs/request, cache-hit at concurrency 4: ",
+            "- with-remedy ÷ passthrough (tollgate) at concurrency 4: ",
+            "- cache-hit ÷ passthrough (tollgate) at concurrency 4: ",
+            "- contention",
             "placement none",
         ],
     );
+    // Counted where the machine has hardware counters; where not, the run says why, once.
+    let summary = read(dir.path(), "summary.md");
+    let counted = summary.contains("- contention, with-remedy at concurrency 4: cycles/request ");
+    let why = summary.matches("- contention: not measured: ").count();
+    assert!(counted != (why == 1), "{summary}");
     non_empty(&dir.path().join("capacity-scaling.svg"));
     non_empty(&dir.path().join("capacity-scaling.png"));
     // Unpinned, 2 proxy cores plus the provider and the load generator need 4: on a

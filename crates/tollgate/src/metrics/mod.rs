@@ -205,7 +205,8 @@ metrics! {
     llm_tokens: Family<LlmTokenLabels, Counter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
     llm_cost: Family<LlmLabels, FloatCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
     llm_first_byte: Family<NameLabels, Histogram> = "llm_time_to_first_byte_seconds", "From an LLM call's admission to the first bytes of its answer's body (time to first token on a stream), by policy";
-    remedy_actions: Family<ActionLabels, Counter> = "remedy_actions", "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)";
+    /// Counted on the path by every worker: sharded per worker ([`sharded`]).
+    remedy_actions: Family<ActionLabels, sharded::ShardedCounter> = "remedy_actions", "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)";
     queue_depth: Family<NameLabels, Gauge> = "queue_depth", "Requests waiting in a rate-limit or concurrency queue, by limit name";
     queue_wait: Family<NameLabels, Histogram> = "queue_wait_seconds", "Time requests waited in a queue before going on, by limit name";
     har_entries: Family<SinkLabels, Counter> = "har_entries", "HAR entries encoded (sink=\"encoded\") and sent to the collector (sink=\"collector\")";
@@ -313,6 +314,12 @@ impl<const N: usize> Make for sharded::ShardedHistogram<N> {
 }
 
 impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Counter> {
+    fn make() -> Self {
+        Family::default()
+    }
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, sharded::ShardedCounter> {
     fn make() -> Self {
         Family::default()
     }

@@ -1,16 +1,18 @@
-//! A histogram that every worker records into without a shared lock: one shard of atomic
-//! counters per recording thread (threads beyond the shards share them), summed when
-//! `/metrics` is read. prometheus-client's `Histogram` takes one write lock per
-//! observation, which every worker's requests would contend on.
+//! Metrics that every worker records into without writing a cache line another worker
+//! writes: one shard of atomic counters per recording thread (a data-plane worker's is
+//! its index; threads beyond the shards share them), summed when `/metrics` is read.
+//! prometheus-client's `Histogram` takes one write lock per observation, and its `Counter`
+//! is one atomic that every worker's requests would pass between their cores.
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Shards: more than the workers a machine usually runs, few enough to sum cheaply.
-const SHARDS: usize = 16;
+pub const SHARDS: usize = 16;
 
 /// Durations in buckets whose upper bounds are `B` exponential steps (the last bucket,
 /// `+Inf`, is the `B + 1`-th).
@@ -38,11 +40,21 @@ struct Shard<const B: usize> {
 }
 
 thread_local! {
-    /// This thread's shard.
-    static SHARD: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS
-    };
+    /// This thread's shard: a data-plane worker sets its own ([`record_as`]); every other
+    /// thread (admin, observer, blocking pool) records into the last, which no worker
+    /// takes while the workers are fewer than the shards.
+    static SHARD: Cell<usize> = const { Cell::new(SHARDS - 1) };
+}
+
+/// Makes this thread record into shard `worker % SHARDS`: called once by each data-plane
+/// worker's thread, so that workers `0..SHARDS` each write lines of their own.
+pub fn record_as(worker: usize) {
+    SHARD.with(|s| s.set(worker % SHARDS));
+}
+
+/// This thread's shard (see [`record_as`]).
+pub fn shard() -> usize {
+    SHARD.with(Cell::get)
 }
 
 impl<const B: usize> ShardedHistogram<B> {
@@ -64,7 +76,7 @@ impl<const B: usize> ShardedHistogram<B> {
 
     pub fn observe(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let shard = &self.inner.shards[SHARD.with(|s| *s)];
+        let shard = &self.inner.shards[shard()];
         shard.sum_ns.fetch_add(ns, Ordering::Relaxed);
         match self.inner.bounds_ns.iter().position(|&b| ns <= b) {
             Some(i) => shard.counts[i].fetch_add(1, Ordering::Relaxed),
@@ -119,6 +131,59 @@ impl<const B: usize> EncodeMetric for ShardedHistogram<B> {
     }
 }
 
+/// A counter with one cell per shard, each on cache lines of its own. Made only where
+/// requests of every worker count (remedy actions): 2 KiB each.
+#[derive(Clone)]
+pub struct ShardedCounter {
+    cells: Arc<[Cell128; SHARDS]>,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Cell128(AtomicU64);
+
+impl Default for ShardedCounter {
+    fn default() -> Self {
+        Self {
+            cells: Arc::new(std::array::from_fn(|_| Cell128::default())),
+        }
+    }
+}
+
+impl ShardedCounter {
+    pub fn inc(&self) {
+        self.cells[shard()].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The sum over the shards.
+    pub fn get(&self) -> u64 {
+        self.cells
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+impl std::fmt::Debug for ShardedCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ShardedCounter").field(&self.get()).finish()
+    }
+}
+
+impl TypedMetric for ShardedCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for ShardedCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +208,33 @@ mod tests {
             vec![20, 0, 20, 20]
         );
         assert!((sum - 20.0 * 1.0505).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn a_counter_sums_what_each_worker_counted_in_its_own_shard() {
+        let c = ShardedCounter::default();
+        std::thread::scope(|s| {
+            for w in 0..20 {
+                let c = &c;
+                s.spawn(move || {
+                    record_as(w);
+                    for _ in 0..=w {
+                        c.inc();
+                    }
+                    assert!(c.cells[w % SHARDS].0.load(Ordering::Relaxed) > w as u64 / 2);
+                });
+            }
+        });
+        c.inc(); // this thread: the last shard
+        assert_eq!(c.get(), (1..=20).sum::<u64>() + 1);
+        let mut r = Registry::default();
+        r.register("acts", "Actions", c.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        assert!(
+            text.contains("# TYPE acts counter\nacts_total 211\n"),
+            "{text}"
+        );
     }
 
     #[test]

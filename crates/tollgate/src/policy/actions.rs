@@ -1,10 +1,11 @@
 //! Remedy actions: each remedy declares its actions as an enum ([`actions!`]), so a
 //! misspelt action does not compile, and counts them in
 //! `tollgate_remedy_actions_total{policy, remedy, action}`. The counters are resolved once,
-//! at compile time, and indexed by the action: counting is one atomic add.
+//! at compile time, and indexed by the action: counting is one atomic add, into the
+//! counting worker's own shard (every matched request counts, on every core).
 
+use crate::metrics::sharded::ShardedCounter as Counter;
 use crate::metrics::{ActionLabels, Metrics};
-use prometheus_client::metrics::counter::Counter;
 use std::marker::PhantomData;
 
 /// A remedy's actions.

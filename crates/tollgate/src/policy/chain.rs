@@ -53,6 +53,14 @@ pub trait Remedy: Send + Sync + 'static {
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         None
     }
+
+    /// This stage as one data-plane worker's chain runs it, where the stage keeps state
+    /// of that worker's own (the cache's copies of the entries it serves); `None`: the
+    /// one stage, shared. Only the request stack's stage is replaced, so a remedy with a
+    /// part in each attempt keeps that part shared.
+    fn for_worker(&self) -> Option<Arc<dyn Remedy>> {
+        None
+    }
 }
 
 /// One attempt on its way out: its number (0 for the first), its request and how it is
@@ -217,11 +225,17 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// A copy whose policy name is an allocation of its own (the remedies stay shared):
-    /// see [`crate::policy::Engine::for_worker`].
+    /// A copy whose policy name is an allocation of its own, with the stages that keep
+    /// per-worker state ([`Remedy::for_worker`]) made anew (the others stay shared): see
+    /// [`crate::policy::Engine::for_worker`].
     pub fn detached(&self) -> Chain {
         Chain {
             policy: Arc::from(&*self.policy),
+            remedies: self
+                .remedies
+                .iter()
+                .map(|r| r.for_worker().unwrap_or_else(|| r.clone()))
+                .collect(),
             ..self.clone()
         }
     }

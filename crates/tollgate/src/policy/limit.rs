@@ -4,7 +4,7 @@
 
 use super::chain::Exchange;
 use super::clock;
-use super::store::{Key, Store};
+use super::store::{Key, Names, Store};
 use super::window::Window;
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
@@ -58,14 +58,19 @@ pub struct Limit {
     pub resource: Arc<str>,
     pub parent: Option<Arc<Limit>>,
     store: Arc<dyn Store>,
-    total: Arc<str>,
-    other: Arc<str>,
-    seen: Arc<str>,
-    /// The store part of each listed group, made once.
-    share_parts: Vec<Arc<str>>,
+    /// The resource, `total`, `g:other`, `groups`, then each listed group's part: what
+    /// its keys name, a copy per worker.
+    names: Names,
     /// Counts amounts ([`Limit::reserve`]), never batched.
     pub amounts: bool,
 }
+
+/// Where each name is in [`Limit`]'s names.
+const RESOURCE: usize = 0;
+const TOTAL: usize = 1;
+const OTHER: usize = 2;
+const SEEN: usize = 3;
+const SHARES: usize = 4;
 
 /// The group a request counts in: its part name and limit.
 enum Group {
@@ -81,21 +86,24 @@ impl Limit {
         parent: Option<Arc<Limit>>,
         store: Arc<dyn Store>,
     ) -> Self {
-        let share_parts = spec
-            .groups
-            .iter()
-            .flat_map(|g| &g.shares)
-            .map(|(n, _)| Arc::from(format!("g:{n}")))
-            .collect();
+        let fixed = [
+            resource.clone(),
+            "total".into(),
+            "g:other".into(),
+            "groups".into(),
+        ];
+        let shares = spec.groups.iter().flat_map(|g| &g.shares);
+        let names = Names::new(
+            fixed
+                .into_iter()
+                .chain(shares.map(|(n, _)| format!("g:{n}").into())),
+        );
         Self {
-            share_parts,
+            names,
             spec,
             resource,
             parent,
             store,
-            total: Arc::from("total"),
-            other: Arc::from("g:other"),
-            seen: Arc::from("groups"),
             amounts: false,
         }
     }
@@ -106,7 +114,7 @@ impl Limit {
         };
         let value = h.get(&g.header).map(|v| v.as_bytes()).unwrap_or(b"");
         if let Some(i) = g.shares.iter().position(|(n, _)| n.as_bytes() == value) {
-            return Group::Counted(self.share_parts[i].clone(), g.shares[i].1);
+            return Group::Counted(self.names.get()[SHARES + i].clone(), g.shares[i].1);
         }
         match g.default {
             DefaultGroup::Allow => Group::None,
@@ -117,15 +125,16 @@ impl Limit {
                 let part = super::group::part("h:", value);
                 // A group seen for the first time in this window takes one of
                 // `max_groups` places; past them, groups share the one group `other`.
-                let key = Key::new(&self.resource, &part, window);
+                let n = self.names.get();
+                let key = Key::new(&n[RESOURCE], &part, window);
                 let known = self.store.get(&key).await.unwrap_or(0) > 0;
                 if known {
                     return Group::Counted(part, limit);
                 }
-                let seen = Key::new(&self.resource, &self.seen, window);
+                let seen = Key::new(&n[RESOURCE], &n[SEEN], window);
                 match self.store.add(&seen, 1, g.max_groups, end).await {
                     Ok(a) if a.taken => Group::Counted(part, limit),
-                    _ => Group::Counted(self.other.clone(), limit),
+                    _ => Group::Counted(n[OTHER].clone(), limit),
                 }
             }
         }
@@ -193,7 +202,7 @@ impl Limit {
             Group::Blocked => return Err(refused(0, true)),
             Group::None => None,
             Group::Counted(part, limit) => {
-                let key = Key::new(&self.resource, &part, window);
+                let key = Key::new(&self.names.get()[RESOURCE], &part, window);
                 match self.admit(&key, n, limit, end).await {
                     Ok(a) if !a.taken => return Err(refused(limit, false)),
                     Ok(_) => Some(key),
@@ -205,7 +214,8 @@ impl Limit {
                 }
             }
         };
-        let total = Key::new(&self.resource, &self.total, window);
+        let names = self.names.get();
+        let total = Key::new(&names[RESOURCE], &names[TOTAL], window);
         let added = match self.admit(&total, n, self.spec.limit, end).await {
             Ok(a) => a,
             Err(e) => {
@@ -263,7 +273,8 @@ impl Limit {
     /// The current window's count and end, for `GET /policies` and metrics.
     pub async fn used(&self) -> (u64, u64) {
         let (window, end) = self.spec.window.bounds(clock::now_ms());
-        let total = Key::new(&self.resource, &self.total, window);
+        let n = self.names.get();
+        let total = Key::new(&n[RESOURCE], &n[TOTAL], window);
         (self.store.get(&total).await.unwrap_or(0), end)
     }
 }

@@ -23,6 +23,7 @@ pub fn spawn(
     std::thread::Builder::new()
         .name(format!("tollgate-worker-{}", worker.index))
         .spawn(move || {
+            crate::metrics::sharded::record_as(worker.index);
             match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

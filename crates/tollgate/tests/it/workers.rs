@@ -5,6 +5,7 @@
 
 use crate::support::*;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Gateway, Overrides, StartOptions};
 
@@ -177,4 +178,150 @@ fn the_workers_stop_with_the_runtime_that_started_the_gateway() {
         std::net::TcpStream::connect(addr).is_err()
     });
     assert!(closed, "the workers' listeners outlived the runtime");
+}
+
+/// One request with `headers` on a connection of its own: `x-tollgate-cache` and the body.
+async fn fresh_cached(addr: std::net::SocketAddr, headers: &str) -> (String, String) {
+    let req = format!("GET /c HTTP/1.1\r\nHost: client\r\n{headers}Connection: close\r\n\r\n");
+    let answer = raw_exchange(addr, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let status = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-tollgate-cache: "))
+        .unwrap_or("none")
+        .to_owned();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+fn cache_config(up: std::net::SocketAddr) -> String {
+    format!(
+        "routes:\n  - prefix: /\n    upstream: http://{up}\npolicies:\n  - name: c\n    match: {{host: 127.0.0.1}}\n    cache: {{ttl: 1h}}\n"
+    )
+}
+
+/// Each worker serves hits from a copy of its own; a copy never outlives what the cache
+/// holds: once another variant replaced the entry, no worker serves the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_serves_hits_and_none_serves_a_replaced_entry() {
+    let (up, calls) = counting_upstream(|req, i| async move {
+        let enc = req
+            .headers()
+            .get("accept-encoding")
+            .map_or("identity".to_owned(), |v| v.to_str().unwrap().to_owned());
+        answer(
+            200,
+            &[("vary", "Accept-Encoding")],
+            &format!("call {i} for {enc}"),
+        )
+    })
+    .await;
+    let gw = gateway_with_workers(&cache_config(up.addr), WORKERS).await;
+    let gzip = "Accept-Encoding: gzip\r\n";
+    // Until the first response is stored (in the background), requests may miss.
+    let mut first = fresh_cached(gw.proxy_addr, gzip).await;
+    for _ in 0..200 {
+        if first.0 == "hit" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        first = fresh_cached(gw.proxy_addr, gzip).await;
+    }
+    assert_eq!(first.0, "hit");
+    let mut hits = 1;
+    // Every worker's connections are served the entry: from copies of their own.
+    for _ in 0..CONNECTIONS {
+        assert_eq!(fresh_cached(gw.proxy_addr, gzip).await, first);
+        hits += 1;
+    }
+    let text = admin_get(&gw, "/metrics").await;
+    let per = accepted_per_worker(&String::from_utf8_lossy(&text.body));
+    assert!(
+        per.iter().filter(|&&n| n > 1).count() >= 2,
+        "hits on several workers: {per:?}"
+    );
+    // Another variant replaces the entry under the same key.
+    let calls_now = || calls.load(std::sync::atomic::Ordering::SeqCst);
+    let n = calls_now();
+    let mut plain = fresh_cached(gw.proxy_addr, "").await;
+    assert_eq!(plain, ("miss".to_owned(), format!("call {n} for identity")));
+    for _ in 0..200 {
+        if plain.0 == "hit" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        plain = fresh_cached(gw.proxy_addr, "").await;
+    }
+    assert_eq!(plain.0, "hit");
+    hits += 1;
+    // No worker serves its copy of the replaced gzip entry: the first gzip request
+    // misses, and the hits after it are of the new call.
+    let n = calls_now();
+    assert_eq!(
+        fresh_cached(gw.proxy_addr, gzip).await,
+        ("miss".to_owned(), format!("call {n} for gzip"))
+    );
+    let mut new_hits = 0;
+    for _ in 0..CONNECTIONS {
+        let (status, body) = fresh_cached(gw.proxy_addr, gzip).await;
+        assert_ne!(
+            body, first.1,
+            "a worker served its copy of a replaced entry"
+        );
+        if status == "hit" {
+            new_hits += 1;
+        }
+    }
+    assert!(new_hits > CONNECTIONS / 2, "{new_hits} hits");
+    hits += new_hits;
+    // Each worker counted its hits in its own shard; the metric is their sum.
+    let line = format!(
+        "tollgate_remedy_actions_total{{policy=\"c\",remedy=\"cache\",action=\"hit\"}} {hits}\n"
+    );
+    let text = admin_get(&gw, "/metrics").await;
+    let text = String::from_utf8_lossy(&text.body);
+    assert!(text.contains(&line), "{line} in:\n{text}");
+}
+
+/// A key whose responses could not be stored is passed by every worker without looking
+/// the cache up; when the provider's responses become storable, the first one is stored
+/// and every worker serves it from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_key_is_cached_on_every_worker_once_its_responses_can_be() {
+    let storable = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = storable.clone();
+    let (up, calls) = counting_upstream(move |_, i| {
+        let store = s.load(std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let cc = if store { "max-age=600" } else { "no-store" };
+            answer(200, &[("cache-control", cc)], &format!("call {i}"))
+        }
+    })
+    .await;
+    let gw = gateway_with_workers(&cache_config(up.addr), WORKERS).await;
+    for n in 0..CONNECTIONS {
+        let (status, body) = fresh_cached(gw.proxy_addr, "").await;
+        assert_eq!((status.as_str(), body), ("miss", format!("call {n}")));
+    }
+    storable.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, stored) = fresh_cached(gw.proxy_addr, "").await;
+    assert_eq!((status.as_str(), stored.as_str()), ("miss", "call 64"));
+    let mut hit = fresh_cached(gw.proxy_addr, "").await;
+    for _ in 0..200 {
+        if hit.0 == "hit" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        hit = fresh_cached(gw.proxy_addr, "").await;
+    }
+    let before = calls.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..CONNECTIONS {
+        let (status, body) = fresh_cached(gw.proxy_addr, "").await;
+        assert_eq!(
+            status, "hit",
+            "every worker's mark gave way to the stored entry"
+        );
+        assert_eq!(body, hit.1);
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), before);
 }

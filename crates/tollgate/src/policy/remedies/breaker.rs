@@ -16,7 +16,7 @@ use crate::policy::config::RawRef;
 use crate::policy::failure::{Failure, Statuses, classify};
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::spec::Resource;
-use crate::policy::store::{Key, Store};
+use crate::policy::store::{Key, Names, Store};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use schemars::JsonSchema;
@@ -49,7 +49,8 @@ pub struct BreakerResource {
     pub resource: Arc<str>,
     /// `tollgate_breaker_state{breaker}`: 0 closed, 1 open, 2 half-open.
     pub gauge: prometheus_client::metrics::gauge::Gauge,
-    parts: [Arc<str>; 7],
+    /// Each part's name (`OPEN`, …), then the resource: a copy per worker.
+    names: Names,
 }
 
 /// This request is one of a half-open breaker's probes (of the opening that ended at
@@ -63,6 +64,7 @@ const PROBES: usize = 3;
 const PROBES_OK: usize = 4;
 const FAILED: usize = 5;
 const TOTAL: usize = 6;
+const RESOURCE: usize = 7;
 
 /// How long a breaker's state outlives its last change (an opening, a failure): on Redis
 /// every key it writes expires, so a renamed or redefined breaker (a new fingerprint)
@@ -94,18 +96,20 @@ impl BreakerResource {
             "total",
         ]
         .map(Arc::from);
+        let names = Names::new(parts.into_iter().chain([resource.clone()]));
         Self {
             name,
             spec,
             store,
             resource,
             gauge,
-            parts,
+            names,
         }
     }
 
     fn key(&self, part: usize, window: u64) -> Key {
-        Key::new(&self.resource, &self.parts[part], window)
+        let n = self.names.get();
+        Key::new(&n[RESOURCE], &n[part], window)
     }
 
     pub async fn state(&self) -> State {

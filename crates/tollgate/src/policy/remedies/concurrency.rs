@@ -14,7 +14,7 @@ use crate::policy::queue::{NextFree, Queue};
 use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
-use crate::policy::store::{Key, LOCAL_LEASE, Store};
+use crate::policy::store::{Key, LOCAL_LEASE, Names, Store};
 use http::{HeaderMap, HeaderName};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,8 @@ pub struct ConcurrencyResource {
     pub resource: Arc<str>,
     pub store: Arc<dyn Store>,
     pub queue: Option<Queue>,
-    total: Arc<str>,
+    /// The resource and `inflight`: a copy per worker.
+    names: Names,
 }
 
 impl ConcurrencyResource {
@@ -49,27 +50,29 @@ impl ConcurrencyResource {
             what: format!("concurrency limit `{name}`"),
             name,
             spec,
+            names: Names::new([resource.clone(), "inflight".into()]),
             resource,
             store,
             queue,
-            total: Arc::from("inflight"),
         }
     }
 
     fn key(&self, h: &HeaderMap) -> Key {
+        let n = self.names.get();
         let part = match &self.spec.group_by {
             Some(n) => crate::policy::group::part(
                 "inflight:",
                 h.get(n).map(|v| v.as_bytes()).unwrap_or(b""),
             ),
-            None => self.total.clone(),
+            None => n[1].clone(),
         };
-        Key::new(&self.resource, &part, 0)
+        Key::new(&n[0], &part, 0)
     }
 
     /// In flight now (ungrouped total), for `GET /policies`.
     pub async fn in_flight(&self) -> u64 {
-        let k = Key::new(&self.resource, &self.total, 0);
+        let n = self.names.get();
+        let k = Key::new(&n[0], &n[1], 0);
         self.store.leased(&k).await.unwrap_or(0)
     }
 

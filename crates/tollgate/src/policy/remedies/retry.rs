@@ -26,7 +26,7 @@ use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::failure::{Failure, Statuses, classify};
 use crate::policy::kind::{Check, Phases, RemedyKind};
-use crate::policy::store::{Key, Store};
+use crate::policy::store::{Key, Names, Store};
 use http::{Method, Response};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -54,7 +54,8 @@ pub struct Retry {
     pub store: Arc<dyn Store>,
     pub resource: Arc<str>,
     pub actions: Actions<Action>,
-    parts: [Arc<str>; 2],
+    /// `requests`, `retries`, then the resource: a copy per worker.
+    names: Names,
 }
 
 crate::policy::actions::actions! {
@@ -82,6 +83,7 @@ struct Tries {
 
 const REQUESTS: usize = 0;
 const RETRIES: usize = 1;
+const RESOURCE: usize = 2;
 
 impl Retry {
     pub fn new(
@@ -93,9 +95,9 @@ impl Retry {
         Self {
             spec,
             store,
+            names: Names::new(["requests".into(), "retries".into(), resource.clone()]),
             resource,
             actions,
-            parts: [Arc::from("requests"), Arc::from("retries")],
         }
     }
 
@@ -121,7 +123,8 @@ impl Retry {
     /// Counts a request in the budget's window.
     async fn count_request(&self) {
         let (w, len, _) = self.window();
-        let k = Key::new(&self.resource, &self.parts[REQUESTS], w);
+        let n = self.names.get();
+        let k = Key::new(&n[RESOURCE], &n[REQUESTS], w);
         let _ = self.store.add(&k, 1, u64::MAX, (w + 2) * len).await;
     }
 
@@ -130,7 +133,8 @@ impl Retry {
     async fn take_budget(&self) -> bool {
         let (w, len, weight) = self.window();
         let get = |part: usize, w: u64| {
-            let k = Key::new(&self.resource, &self.parts[part], w);
+            let n = self.names.get();
+            let k = Key::new(&n[RESOURCE], &n[part], w);
             async move { self.store.get(&k).await.unwrap_or(0) as f64 }
         };
         let requests = get(REQUESTS, w).await + get(REQUESTS, w - 1).await * weight;
@@ -139,7 +143,8 @@ impl Retry {
         if allowed < 1.0 {
             return false;
         }
-        let k = Key::new(&self.resource, &self.parts[RETRIES], w);
+        let n = self.names.get();
+        let k = Key::new(&n[RESOURCE], &n[RETRIES], w);
         matches!(self.store.add(&k, 1, allowed as u64, (w + 2) * len).await, Ok(a) if a.taken)
     }
 

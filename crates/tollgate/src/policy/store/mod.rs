@@ -11,10 +11,12 @@ pub mod exhausted;
 pub mod fallback;
 pub mod health;
 pub mod memory;
+mod names;
 pub mod redis;
 pub mod sentinel;
 pub mod settings;
 
+pub use names::Names;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -11,6 +11,7 @@
 
 mod config;
 mod control;
+mod front;
 pub mod key;
 pub mod store;
 mod tee;
@@ -59,6 +60,9 @@ pub struct Cache {
     /// An entry lasts while such misses keep coming (idle for a minute, or the ttl, it
     /// goes), so steady uncacheable traffic never waits on a leader again.
     pass: moka::sync::Cache<String, ()>,
+    /// Per slot of keys, how many stores: what tells the workers' copies
+    /// ([`front`]) that an entry they copied may have been replaced.
+    generations: front::Generations,
     pub actions: Actions<Action>,
     pub entries: prometheus_client::metrics::gauge::Gauge,
     pub bytes: prometheus_client::metrics::gauge::Gauge,
@@ -140,6 +144,7 @@ impl Cache {
             store,
             pass,
             filling: Mutex::default(),
+            generations: front::Generations::default(),
             actions,
             entries,
             bytes,
@@ -210,8 +215,12 @@ impl Cache {
     }
 }
 
-/// The cache stage of a policy.
-pub struct CacheStage(pub Arc<Cache>);
+/// The cache stage of a policy: the cache, and in a data-plane worker's chain that
+/// worker's copies of the entries it serves.
+pub struct CacheStage {
+    cache: Arc<Cache>,
+    front: Option<front::Front>,
+}
 
 /// `cache:` in a policy.
 pub struct Kind;
@@ -263,13 +272,23 @@ impl RemedyKind for Kind {
                 metrics.bytes.get_or_create(&l).clone(),
             )
         });
-        Built::from(Arc::new(CacheStage(cache)))
+        Built::from(Arc::new(CacheStage { cache, front: None }))
     }
 }
 
 impl Remedy for CacheStage {
+    fn for_worker(&self) -> Option<Arc<dyn Remedy>> {
+        Some(Arc::new(CacheStage {
+            cache: self.cache.clone(),
+            front: Some(front::Front::new(
+                self.cache.spec.max_size,
+                self.cache.spec.ttl,
+            )),
+        }))
+    }
+
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
-        let c = &self.0;
+        let c = &self.cache;
         let (entries, bytes) = c.store.size();
         let (hits, misses) = (c.actions.get(Action::Hit), c.actions.get(Action::Miss));
         Some(Box::pin(std::future::ready(serde_json::json!({
@@ -285,7 +304,7 @@ impl Remedy for CacheStage {
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let c = &self.0;
+            let c = &self.cache;
             let s = &c.spec;
             if !s.methods.contains(&x.method) || control::request_bypasses(&x.parts.headers) {
                 return Ok(bypass(x, c));
@@ -306,22 +325,56 @@ impl Remedy for CacheStage {
                 &s.key_headers,
                 body.as_deref(),
             );
+            // This worker's copy first: a hit there touches nothing another worker writes.
+            let generation = c.generations.of(&key);
+            let mut check = None;
+            let mut passed = false;
+            if let Some(f) = &self.front {
+                let now = clock::now_ms();
+                let accepts = |e: &Entry| e.matches(&x.parts.headers);
+                match f.serve(&key, generation, now, accepts, |e| c.hit(e, &x.method)) {
+                    front::Found::Served(resp) => {
+                        c.actions.record(x, Action::Hit);
+                        x.locals.insert(CacheStatus::Hit);
+                        return Ok(Flow::Answer(resp));
+                    }
+                    front::Found::Pass => passed = true,
+                    front::Found::Check(source) => check = Some(source),
+                    front::Found::Nothing => {}
+                }
+            }
             // Single-flight: at most one round of waiting for another request's fetch.
             let mut waited = false;
             let fill = loop {
+                if passed {
+                    // No entry since the mark (the generation did not move): a miss
+                    // that waits for no one.
+                    break (None, None);
+                }
+                let got = c.store.get(&key).await.ok().flatten();
+                let empty = got.is_none();
+                let now = clock::now_ms();
+                let mut copied = false;
+                if let (Some(f), Some(source)) = (&self.front, check.take()) {
+                    match &got {
+                        Some(e) if front::same(source, e) => {
+                            f.confirmed(&key, generation, now);
+                            copied = true;
+                        }
+                        _ => f.forget(&key),
+                    }
+                }
                 // An entry stored for other values of the headers its response varied on
                 // is no entry for this request (the new response replaces it).
-                let found = c
-                    .store
-                    .get(&key)
-                    .await
-                    .ok()
-                    .flatten()
-                    .filter(|e| e.matches(&x.parts.headers));
-                let now = clock::now_ms();
+                let found = got.filter(|e| e.matches(&x.parts.headers));
                 if let Some(e) = &found
                     && e.fresh_until_ms > now
                 {
+                    if let Some(f) = &self.front
+                        && !copied
+                    {
+                        f.keep(&key, e, generation, now);
+                    }
                     c.actions.record(x, Action::Hit);
                     x.locals.insert(CacheStatus::Hit);
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
@@ -329,6 +382,12 @@ impl Remedy for CacheStage {
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
                 // `get`, not `contains_key`: a use keeps the entry alive.
                 if c.pass.get(&key).is_some() {
+                    if let Some(f) = &self.front
+                        && empty
+                        && !waited
+                    {
+                        f.pass(&key, generation, now);
+                    }
                     break (None, stale);
                 }
                 match c.join_or_fill(&key) {
@@ -358,7 +417,7 @@ impl Remedy for CacheStage {
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
-        let c = &self.0;
+        let c = &self.cache;
         let Some(&status) = x.locals.get::<CacheStatus>() else {
             return resp;
         };
@@ -395,10 +454,12 @@ impl Remedy for CacheStage {
                 vary: stale.vary.clone(),
             });
             let resp = c.hit(&entry, &x.method);
-            let store = c.store.clone();
+            let cache = c.clone();
             let fill = pending.fill;
             tokio::spawn(async move {
-                let _ = store.put(pending.key, entry).await;
+                let slot = cache.generations.slot(&pending.key);
+                let _ = cache.store.put(pending.key, entry).await;
+                cache.generations.stored(slot);
                 drop(fill);
             });
             return resp;

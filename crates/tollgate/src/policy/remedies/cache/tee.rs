@@ -92,7 +92,9 @@ fn store(s: Storing, body: Bytes) {
     let key = s.key;
     tokio::spawn(async move {
         cache.actions.inc(super::Action::Stored);
+        let slot = cache.generations.slot(&key);
         let _ = cache.store.put(key, entry).await;
+        cache.generations.stored(slot);
         let (entries, bytes) = cache.store.size();
         cache.entries.set(entries as i64);
         cache.bytes.set(bytes as i64);
