@@ -444,7 +444,7 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
     summary_says(
         dir.path(),
         &[
-            "| Cores | Concurrency | tollgate | hyper | tollgate ÷ hyper |",
+            "| Cores | Concurrency | tollgate | cache-hit | with-remedy | hyper | tollgate ÷ hyper |",
             "- scaling, tollgate at concurrency 4: 2 cores ",
             "- scaling, hyper at concurrency 4: 2 cores ",
             "- scaling, with-remedy at concurrency 4: 2 cores ",
