@@ -36,6 +36,38 @@ impl Runtime {
     /// route targets, of the policies' chains and of the diagnosis plan's templates (what
     /// requests clone: a shared reference count would be written by every worker); config
     /// sections and remedy state shared.
+    /// [`Runtime::for_worker`] for each worker (`clients[i]` is worker `i`'s), each copy
+    /// built on a thread of its own while the others are built. The allocator serves each
+    /// live thread from memory of its own, so no cache line then holds reference counts
+    /// of two workers' copies: built one after another on one thread, two workers' copies
+    /// of a short name (a policy's, a route's host) could sit side by side on one line,
+    /// and every request of both workers would write it. (64 threads at a time at most.)
+    pub fn for_workers(&self, clients: &[Arc<UpstreamClient>]) -> Vec<Runtime> {
+        let mut copies = Vec::with_capacity(clients.len());
+        for chunk in clients.chunks(64) {
+            std::thread::scope(|s| {
+                let copying: Vec<_> = chunk
+                    .iter()
+                    .map(|c| {
+                        let client = c.clone();
+                        std::thread::Builder::new()
+                            .name("tollgate-copy".into())
+                            .spawn_scoped(s, move || self.for_worker(client))
+                    })
+                    .collect();
+                for (c, t) in chunk.iter().zip(copying) {
+                    copies.push(match t.map(|t| t.join()) {
+                        Ok(Ok(runtime)) => runtime,
+                        Ok(Err(panicked)) => std::panic::resume_unwind(panicked),
+                        // No thread to be had: the copy is still correct, built here.
+                        Err(_) => self.for_worker(c.clone()),
+                    });
+                }
+            });
+        }
+        copies
+    }
+
     pub fn for_worker(&self, client: Arc<UpstreamClient>) -> Runtime {
         let mut config = Config::clone(&self.config);
         config.routes = config.routes.detached();
@@ -201,12 +233,13 @@ impl Shared {
         let via = Via::default();
         let ids = RequestIds::prefix();
         let give_up = CancellationToken::new();
-        let locals = clients
+        let locals = runtime
+            .for_workers(&clients)
             .into_iter()
             .zip(observers)
             .enumerate()
-            .map(|(i, (client, observer))| Local {
-                runtime: ArcSwap::from_pointee(runtime.for_worker(client)),
+            .map(|(i, (copy, observer))| Local {
+                runtime: ArcSwap::from_pointee(copy),
                 conns: Conns::default(),
                 observer,
                 ids: RequestIds::new(ids, i),
@@ -257,10 +290,8 @@ impl Shared {
     /// Installs a new canonical runtime and each worker's copy of it, with that worker's
     /// client (`clients[i]`, one per worker).
     pub fn install(&self, runtime: Runtime, clients: &[Arc<UpstreamClient>]) {
-        for (local, client) in self.locals.iter().zip(clients) {
-            local
-                .runtime
-                .store(Arc::new(runtime.for_worker(client.clone())));
+        for (local, copy) in self.locals.iter().zip(runtime.for_workers(clients)) {
+            local.runtime.store(Arc::new(copy));
         }
         self.runtime.store(Arc::new(runtime));
     }

@@ -325,3 +325,55 @@ async fn a_passed_key_is_cached_on_every_worker_once_its_responses_can_be() {
     }
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), before);
 }
+
+/// The blocks of 128 bytes (a cache line and the one the CPU fetches beside it) that hold
+/// the reference counts of `ptrs`' allocations (an `Arc`'s counts are the 16 bytes
+/// before its value).
+fn count_blocks(ptrs: &[usize]) -> Vec<usize> {
+    ptrs.iter().map(|p| (p - 16) / 128).collect()
+}
+
+/// What each worker's requests clone (its chain, its policy's name, its route's target)
+/// are copies of its own, and no two workers' copies share a cache line: each copy is
+/// built on a thread of its own, at start and at every reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_two_workers_copies_share_a_cache_line() {
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.yaml");
+    let yaml = format!(
+        "routes:\n  - prefix: /\n    upstream: http://{}\npolicies:\n  - name: p\n    match: {{host: 127.0.0.1}}\n    cache: {{ttl: 1h}}\n",
+        up.addr
+    );
+    std::fs::write(&path, &yaml).unwrap();
+    let gw = Gateway::start(StartOptions {
+        config_files: Some(tollgate::config::ConfigFiles::one(&path)),
+        overrides: Overrides {
+            listen: Some(local0()),
+            admin: Some(local0()),
+        },
+        workers: Some(WORKERS),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for round in 0..2 {
+        let (mut names, mut chains) = (Vec::new(), Vec::new());
+        for local in &gw.shared().locals {
+            let rt = local.runtime.load();
+            let chain = &rt.engine.chains[0];
+            names.push(std::sync::Arc::as_ptr(&chain.policy) as *const u8 as usize);
+            chains.push(std::sync::Arc::as_ptr(chain) as usize);
+        }
+        let mut blocks = count_blocks(&names);
+        blocks.extend(count_blocks(&chains));
+        let distinct: HashSet<_> = blocks.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            2 * WORKERS,
+            "round {round}: {names:x?} {chains:x?}"
+        );
+        std::fs::write(&path, yaml.replace("name: p", "name: q")).unwrap();
+        assert_eq!(post_reload(&gw).await.status, 200);
+    }
+}

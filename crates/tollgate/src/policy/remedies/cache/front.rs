@@ -25,8 +25,8 @@ use std::sync::{Mutex, Weak};
 
 /// How often a copy or mark is looked up in the shared store regardless, at most.
 const TOUCH_MS: u64 = 1000;
-/// The slots keys' generations are spread over.
-const SLOTS: usize = 64;
+/// The slots keys' generations (and fills, `super::Cache`) are spread over.
+pub const SLOTS: usize = 64;
 
 /// Per slot of keys, how many stores there have been: written on a store, read on each
 /// hit (a line every core can keep, since it changes only when an entry is stored).

@@ -50,11 +50,18 @@ pub struct CacheSpec {
     pub revalidate: bool,
 }
 
+/// One slot's keys being fetched.
+#[derive(Default)]
+#[repr(align(128))]
+struct Filling(Mutex<FxHashMap<Arc<str>, watch::Receiver<bool>>>);
+
 pub struct Cache {
     pub spec: CacheSpec,
     pub store: Arc<dyn CacheStore>,
-    /// Keys being fetched now (single-flight); touched on misses only.
-    filling: Mutex<FxHashMap<Arc<str>, watch::Receiver<bool>>>,
+    /// Keys being fetched now (single-flight), in the slots of [`front::Generations`],
+    /// each on lines of its own: touched on misses only, and misses of keys in two slots
+    /// never meet on a lock.
+    filling: Box<[Filling]>,
     /// Keys whose last response could not be stored ("hit-for-pass", as Varnish calls
     /// it): their misses go straight to the provider instead of waiting on each other.
     /// An entry lasts while such misses keep coming (idle for a minute, or the ttl, it
@@ -120,7 +127,8 @@ pub struct Fill {
 
 impl Drop for Fill {
     fn drop(&mut self) {
-        if let Ok(mut f) = self.cache.filling.lock() {
+        let slot = self.cache.generations.slot(&self.key);
+        if let Ok(mut f) = self.cache.filling[slot].0.lock() {
             f.remove(&self.key);
         }
         let _ = self.done.send(true);
@@ -143,7 +151,7 @@ impl Cache {
             spec,
             store,
             pass,
-            filling: Mutex::default(),
+            filling: (0..front::SLOTS).map(|_| Filling::default()).collect(),
             generations: front::Generations::default(),
             actions,
             entries,
@@ -168,7 +176,11 @@ impl Cache {
 
     /// Joins the fetch of `key` in progress, or starts one (returns its ticket).
     fn join_or_fill(self: &Arc<Self>, key: &str) -> Result<Fill, watch::Receiver<bool>> {
-        let mut f = self.filling.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = self.generations.slot(key);
+        let mut f = self.filling[slot]
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(rx) = f.get(key) {
             return Err(rx.clone());
         }
