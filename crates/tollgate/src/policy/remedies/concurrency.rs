@@ -75,13 +75,23 @@ impl ConcurrencyResource {
         let k = Key::new(&n[0], &n[1], 0);
         self.store.leased(&k).await.unwrap_or(0)
     }
+}
 
+/// A worker's handle on a concurrency resource: what a held slot keeps to release it.
+/// Each worker's stage has its own ([`Remedy::for_worker`]), on lines of its own, so the
+/// reference count a request bumps is its worker's alone (the resource's own `Arc` would
+/// be written by every worker's requests).
+#[repr(align(128))]
+struct Handle(Arc<ConcurrencyResource>);
+
+impl Handle {
     async fn take(self: &Arc<Self>, key: &Key) -> Option<Slot> {
-        let ttl = self.store.lease_ttl();
+        let r = &self.0;
+        let ttl = r.store.lease_ttl();
         let ttl_ms = ttl.map_or(0, |t| t.as_millis() as u64);
-        match self.store.lease(key, self.spec.max, ttl_ms).await {
+        match r.store.lease(key, r.spec.max, ttl_ms).await {
             Ok(Some(lease)) => Some(Slot {
-                resource: self.clone(),
+                handle: self.clone(),
                 key: key.clone(),
                 lease,
                 renewing: ttl
@@ -92,8 +102,8 @@ impl ConcurrencyResource {
             Err(e) => {
                 tracing::warn!("{e}; request let through");
                 Some(Slot {
-                    resource: self.clone(),
-                    key: Key::new(&self.resource, &Arc::from("unreachable"), 0),
+                    handle: self.clone(),
+                    key: Key::new(&r.resource, &Arc::from("unreachable"), 0),
                     lease: LOCAL_LEASE,
                     renewing: None,
                 })
@@ -114,7 +124,7 @@ impl ConcurrencyResource {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(ttl / 3).await;
-                let _ = me.store.renew(&key, lease, ttl_ms).await;
+                let _ = me.0.store.renew(&key, lease, ttl_ms).await;
             }
         })
         .abort_handle()
@@ -123,7 +133,7 @@ impl ConcurrencyResource {
 
 /// A held slot: released when the exchange ends, waking the queue's head.
 struct Slot {
-    resource: Arc<ConcurrencyResource>,
+    handle: Arc<Handle>,
     key: Key,
     lease: u64,
     renewing: Option<tokio::task::AbortHandle>,
@@ -134,8 +144,9 @@ impl Drop for Slot {
         if let Some(r) = &self.renewing {
             r.abort();
         }
-        self.resource.store.unlease(&self.key, self.lease);
-        if let Some(q) = &self.resource.queue {
+        let r = &self.handle.0;
+        r.store.unlease(&self.key, self.lease);
+        if let Some(q) = &r.queue {
             q.wake();
         }
     }
@@ -143,6 +154,7 @@ impl Drop for Slot {
 
 pub struct Concurrency {
     pub resource: Arc<ConcurrencyResource>,
+    handle: Arc<Handle>,
     pub actions: Actions<Action>,
 }
 
@@ -192,6 +204,7 @@ impl RemedyKind for Kind {
             )
         });
         Built::from(Arc::new(Concurrency {
+            handle: Arc::new(Handle(resource.clone())),
             resource,
             actions: b.actions(),
         }))
@@ -214,6 +227,14 @@ impl Shared for Kind {
 }
 
 impl Remedy for Concurrency {
+    fn for_worker(&self) -> Option<Arc<dyn Remedy>> {
+        Some(Arc::new(Concurrency {
+            resource: self.resource.clone(),
+            handle: Arc::new(Handle(self.resource.clone())),
+            actions: self.actions.clone(),
+        }))
+    }
+
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         Some(Box::pin(async move {
             let c = &self.resource;
@@ -232,7 +253,7 @@ impl Remedy for Concurrency {
             let key = r.key(&x.parts.headers);
             let first = match &r.queue {
                 Some(q) if !q.is_empty() => None,
-                _ => r.take(&key).await,
+                _ => self.handle.take(&key).await,
             };
             if let Some(slot) = first {
                 self.actions.record(x, Action::Allowed);
@@ -262,7 +283,7 @@ impl Remedy for Concurrency {
                     || {
                         let (key, got) = (&key, &got);
                         Box::pin(async move {
-                            match r.take(key).await {
+                            match self.handle.take(key).await {
                                 Some(slot) => {
                                     if let Ok(mut g) = got.lock() {
                                         *g = Some(slot);
