@@ -36,36 +36,9 @@ impl Runtime {
     /// route targets, of the policies' chains and of the diagnosis plan's templates (what
     /// requests clone: a shared reference count would be written by every worker); config
     /// sections and remedy state shared.
-    /// [`Runtime::for_worker`] for each worker (`clients[i]` is worker `i`'s), each copy
-    /// built on a thread of its own while the others are built. The allocator serves each
-    /// live thread from memory of its own, so no cache line then holds reference counts
-    /// of two workers' copies: built one after another on one thread, two workers' copies
-    /// of a short name (a policy's, a route's host) could sit side by side on one line,
-    /// and every request of both workers would write it. (64 threads at a time at most.)
+    /// [`Runtime::for_worker`] for each worker (`clients[i]` is worker `i`'s).
     pub fn for_workers(&self, clients: &[Arc<UpstreamClient>]) -> Vec<Runtime> {
-        let mut copies = Vec::with_capacity(clients.len());
-        for chunk in clients.chunks(64) {
-            std::thread::scope(|s| {
-                let copying: Vec<_> = chunk
-                    .iter()
-                    .map(|c| {
-                        let client = c.clone();
-                        std::thread::Builder::new()
-                            .name("tollgate-copy".into())
-                            .spawn_scoped(s, move || self.for_worker(client))
-                    })
-                    .collect();
-                for (c, t) in chunk.iter().zip(copying) {
-                    copies.push(match t.map(|t| t.join()) {
-                        Ok(Ok(runtime)) => runtime,
-                        Ok(Err(panicked)) => std::panic::resume_unwind(panicked),
-                        // No thread to be had: the copy is still correct, built here.
-                        Err(_) => self.for_worker(c.clone()),
-                    });
-                }
-            });
-        }
-        copies
+        clients.iter().map(|c| self.for_worker(c.clone())).collect()
     }
 
     pub fn for_worker(&self, client: Arc<UpstreamClient>) -> Runtime {

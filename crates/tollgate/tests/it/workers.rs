@@ -333,9 +333,8 @@ fn count_blocks(ptrs: &[usize]) -> Vec<usize> {
     ptrs.iter().map(|p| (p - 16) / 128).collect()
 }
 
-/// What each worker's requests clone (its chain, its policy's name, its route's target)
-/// are copies of its own, and no two workers' copies share a cache line: each copy is
-/// built on a thread of its own, at start and at every reload.
+/// What each worker's requests clone (its chain, its policy's name) are copies of its
+/// own, and no two workers' copies share a cache line, at start and after a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_two_workers_copies_share_a_cache_line() {
     let up = echo_upstream().await;

@@ -67,7 +67,9 @@ impl Generations {
     }
 }
 
-/// One worker's copies and marks.
+/// One worker's copies and marks; its lock, taken by each of the worker's hits, on lines
+/// of its own.
+#[repr(align(128))]
 pub struct Front {
     /// SipHash (std's keyed hasher): keys carry client-chosen URLs.
     copies: Mutex<Copies>,
