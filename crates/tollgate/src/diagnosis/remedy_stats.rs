@@ -24,10 +24,10 @@ impl Scope {
         // a request has a handful of actions, so looking back costs less than a set.
         for (i, a) in acted.iter().enumerate() {
             let k = (a.remedy, a.action);
-            if acted[..i].iter().any(|b| (b.remedy, b.action) == k) {
+            if acted[..i].iter().any(|b| same(&(b.remedy, b.action), &k)) {
                 continue;
             }
-            match self.actions.iter_mut().find(|(have, _)| *have == k) {
+            match self.actions.iter_mut().find(|(have, _)| same(have, &k)) {
                 Some((_, n)) => *n += 1,
                 None => self.actions.push((k, 1)),
             }
@@ -56,14 +56,21 @@ pub struct RemedyStats {
     by_status: FxHashMap<u16, Scope>,
 }
 
+/// Whether two (remedy, action) names are the same: the same `&'static str`s as a rule
+/// (each remedy's action names are constants), so their addresses decide before their
+/// bytes are compared.
+fn same(a: &(&'static str, &'static str), b: &(&'static str, &'static str)) -> bool {
+    let eq = |x: &str, y: &str| std::ptr::eq(x, y) || x == y;
+    eq(a.0, b.0) && eq(a.1, b.1)
+}
+
 /// The scope of `key`, made on its first request (the only time a key is copied), or
-/// `other` once `MAX_KEYS` are kept.
+/// `other` once `MAX_KEYS` are kept. A key seen before costs two lookups.
 fn bounded<'a>(map: &'a mut FxHashMap<Box<str>, Scope>, key: &str) -> &'a mut Scope {
-    let key = if map.contains_key(key) || map.len() < MAX_KEYS {
-        key
-    } else {
-        "other"
-    };
+    if map.contains_key(key) {
+        return map.get_mut(key).expect("looked up above");
+    }
+    let key = if map.len() < MAX_KEYS { key } else { "other" };
     if !map.contains_key(key) {
         map.insert(key.into(), Scope::default());
     }
