@@ -20,6 +20,21 @@ async fn fresh(addr: std::net::SocketAddr, path: &str) -> String {
     raw_exchange(addr, req.as_bytes()).await
 }
 
+/// A gateway of [`WORKERS`] workers on a config file (reload tests).
+async fn from_file(path: &std::path::Path) -> Gateway {
+    Gateway::start(StartOptions {
+        config_files: Some(tollgate::config::ConfigFiles::one(path)),
+        overrides: Overrides {
+            listen: Some(local0()),
+            admin: Some(local0()),
+        },
+        workers: Some(WORKERS),
+        ..Default::default()
+    })
+    .await
+    .expect("gateway starts")
+}
+
 fn accepted_per_worker(metrics: &str) -> Vec<u64> {
     (0..WORKERS)
         .map(|w| {
@@ -83,17 +98,7 @@ async fn a_reload_reaches_every_worker() {
     let route =
         |up: std::net::SocketAddr| format!("routes:\n  - prefix: /\n    upstream: http://{up}\n");
     std::fs::write(file.path(), route(a.addr)).unwrap();
-    let gw = Gateway::start(StartOptions {
-        config_files: Some(tollgate::config::ConfigFiles::one(file.path())),
-        overrides: Overrides {
-            listen: Some(local0()),
-            admin: Some(local0()),
-        },
-        workers: Some(WORKERS),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let gw = from_file(file.path()).await;
     assert!(fresh(gw.proxy_addr, "/x").await.contains("\"path\":\"/x\""));
     std::fs::write(file.path(), route(b.addr)).unwrap();
     assert_eq!(post_reload(&gw).await.status, 200);
@@ -345,17 +350,7 @@ async fn no_two_workers_copies_share_a_cache_line() {
         up.addr
     );
     std::fs::write(&path, &yaml).unwrap();
-    let gw = Gateway::start(StartOptions {
-        config_files: Some(tollgate::config::ConfigFiles::one(&path)),
-        overrides: Overrides {
-            listen: Some(local0()),
-            admin: Some(local0()),
-        },
-        workers: Some(WORKERS),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let gw = from_file(&path).await;
     for round in 0..2 {
         let (mut names, mut chains) = (Vec::new(), Vec::new());
         for local in &gw.shared().locals {
