@@ -57,6 +57,8 @@ struct Point {
     cpu_us: Option<(f64, f64)>,
     /// Its cycles and instructions per request, where the machine counts them.
     counters: Option<(f64, f64)>,
+    /// tollgate's observer thread's share of one core.
+    observer: Option<f64>,
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -142,6 +144,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     loadgen_cpu: m.loadgen_cpu,
                     cpu_us: m.cpu_us,
                     counters: m.counters,
+                    observer: m.observer,
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
@@ -176,7 +179,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             .unwrap_or(f64::NAN)
     };
     let mut csv = String::from(
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request\n",
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share\n",
     );
     let mut md = String::from(
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -192,7 +195,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         };
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2},{cpu_csv}",
+            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2},{cpu_csv},{}",
             p.concurrency,
             p.cores,
             p.target,
@@ -202,7 +205,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             p.p99_ms,
             ratio,
             p.errors,
-            p.loadgen_cpu
+            p.loadgen_cpu,
+            p.observer.map_or(String::new(), |o| format!("{o:.3}"))
         );
         let _ = writeln!(
             md,
@@ -244,7 +248,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let peers_md = peer_table(&points, &core_list, &args.concurrency);
     let scaling = scaling_lines(&points, &core_list, &args.concurrency)
         + &remedy_lines(&points, &core_list, &args.concurrency)
-        + &contention_lines(&points, &core_list, &args.concurrency);
+        + &contention_lines(&points, &core_list, &args.concurrency)
+        + &observer_lines(&points, &core_list, &args.concurrency);
     report::write(&c.out, "capacity.csv", &csv)?;
     let mut files = Vec::new();
     if core_list.len() > 1 {
@@ -466,6 +471,38 @@ fn contention_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]
     out
 }
 
+/// Per tollgate scenario and concurrency, the share of a core its one observer thread used
+/// at each core count: the workers grow with the cores, the observer does not, so a share
+/// near 1 says it is what limits the gateway.
+fn observer_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
+    let mut out = String::new();
+    for n in proxies(points) {
+        for &conc in concurrency {
+            let steps: Vec<String> = core_list
+                .iter()
+                .filter_map(|&k| {
+                    let share = point(points, &n, k, conc)?.observer?;
+                    Some(format!("{share:.2} at {k} core(s)"))
+                })
+                .collect();
+            steps_line(
+                &mut out,
+                &format!("observer thread, {n} at concurrency {conc}"),
+                &steps,
+                " of one core",
+            );
+        }
+    }
+    out
+}
+
+/// `- head: step, step, …tail`, when there are steps.
+fn steps_line(out: &mut String, head: &str, steps: &[String], tail: &str) {
+    if !steps.is_empty() {
+        let _ = writeln!(out, "- {head}: {}{tail}", steps.join(", "));
+    }
+}
+
 /// tollgate's remedy scenarios against its passthrough, at each point: what a matched
 /// policy costs in requests/s, and what a cache hit saves.
 fn remedy_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -> String {
@@ -480,13 +517,12 @@ fn remedy_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) ->
                     Some(format!("{:.2}× at {k} core(s)", s / t))
                 })
                 .collect();
-            if !steps.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "- {scenario} ÷ passthrough (tollgate) at concurrency {conc}: {}",
-                    steps.join(", ")
-                );
-            }
+            steps_line(
+                &mut out,
+                &format!("{scenario} ÷ passthrough (tollgate) at concurrency {conc}"),
+                &steps,
+                "",
+            );
         }
     }
     out

@@ -210,6 +210,31 @@ pub fn tree_sched(pid: u32) -> Option<Sched> {
     })
 }
 
+/// Time on a CPU of the process's threads named `name` (ASCII; the kernel keeps its first
+/// 15 bytes), from their `schedstat` (Linux; `None` elsewhere or when no thread has that
+/// name): one thread's load, e.g. tollgate's observer.
+pub fn thread_run(pid: u32, name: &str) -> Option<Duration> {
+    let kept = &name[..name.len().min(15)];
+    let mut found = None;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != kept {
+            continue;
+        }
+        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        *found.get_or_insert(Duration::ZERO) += Duration::from_nanos(ns);
+    }
+    found
+}
+
 pub fn on_path(bin: &str) -> Option<PathBuf> {
     if bin.contains('/') {
         return Path::new(bin).is_file().then(|| bin.into());

@@ -6,6 +6,7 @@ use crate::loadgen::Mode;
 use crate::procs;
 use crate::stats::{self, median};
 use std::borrow::Borrow;
+use std::time::Instant;
 
 /// One closed-loop measurement of one target.
 #[derive(Clone)]
@@ -22,7 +23,13 @@ pub struct Sample {
     /// Its cycles and instructions per request, where the machine counts them
     /// ([`crate::counters`]).
     pub counters: Option<(f64, f64)>,
+    /// The share of one core that tollgate's observer thread used (every request's event,
+    /// from all workers, goes through that one thread): near 1, it is the limit.
+    pub observer: Option<f64>,
 }
+
+/// tollgate's observer thread, by name ([`procs::thread_run`]).
+const OBSERVER: &str = "tollgate-observer";
 
 /// Every target measured once per round, one after another (A B A B …), warm-up requests
 /// in the first round only: each target's samples, in target order.
@@ -57,7 +64,12 @@ pub fn sample(
     let pid = t.pid();
     let before = pid.and_then(procs::tree_cpu);
     let counting = pid.and_then(crate::counters::start);
+    let observed = pid.and_then(|p| Some((procs::thread_run(p, OBSERVER)?, Instant::now())));
     let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
+    let observer = observed.and_then(|(run, at)| {
+        let now = procs::thread_run(pid?, OBSERVER)?;
+        Some(now.saturating_sub(run).as_secs_f64() / at.elapsed().as_secs_f64())
+    });
     let counted = counting.and_then(|c| c.finish());
     // Warm-up requests ran inside the window too: count them.
     let served = (r.ok + r.non_2xx + warmup).max(1) as f64;
@@ -77,6 +89,7 @@ pub fn sample(
         cpu: r.cpu_share(),
         cpu_us,
         counters,
+        observer,
     })
 }
 
@@ -92,6 +105,8 @@ pub struct Summary {
     pub cpu_us: Option<(f64, f64)>,
     /// Cycles and instructions per request, each the median over the rounds counted.
     pub counters: Option<(f64, f64)>,
+    /// The observer thread's share of a core, the median over the rounds.
+    pub observer: Option<f64>,
     pub errors: u64,
 }
 
@@ -101,6 +116,7 @@ pub fn summary(s: &[Sample]) -> Summary {
     let mut kernel: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
     let mut cycles: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.0)).collect();
     let mut instructions: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.1)).collect();
+    let mut observer: Vec<f64> = s.iter().filter_map(|x| x.observer).collect();
     let rps = s.iter().map(|x| x.rps);
     Summary {
         rps_range: (
@@ -113,6 +129,7 @@ pub fn summary(s: &[Sample]) -> Summary {
         loadgen_cpu: col(|x| x.cpu),
         cpu_us: (!user.is_empty()).then(|| (median(&mut user), median(&mut kernel))),
         counters: (!cycles.is_empty()).then(|| (median(&mut cycles), median(&mut instructions))),
+        observer: (!observer.is_empty()).then(|| median(&mut observer)),
         errors: s.iter().map(|x| x.errors).sum(),
     }
 }

@@ -295,7 +295,7 @@ fn correlation_and_capacity_tiny_runs() {
     assert!(received > 0, "no call streamed: {summary}");
     assert_eq!(
         lines[0],
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request"
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share"
     );
     assert_eq!(
         lines.len(),
@@ -322,11 +322,17 @@ fn correlation_and_capacity_tiny_runs() {
         assert!(f[4].parse::<f64>().unwrap() > 0.0, "{l}");
         assert_eq!(f[8], "0", "no errors: {l}");
         if f[2] == "direct" {
-            assert_eq!(&f[10..], ["", ""], "no process of its own: {l}");
+            assert_eq!(&f[10..], ["", "", ""], "no process of its own: {l}");
         } else {
             // Clock ticks are 10 ms: a tiny run may show 0, never a negative or a blank.
-            for v in &f[10..] {
+            for v in &f[10..12] {
                 assert!(v.parse::<f64>().unwrap() >= 0.0, "{l}");
+            }
+            // The observer thread's share of a core: tollgate's targets only.
+            if f[2] == "hyper" {
+                assert_eq!(f[12], "", "{l}");
+            } else {
+                assert!((0.0..=1.1).contains(&f[12].parse::<f64>().unwrap()), "{l}");
             }
         }
     }
@@ -461,6 +467,23 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
     let counted = summary.contains("- contention, with-remedy at concurrency 4: cycles/request ");
     let why = summary.matches("- contention: not measured: ").count();
     assert!(counted != (why == 1), "{summary}");
+    // The observer thread's share of a core, for tollgate's targets only (a peer has none),
+    // at each core count: a thread's share, between 0 and 1.
+    for n in ["tollgate", "cache-hit", "with-remedy"] {
+        let head = format!("- observer thread, {n} at concurrency 4: ");
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no {head:?} in\n{summary}"));
+        let shares: Vec<f64> = line[head.len()..]
+            .split(", ")
+            .map(|s| s.split(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(shares.len(), 2, "{line}");
+        assert!(shares.iter().all(|s| (0.0..=1.1).contains(s)), "{line}");
+        assert!(line.ends_with("at 2 core(s) of one core"), "{line}");
+    }
+    assert!(!summary.contains("- observer thread, hyper"), "{summary}");
     non_empty(&dir.path().join("capacity-scaling.svg"));
     non_empty(&dir.path().join("capacity-scaling.png"));
     // Unpinned, 2 proxy cores plus the provider and the load generator need 4: on a
