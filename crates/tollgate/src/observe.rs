@@ -55,6 +55,47 @@ pub struct Access {
 pub struct Observer {
     tx: mpsc::Sender<Event>,
     metrics: Metrics,
+    /// Where this worker counts its own matched requests' remedy statistics: when
+    /// discovery is off (discovery names the endpoint, on the observer thread).
+    settle: Option<Settle>,
+}
+
+/// A worker's part of the remedy statistics, and what tells it whether the observer
+/// thread needs a request's diagnosis record for more than those.
+#[derive(Clone)]
+struct Settle {
+    diagnostics: Arc<Diagnostics>,
+    worker: usize,
+    watching: crate::diagnosis::Watching,
+}
+
+impl Settle {
+    /// Counts a request's remedy statistics in this worker's part and drops its
+    /// diagnosis record here, when nothing on the observer thread reads the record: no
+    /// trace, no LLM usage, no dashboard watching the live calls. The record was built on
+    /// this thread; dropped on the observer's, its blocks and reference counts would move
+    /// between the two cores at every matched request.
+    fn settle(&self, ev: &mut Event) {
+        let Some(d) = ev.diag.as_deref() else {
+            return;
+        };
+        if d.trace.is_some() || d.llm.is_some() || self.watching.any() {
+            return;
+        }
+        if let Some(policy) = &d.policy {
+            let host = ev.host.as_deref().filter(|_| ev.host_is_label);
+            let key = |key: &mut String| {
+                stats_key(key, method_label(&ev.method), host, "");
+                plain_endpoint(key, d);
+            };
+            self.diagnostics
+                .remedy_stats
+                .worker(self.worker)
+                .record_keyed(policy, key, ev.status, &d.acted);
+        }
+        ev.diag = None;
+        ev.request_id = None;
+    }
 }
 
 impl Observer {
@@ -81,20 +122,34 @@ impl Observer {
         };
         let m = metrics.clone();
         let json = log.json;
+        let (d, ui) = &diagnostics;
+        let settle = |worker| {
+            d.endpoints.is_none().then(|| Settle {
+                diagnostics: d.clone(),
+                worker,
+                watching: ui.live.watching().clone(),
+            })
+        };
+        let observers = txs
+            .into_iter()
+            .enumerate()
+            .map(|(i, tx)| Self {
+                tx,
+                metrics: metrics.clone(),
+                settle: settle(i),
+            })
+            .collect();
         std::thread::Builder::new()
             .name("tollgate-observer".into())
             .spawn(move || consume(rxs, m, json, out, max_hosts, diagnostics))?;
-        Ok(txs
-            .into_iter()
-            .map(|tx| Self {
-                tx,
-                metrics: metrics.clone(),
-            })
-            .collect())
+        Ok(observers)
     }
 
     #[inline]
-    pub fn emit(&self, event: Event) {
+    pub fn emit(&self, mut event: Event) {
+        if let Some(s) = &self.settle {
+            s.settle(&mut event);
+        }
         if self.tx.try_send(event).is_err() {
             self.metrics.events_dropped.inc();
         }
@@ -499,20 +554,14 @@ fn diagnose(
         }
         endpoint.push_str(&counted.endpoint);
     } else {
-        match template {
-            Some(t) => endpoint.push_str(t),
-            None => template::push_template(endpoint, path),
-        }
+        plain_endpoint(endpoint, diag);
     }
     if let Some(policy) = &diag.policy {
         if key.is_empty() {
-            for part in [method, " ", host.unwrap_or("-"), " ", endpoint] {
-                key.push_str(part);
-            }
+            stats_key(key, method, host, endpoint);
         }
         d.remedy_stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .observer()
             .record(policy, key, ev.status, &diag.acted);
     }
     if let (Some(spans), Some(t)) = (&d.spans, &diag.trace) {
@@ -548,6 +597,23 @@ fn diagnose(
                 .unwrap_or("")
                 .to_owned(),
         }]);
+    }
+}
+
+/// A request's endpoint without discovery: its policy's path template, or its path
+/// templated as discovery would.
+fn plain_endpoint(endpoint: &mut String, diag: &RequestDiag) {
+    match diag.template.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => endpoint.push_str(t),
+        None => template::push_template(endpoint, diag.path.as_deref().unwrap_or("/")),
+    }
+}
+
+/// A remedy statistics endpoint key: `METHOD host endpoint` (`-` for a host that is not
+/// a label).
+fn stats_key(key: &mut String, method: &str, host: Option<&str>, endpoint: &str) {
+    for part in [method, " ", host.unwrap_or("-"), " ", endpoint] {
+        key.push_str(part);
     }
 }
 

@@ -194,6 +194,7 @@ impl Shared {
             &runtime.config.upstream,
             &metrics,
             watching.clone(),
+            clients.len(),
         )?);
         let ui = Arc::new(crate::ui::Dashboard::new(watching, &metrics));
         let observers = Observer::start(

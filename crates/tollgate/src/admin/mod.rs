@@ -225,15 +225,9 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
                 .to_json(&shared.runtime.load().config.endpoints);
             json(StatusCode::OK, out)
         }
-        (&Method::GET, "/remedy-stats") => json(
-            StatusCode::OK,
-            shared
-                .diagnostics
-                .remedy_stats
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .to_json(),
-        ),
+        (&Method::GET, "/remedy-stats") => {
+            json(StatusCode::OK, shared.diagnostics.remedy_stats.to_json())
+        }
         (&Method::POST, "/reload") => match reload::reload(shared).await {
             Ok(diff) => json(
                 StatusCode::OK,

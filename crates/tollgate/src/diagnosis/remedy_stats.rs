@@ -1,11 +1,13 @@
 //! Remedy statistics (`GET /remedy-stats`): per policy, remedy and action, how many of
 //! the policy's requests it acted on, overall, per endpoint and per response status.
-//! Aggregated on the observer thread from each matched request's actions.
+//! Counted in parts ([`Parts`]): each data-plane worker counts the matched requests that
+//! need no other diagnosis, the observer thread the rest; a read sums the parts.
 
 use super::Acted;
 use rustc_hash::FxHashMap;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
 
 /// Most endpoints and statuses kept apart; the rest count under `other`.
 const MAX_KEYS: usize = 1000;
@@ -34,6 +36,17 @@ impl Scope {
         }
     }
 
+    /// Adds another part's counts of the same scope.
+    fn absorb(&mut self, other: &Scope) {
+        self.requests += other.requests;
+        for &(k, n) in &other.actions {
+            match self.actions.iter_mut().find(|(have, _)| same(have, &k)) {
+                Some((_, m)) => *m += n,
+                None => self.actions.push((k, n)),
+            }
+        }
+    }
+
     fn to_json(&self) -> Vec<Value> {
         let mut sorted = self.actions.clone();
         sorted.sort_unstable();
@@ -54,6 +67,9 @@ pub struct RemedyStats {
     by_policy: FxHashMap<Box<str>, Scope>,
     by_endpoint: FxHashMap<Box<str>, Scope>,
     by_status: FxHashMap<u16, Scope>,
+    /// Where [`RemedyStats::record_keyed`] writes a request's endpoint key, kept from one
+    /// request to the next.
+    scratch: String,
 }
 
 /// Whether two (remedy, action) names are the same: the same `&'static str`s as a rule
@@ -87,6 +103,35 @@ impl RemedyStats {
         self.by_status.entry(status).or_default().add(acted);
     }
 
+    /// [`RemedyStats::record`] with the endpoint key written by `key` into a buffer these
+    /// statistics keep (no allocation once it has grown to a key's length).
+    pub fn record_keyed(
+        &mut self,
+        policy: &str,
+        key: impl FnOnce(&mut String),
+        status: u16,
+        acted: &[Acted],
+    ) {
+        let mut endpoint = std::mem::take(&mut self.scratch);
+        endpoint.clear();
+        key(&mut endpoint);
+        self.record(policy, &endpoint, status, acted);
+        self.scratch = endpoint;
+    }
+
+    /// Adds another part's counts, under the same bound on keys.
+    fn absorb(&mut self, other: &RemedyStats) {
+        for (k, s) in &other.by_policy {
+            bounded(&mut self.by_policy, k).absorb(s);
+        }
+        for (k, s) in &other.by_endpoint {
+            bounded(&mut self.by_endpoint, k).absorb(s);
+        }
+        for (k, s) in &other.by_status {
+            self.by_status.entry(*k).or_default().absorb(s);
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         // Sorted by key, as the output always was.
         fn scopes<K: Ord + ToString>(m: &FxHashMap<K, Scope>, key: &str) -> Vec<Value> {
@@ -101,5 +146,100 @@ impl RemedyStats {
             "endpoints": scopes(&self.by_endpoint, "endpoint"),
             "statuses": scopes(&self.by_status, "status"),
         })
+    }
+}
+
+/// One part, on cache lines of its own: a worker's counting never writes a line another
+/// worker's (or the observer's) counting writes.
+#[repr(align(128))]
+#[derive(Default)]
+struct Part(Mutex<RemedyStats>);
+
+/// The remedy statistics in parts: one per data-plane worker, and the observer thread's
+/// (last). A worker counts on its own thread the matched requests that need no other
+/// diagnosis, so their records never cross to the observer's core; a read sums the parts.
+pub struct Parts(Box<[Part]>);
+
+impl Parts {
+    pub fn new(workers: usize) -> Self {
+        Self((0..=workers).map(|_| Part::default()).collect())
+    }
+
+    /// Worker `i`'s part (the observer's when `i` is out of range).
+    pub fn worker(&self, i: usize) -> MutexGuard<'_, RemedyStats> {
+        let part = self.0.get(i).unwrap_or_else(|| self.last());
+        part.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The observer thread's part.
+    pub fn observer(&self) -> MutexGuard<'_, RemedyStats> {
+        self.last().0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn last(&self) -> &Part {
+        self.0.last().expect("made with the observer's part")
+    }
+
+    /// Every part summed, as `GET /remedy-stats` shows it.
+    pub fn to_json(&self) -> Value {
+        let mut all = RemedyStats::default();
+        for p in &self.0 {
+            all.absorb(&p.0.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        all.to_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acted(remedy: &'static str, action: &'static str) -> Acted {
+        Acted {
+            remedy,
+            action,
+            at_unix_ns: 0,
+        }
+    }
+
+    #[test]
+    fn parts_sum_to_what_one_count_would_say() {
+        let parts = Parts::new(2);
+        let mut one = RemedyStats::default();
+        let hit = [acted("cache", "hit")];
+        let miss = [acted("cache", "miss"), acted("rate_limit", "allowed")];
+        for (i, (status, a)) in [(200, &hit[..]), (200, &miss[..]), (429, &miss[..])]
+            .into_iter()
+            .cycle()
+            .take(30)
+            .enumerate()
+        {
+            let endpoint = format!("GET api.example /v{}", i % 4);
+            one.record("p", &endpoint, status, a);
+            match i % 3 {
+                2 => parts.observer().record("p", &endpoint, status, a),
+                w => parts.worker(w).record("p", &endpoint, status, a),
+            }
+        }
+        assert_eq!(parts.to_json(), one.to_json());
+        assert_eq!(parts.to_json()["policies"][0]["requests"], 30);
+    }
+
+    #[test]
+    fn summed_parts_keep_the_bound_on_keys() {
+        let parts = Parts::new(2);
+        let a = [acted("cache", "hit")];
+        for w in 0..2 {
+            for i in 0..MAX_KEYS {
+                parts
+                    .worker(w)
+                    .record("p", &format!("GET h /w{w}/{i}"), 200, &a);
+            }
+        }
+        let json = parts.to_json();
+        let endpoints = json["endpoints"].as_array().unwrap();
+        assert_eq!(endpoints.len(), MAX_KEYS + 1, "the bound, and `other`");
+        let other = endpoints.iter().find(|e| e["endpoint"] == "other").unwrap();
+        assert_eq!(other["requests"], MAX_KEYS as u64);
     }
 }

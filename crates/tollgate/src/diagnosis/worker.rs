@@ -5,7 +5,7 @@
 use super::discovery::Discovered;
 use super::har::HarWriter;
 use super::har::collector::{self, Pending, Poster};
-use super::remedy_stats::RemedyStats;
+use super::remedy_stats::Parts;
 use super::trace::Finished;
 use super::trace::export::Exporter;
 use crate::diagnosis::aggregated::AggregateStats;
@@ -24,7 +24,8 @@ pub struct Diagnostics {
     pub spans: Option<Arc<Pending<Finished>>>,
     pub endpoints: Option<Arc<Mutex<Discovered>>>,
     pub endpoint_metrics: bool,
-    pub remedy_stats: Arc<Mutex<RemedyStats>>,
+    /// Counted in parts: each worker's and the observer's ([`Parts`]).
+    pub remedy_stats: Parts,
     /// Aggregated endpoints' calls (`GET /discover`, `aggregated`).
     pub aggregated: Arc<Mutex<AggregateStats>>,
     /// The last HAR entries, for the dashboard.
@@ -45,6 +46,7 @@ impl Diagnostics {
         upstream: &crate::upstream::Settings,
         metrics: &Metrics,
         watching: super::Watching,
+        workers: usize,
     ) -> std::io::Result<Self> {
         let endpoints = d
             .discovery
@@ -55,7 +57,7 @@ impl Diagnostics {
             spans: None,
             endpoints,
             endpoint_metrics: d.discovery.enabled && d.discovery.metrics,
-            remedy_stats: Arc::default(),
+            remedy_stats: Parts::new(workers),
             aggregated: Arc::default(),
             recent_har: Arc::new(super::har::recent::Recent::new(watching)),
             stop: None,

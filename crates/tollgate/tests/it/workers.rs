@@ -371,3 +371,68 @@ async fn no_two_workers_copies_share_a_cache_line() {
         assert_eq!(post_reload(&gw).await.status, 200);
     }
 }
+
+/// The requests of `part` in the remedy statistics (`None`: the observer thread's).
+fn counted(gw: &Gateway, part: Option<usize>) -> u64 {
+    let stats = &gw.shared().diagnostics.remedy_stats;
+    let json = match part {
+        Some(w) => stats.worker(w).to_json(),
+        None => stats.observer().to_json(),
+    };
+    json["policies"][0]["requests"].as_u64().unwrap_or(0)
+}
+
+/// Without discovery each worker counts its matched requests' remedy statistics itself
+/// (their records never go to the observer thread); with discovery, which names the
+/// endpoint there, the observer counts them. Either way `/remedy-stats` is every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remedy_statistics_are_counted_where_the_record_is_and_summed() {
+    let up = echo_upstream().await;
+    for discovery in [false, true] {
+        let yaml = format!(
+            "routes:\n  - prefix: /\n    upstream: http://{}\npolicies:\n  - name: limited\n    match: {{path: \"/items/{{id}}\"}}\n    rate_limit: {{limit: 1000000, window: hour}}\ndiagnosis:\n  discovery: {{enabled: {discovery}}}\n",
+            up.addr
+        );
+        let gw = gateway_with_workers(&yaml, WORKERS).await;
+        for i in 0..CONNECTIONS {
+            let answer = fresh(gw.proxy_addr, &format!("/items/{i}")).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        let want = CONNECTIONS as u64;
+        let s = eventually("every request in /remedy-stats", || async {
+            let s = admin_get(&gw, "/remedy-stats").await.json();
+            match s["policies"][0]["requests"] == want {
+                true => Ok(s),
+                false => Err(s),
+            }
+        })
+        .await;
+        let endpoint = &s["endpoints"][0];
+        // The policy's path template on the target's host (with its port where
+        // discovery names the host, as it always has).
+        let host = match discovery {
+            true => up.addr.to_string(),
+            false => up.addr.ip().to_string(),
+        };
+        assert_eq!(
+            endpoint["endpoint"],
+            format!("GET {host} /items/{{id}}"),
+            "{s}"
+        );
+        assert_eq!(endpoint["requests"], want, "{s}");
+        assert_eq!(s["statuses"][0]["status"], "200", "{s}");
+        assert_eq!(s["statuses"][0]["actions"][0]["count"], want, "{s}");
+        let per_worker: Vec<u64> = (0..WORKERS).map(|w| counted(&gw, Some(w))).collect();
+        let observer = counted(&gw, None);
+        if discovery {
+            assert_eq!((per_worker.iter().sum::<u64>(), observer), (0, want));
+        } else {
+            assert_eq!(observer, 0, "{per_worker:?}");
+            assert_eq!(per_worker.iter().sum::<u64>(), want);
+            assert!(
+                per_worker.iter().filter(|&&n| n > 0).count() >= 2,
+                "several workers counted: {per_worker:?}"
+            );
+        }
+    }
+}
