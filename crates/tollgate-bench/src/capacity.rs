@@ -6,6 +6,7 @@
 //! same core count and shows how each scales.
 
 use crate::harness::{Harness, Layout, Placement, Target};
+use crate::loadgen::Mode;
 use crate::rounds::{in_rounds, summary};
 use crate::{CommonArgs, charts, machine, report};
 use std::fmt::Write as _;
@@ -37,6 +38,12 @@ pub struct CapacityArgs {
     /// Also measure a second tollgate with the passthrough's config (`tollgate-twin`): the noise floor between two processes of the same build, for comparing scenarios that each run in a process of their own.
     #[arg(long)]
     pub twin: bool,
+    /// Also sample where each tollgate target's CPU goes (`perf record` on the CPU clock),
+    /// in one extra pass per point that is not measured: `profile-TARGET-Ncores-cCONC.txt`
+    /// beside the results, and in the summary the functions whose share grew most from the
+    /// fewest cores to the most.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 struct Point {
@@ -87,6 +94,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         eprintln!("warning: {c}");
     }
     let mut points: Vec<Point> = Vec::new();
+    let mut profiles: Vec<Profile> = Vec::new();
     let mut placement_lines = Vec::new();
     let rounds = c.rounds.max(1);
     for &cores in &core_list {
@@ -151,6 +159,17 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     p.target, p.rps, p.p50_ms, p.p99_ms
                 );
                 points.push(p);
+            }
+        }
+        if args.profile {
+            for &conc in &args.concurrency {
+                let rps = |n: &str| {
+                    points
+                        .iter()
+                        .find(|p| p.target == n && p.cores == cores && p.concurrency == conc)
+                        .map_or(0.0, |p| p.rps)
+                };
+                profiles.extend(profile_point(&h, &targets, &c.out, (cores, conc), rps)?);
             }
         }
         for (view, i) in &views {
@@ -249,7 +268,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     let scaling = scaling_lines(&points, &core_list, &args.concurrency)
         + &remedy_lines(&points, &core_list, &args.concurrency)
         + &contention_lines(&points, &core_list, &args.concurrency)
-        + &observer_lines(&points, &core_list, &args.concurrency);
+        + &observer_lines(&points, &core_list, &args.concurrency)
+        + &profile_lines(args.profile, &profiles, &core_list, &args.concurrency);
     report::write(&c.out, "capacity.csv", &csv)?;
     let mut files = Vec::new();
     if core_list.len() > 1 {
@@ -490,6 +510,105 @@ fn observer_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) 
                 &format!("observer thread, {n} at concurrency {conc}"),
                 &steps,
                 " of one core",
+            );
+        }
+    }
+    out
+}
+
+/// A target's profile at one point: its name, cores, concurrency and function shares.
+type Profile = ((String, usize, usize), Vec<(f64, String)>);
+
+/// How long a profile samples: a few thousand samples per core at 999 Hz.
+const PROFILE_SECONDS: f64 = 2.0;
+
+/// One pass of about [`PROFILE_SECONDS`] (from `rps`, the target's measured requests/s
+/// there) per tollgate target (those the bench started with an admin listener) under
+/// `perf record`, not measured: each one's report written beside the results, and its
+/// shares.
+fn profile_point(
+    h: &Harness,
+    targets: &[Target],
+    out: &std::path::Path,
+    (cores, conc): (usize, usize),
+    rps: impl Fn(&str) -> f64,
+) -> Result<Vec<Profile>, String> {
+    let mut profiles = Vec::new();
+    for t in targets.iter().filter(|t| t.admin.is_some()) {
+        let (Some(pid), true) = (t.pid(), crate::profile::available().is_ok()) else {
+            continue;
+        };
+        let name = format!("profile-{}-{cores}cores-c{conc}", t.name);
+        let Some(rec) = crate::profile::start(pid, &out.join(format!("{name}.data"))) else {
+            continue;
+        };
+        let n = ((rps(&t.name) * PROFILE_SECONDS) as u64).max(1000);
+        h.measure(t, "/static", n, 0, conc, Mode::Closed)?;
+        if let Some((shares, text)) = rec.finish() {
+            report::write(out, &format!("{name}.txt"), &text)?;
+            profiles.push(((t.name.clone(), cores, conc), shares));
+        }
+    }
+    Ok(profiles)
+}
+
+/// Per profiled target and concurrency, the functions whose share of the CPU grew most
+/// from the fewest cores to the most (on one core count, the largest shares); where no
+/// profile could be taken, why.
+fn profile_lines(
+    asked: bool,
+    profiles: &[Profile],
+    core_list: &[usize],
+    concurrency: &[usize],
+) -> String {
+    if !asked {
+        return String::new();
+    }
+    if let Err(why) = crate::profile::available() {
+        return format!("- profile: not taken: {why}\n");
+    }
+    let (Some(&base), Some(&top)) = (core_list.iter().min(), core_list.iter().max()) else {
+        return String::new();
+    };
+    let of = |n: &str, k: usize, conc: usize| {
+        profiles
+            .iter()
+            .find(|((t, c, cc), _)| t == n && *c == k && *cc == conc)
+            .map(|(_, s)| s.as_slice())
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for ((n, ..), _) in profiles {
+        if !names.contains(&n.as_str()) {
+            names.push(n);
+        }
+    }
+    let mut out = String::new();
+    for n in names {
+        for &conc in concurrency {
+            let (Some(b), Some(t)) = (of(n, base, conc), of(n, top, conc)) else {
+                continue;
+            };
+            if base == top {
+                let most: Vec<String> = t
+                    .iter()
+                    .take(6)
+                    .map(|(p, sym)| format!("`{sym}` {p:.1} %"))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "- profile, {n} at concurrency {conc}, {top} core(s): {}",
+                    most.join(", ")
+                );
+                continue;
+            }
+            let grew = crate::profile::grown(b, t, 6);
+            let what = match grew.is_empty() {
+                true => "no function's share grew by 0.5 points or more".to_owned(),
+                false => grew.join(", "),
+            };
+            let _ = writeln!(
+                out,
+                "- profile, {n} at concurrency {conc}, {base} → {top} core(s): {what}"
             );
         }
     }

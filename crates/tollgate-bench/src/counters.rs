@@ -49,25 +49,38 @@ pub fn start(pid: u32) -> Option<Counting> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
+    let child = attach(&["stat", "-x,", "-e", "cycles,instructions"], &out, pid)?;
+    Some(Counting { child, out })
+}
+
+/// `perf ARGS -o OUT -p PID`, attached to `pid` (all its threads) until [`detach`].
+pub(crate) fn attach(args: &[&str], out: &std::path::Path, pid: u32) -> Option<Child> {
     let child = Command::new("perf")
-        .args(["stat", "-x,", "-e", "cycles,instructions", "-o"])
-        .arg(&out)
+        .args(args)
+        .arg("-o")
+        .arg(out)
         .args(["-p", &pid.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    // perf attaches after it starts: a moment, or the first requests go uncounted.
+    // perf attaches after it starts: a moment, or the first requests go unseen.
     std::thread::sleep(std::time::Duration::from_millis(100));
-    Some(Counting { child, out })
+    Some(child)
+}
+
+/// Stops an attached perf the way its user would (SIGINT): it writes what it has.
+pub(crate) fn detach(child: &mut Child) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+    }
+    let _ = child.wait();
 }
 
 impl Counting {
     /// Stops counting: the cycles and instructions counted.
     pub fn finish(mut self) -> Option<(u64, u64)> {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32)?;
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
-        let _ = self.child.wait();
+        detach(&mut self.child);
         let text = std::fs::read_to_string(&self.out).ok();
         let _ = std::fs::remove_file(&self.out);
         parse(&text?)

@@ -20,6 +20,7 @@ pub mod lura;
 pub mod machine;
 pub mod peers;
 pub mod procs;
+pub mod profile;
 pub mod redis;
 pub mod report;
 pub mod rounds;

@@ -444,6 +444,7 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
             "--peer",
             "hyper",
             "--remedies",
+            "--profile",
         ],
         dir.path(),
     );
@@ -484,6 +485,38 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
         assert!(line.ends_with("at 2 core(s) of one core"), "{line}");
     }
     assert!(!summary.contains("- observer thread, hyper"), "{summary}");
+    // Profiled where perf can sample the CPU clock: each tollgate target at each point,
+    // the report beside the results; where it cannot, the run says why, once.
+    let profiled: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.starts_with("- profile, "))
+        .collect();
+    let not_taken = summary.matches("- profile: not taken: ").count();
+    if not_taken == 1 {
+        assert!(profiled.is_empty(), "{summary}");
+    } else {
+        assert_eq!(not_taken, 0, "{summary}");
+        for n in ["tollgate", "cache-hit", "with-remedy"] {
+            let head = format!("- profile, {n} at concurrency 4, 1 → 2 core(s): ");
+            assert!(
+                profiled.iter().any(|l| l.starts_with(&head)),
+                "{head:?} in\n{summary}"
+            );
+            for k in [1, 2] {
+                let report = read(dir.path(), &format!("profile-{n}-{k}cores-c4.txt"));
+                assert!(report.contains('%'), "{report}");
+            }
+        }
+        assert!(!summary.contains("- profile, hyper"), "{summary}");
+        assert!(
+            !std::fs::read_dir(dir.path()).unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".data")),
+            "perf's data files are removed"
+        );
+    }
     non_empty(&dir.path().join("capacity-scaling.svg"));
     non_empty(&dir.path().join("capacity-scaling.png"));
     // Unpinned, 2 proxy cores plus the provider and the load generator need 4: on a
