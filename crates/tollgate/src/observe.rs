@@ -72,14 +72,19 @@ struct Settle {
 impl Settle {
     /// Counts a request's remedy statistics in this worker's part and drops its
     /// diagnosis record here, when nothing on the observer thread reads the record: no
-    /// trace, no LLM usage, no dashboard watching the live calls. The record was built on
-    /// this thread; dropped on the observer's, its blocks and reference counts would move
-    /// between the two cores at every matched request.
+    /// trace, no LLM usage, not a failed call (the dashboard keeps the last ones, with
+    /// their policy and actions), no dashboard watching the live calls. The record was
+    /// built on this thread; dropped on the observer's, its blocks and reference counts
+    /// would move between the two cores at every matched request.
     fn settle(&self, ev: &mut Event) {
         let Some(d) = ev.diag.as_deref() else {
             return;
         };
-        if d.trace.is_some() || d.llm.is_some() || self.watching.any() {
+        if d.trace.is_some()
+            || d.llm.is_some()
+            || crate::ui::live::failed(ev.status, ev.error)
+            || self.watching.any()
+        {
             return;
         }
         if let Some(policy) = &d.policy {
