@@ -423,13 +423,13 @@ fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -
                     rps_of(points, &n, k, conc).map(|v| format!("{k} cores {:.2}×", v / b))
                 })
                 .collect();
-            if !steps.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "- scaling, {n} at concurrency {conc}: {} (of its {base}-core requests/s)",
-                    steps.join(", ")
-                );
-            }
+            let tail = format!(" (of its {base}-core requests/s)");
+            steps_line(
+                &mut out,
+                &format!("scaling, {n} at concurrency {conc}"),
+                &steps,
+                &tail,
+            );
             // Work per request stays flat when nothing the cores share grows with them.
             let cpu = |k: usize| point(points, &n, k, conc)?.cpu_us.map(|(u, k)| u + k);
             if let Some(first) = cpu(base) {
@@ -441,12 +441,10 @@ fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -
                             .map(|v| format!("{v:.1} at {k} ({:+.0} %)", (v / first - 1.0) * 100.0))
                     })
                     .collect();
+                let head = format!("CPU µs/request, {n} at concurrency {conc}");
                 if !steps.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "- CPU µs/request, {n} at concurrency {conc}: {first:.1} at {base} core(s), {}",
-                        steps.join(", ")
-                    );
+                    let first = format!("{first:.1} at {base} core(s)");
+                    steps_line(&mut out, &head, &[[first].as_slice(), &steps].concat(), "");
                 }
             }
         }

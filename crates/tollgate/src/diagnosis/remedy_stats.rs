@@ -155,6 +155,12 @@ impl RemedyStats {
 #[derive(Default)]
 struct Part(Mutex<RemedyStats>);
 
+impl Part {
+    fn lock(&self) -> MutexGuard<'_, RemedyStats> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The remedy statistics in parts: one per data-plane worker, and the observer thread's
 /// (last). A worker counts on its own thread the matched requests that need no other
 /// diagnosis, so their records never cross to the observer's core; a read sums the parts.
@@ -167,13 +173,12 @@ impl Parts {
 
     /// Worker `i`'s part (the observer's when `i` is out of range).
     pub fn worker(&self, i: usize) -> MutexGuard<'_, RemedyStats> {
-        let part = self.0.get(i).unwrap_or_else(|| self.last());
-        part.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.get(i).unwrap_or_else(|| self.last()).lock()
     }
 
     /// The observer thread's part.
     pub fn observer(&self) -> MutexGuard<'_, RemedyStats> {
-        self.last().0.lock().unwrap_or_else(|p| p.into_inner())
+        self.last().lock()
     }
 
     fn last(&self) -> &Part {
@@ -184,7 +189,7 @@ impl Parts {
     pub fn to_json(&self) -> Value {
         let mut all = RemedyStats::default();
         for p in &self.0 {
-            all.absorb(&p.0.lock().unwrap_or_else(|p| p.into_inner()));
+            all.absorb(&p.lock());
         }
         all.to_json()
     }

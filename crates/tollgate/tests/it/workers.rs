@@ -7,7 +7,7 @@ use crate::support::*;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{Gateway, Overrides, StartOptions};
+use tollgate::{Gateway, StartOptions};
 
 const WORKERS: usize = 4;
 /// Enough fresh connections that every worker gets some (the chance that 4 workers see
@@ -22,17 +22,12 @@ async fn fresh(addr: std::net::SocketAddr, path: &str) -> String {
 
 /// A gateway of [`WORKERS`] workers on a config file (reload tests).
 async fn from_file(path: &std::path::Path) -> Gateway {
-    Gateway::start(StartOptions {
+    start_on_local_ports(StartOptions {
         config_files: Some(tollgate::config::ConfigFiles::one(path)),
-        overrides: Overrides {
-            listen: Some(local0()),
-            admin: Some(local0()),
-        },
         workers: Some(WORKERS),
         ..Default::default()
     })
     .await
-    .expect("gateway starts")
 }
 
 fn accepted_per_worker(metrics: &str) -> Vec<u64> {

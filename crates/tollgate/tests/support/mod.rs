@@ -43,30 +43,33 @@ pub async fn gateway(yaml: &str) -> Gateway {
 /// Starts a gateway from YAML on ephemeral ports with `workers` data-plane workers.
 pub async fn gateway_with_workers(yaml: &str, workers: usize) -> Gateway {
     let config = Config::from_yaml(yaml).unwrap_or_else(|e| panic!("test config invalid: {e:?}"));
-    Gateway::start(StartOptions {
+    start_on_local_ports(StartOptions {
         config: Some(config),
-        overrides: Overrides {
-            listen: Some(local0()),
-            admin: Some(local0()),
-        },
         workers: Some(workers),
         ..Default::default()
     })
     .await
-    .expect("gateway starts")
 }
 
 /// Starts a gateway from a config file (reload tests).
 pub async fn gateway_from_file(path: &std::path::Path, watch: bool) -> Gateway {
-    Gateway::start(StartOptions {
+    start_on_local_ports(StartOptions {
         config_files: Some(tollgate::config::ConfigFiles::one(path)),
+        watch,
+        workers: Some(WORKERS),
+        ..Default::default()
+    })
+    .await
+}
+
+/// Starts a gateway with `options`, its proxy and admin listeners on ephemeral ports.
+pub async fn start_on_local_ports(options: StartOptions) -> Gateway {
+    Gateway::start(StartOptions {
         overrides: Overrides {
             listen: Some(local0()),
             admin: Some(local0()),
         },
-        watch,
-        workers: Some(WORKERS),
-        ..Default::default()
+        ..options
     })
     .await
     .expect("gateway starts")
