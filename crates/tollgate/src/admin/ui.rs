@@ -17,6 +17,10 @@ use std::time::SystemTime;
 /// The most a login form's body may be.
 const MAX_FORM: usize = 4096;
 
+/// How long a click on a live call waits for its HAR entry, which the HAR writer may
+/// still be encoding when the call shows (only a captured call is clickable).
+const HAR_ENTRY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How a request to the admin listener proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
@@ -78,7 +82,8 @@ pub async fn route(
         }
         (Method::GET, p) if p.starts_with("/ui/api/har/") => {
             let id = &p["/ui/api/har/".len()..];
-            match shared.diagnostics.recent_har.get(id) {
+            let recent = &shared.diagnostics.recent_har;
+            match recent.get_within(id, HAR_ENTRY_WAIT).await {
                 Some(line) => {
                     let mut r = Response::new(full(line.to_string()));
                     r.headers_mut().insert(

@@ -56,13 +56,21 @@ async fn latency_percentiles_follow_calls_of_very_different_durations() {
         up.addr
     ))
     .await;
+    // What the client saw of each endpoint's calls, the longest: the gateway's own time
+    // is inside it. Bounds from what was observed, not from how fast a loaded machine is.
+    let mut longest = Vec::new();
     for ms in [1, 120, 2000] {
+        let mut most = Duration::ZERO;
         for _ in 0..3 {
             let path = format!("/lit{ms}/sleep/{ms}");
+            let sent = std::time::Instant::now();
             assert_eq!(get_via(&gw, up.addr, &path, &[]).await.status, 200);
+            most = most.max(sent.elapsed());
         }
+        longest.push((ms as f64, most.as_secs_f64() * 1e3));
     }
     let c = client();
+    let sent = std::time::Instant::now();
     let agg = send(
         &c,
         http::Request::get(format!("http://{}/agg", gw.proxy_addr))
@@ -70,17 +78,19 @@ async fn latency_percentiles_follow_calls_of_very_different_durations() {
             .unwrap(),
     )
     .await;
+    let agg_ms = sent.elapsed().as_secs_f64() * 1e3;
     assert_eq!(agg.status, 200);
     let d = discovered(&gw, 9).await;
-    for ms in [1.0, 120.0, 2000.0] {
+    for (ms, seen) in longest {
         let e = find(&d, "GET", &format!("/lit{ms}/sleep/{{id}}"));
         let l = &e["latency_ms"];
         for q in ["p50", "p99", "max"] {
             let got = l[q].as_f64().unwrap();
-            // At least the sleep, and within 2 significant figures plus scheduling.
+            // At least the sleep, and at most the longest call the client saw, each within
+            // the histogram's 2 significant figures (1 %).
             assert!(
-                got >= ms * 0.99 && got < ms * 1.1 + 50.0,
-                "{ms} ms call: {q} = {got} in {l}"
+                got >= ms * 0.99 && got <= seen * 1.01,
+                "{ms} ms call (the client saw at most {seen:.1} ms): {q} = {got} in {l}"
             );
         }
     }
@@ -94,7 +104,7 @@ async fn latency_percentiles_follow_calls_of_very_different_durations() {
     }
     let p99 = agg[0]["latency_ms"]["p99"].as_f64().unwrap_or(0.0);
     assert!(
-        (297.0..400.0).contains(&p99),
+        p99 >= 297.0 && p99 <= agg_ms * 1.01,
         "aggregated /agg p99 {p99}: {agg:#}"
     );
 }

@@ -6,6 +6,8 @@
 use crate::diagnosis::Watching;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Most entries kept.
 const ENTRIES: usize = 256;
@@ -22,6 +24,8 @@ struct Kept {
 pub struct Recent {
     watching: Watching,
     kept: Mutex<Kept>,
+    /// Told of every entry kept, for [`Recent::get_within`].
+    added: Notify,
 }
 
 impl Recent {
@@ -29,6 +33,7 @@ impl Recent {
         Self {
             watching,
             kept: Mutex::default(),
+            added: Notify::new(),
         }
     }
 
@@ -51,6 +56,28 @@ impl Recent {
         }
         k.bytes += line.len();
         k.entries.push_back((id.into(), line.into()));
+        drop(k);
+        self.added.notify_waiters();
+    }
+
+    /// The entry of request `id`, waiting up to `within` for it to be kept. A call shows
+    /// in the live view when the observer thread publishes it; its entry is kept when the
+    /// HAR writer has encoded it, on another thread and possibly later: a click on a call
+    /// that just appeared must not find nothing.
+    pub async fn get_within(&self, id: &str, within: Duration) -> Option<Arc<str>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before looking, so an entry kept in between is not missed.
+            let added = self.added.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
+            if let Some(line) = self.get(id) {
+                return Some(line);
+            }
+            if !self.wanted() || tokio::time::timeout_at(deadline, added).await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// The entry of request `id`, when kept.
@@ -81,5 +108,40 @@ mod tests {
         r.keep("b", &big);
         assert!(r.get("a").is_none(), "the bytes bound let the first go");
         assert!(r.get("b").is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_click_waits_for_an_entry_still_being_written_and_not_forever() {
+        let watching = Watching::default();
+        watching.opened();
+        let r = Arc::new(Recent::new(watching));
+        let writer = r.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            writer.keep("late", "{\"late\":1}");
+        });
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            r.get_within("late", Duration::from_secs(2))
+                .await
+                .as_deref(),
+            Some("{\"late\":1}")
+        );
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        let started = tokio::time::Instant::now();
+        assert!(
+            r.get_within("never", Duration::from_secs(2))
+                .await
+                .is_none()
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nobody_watching_means_no_wait() {
+        let r = Recent::default();
+        let started = tokio::time::Instant::now();
+        assert!(r.get_within("x", Duration::from_secs(2)).await.is_none());
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 }
