@@ -4,8 +4,8 @@
 //! does; an instruction count does not, so a change to the hot path shows as a number
 //! that moved, on any machine.
 //!
-//! Each proxy runs alone under `valgrind --tool=callgrind` (one worker; the provider and
-//! the load generator run natively). After a warm-up its counters are zeroed
+//! Each proxy runs alone under `valgrind --tool=callgrind` (one worker, or `--threads`;
+//! the provider and the load generator run natively). After a warm-up its counters are zeroed
 //! (`callgrind_control -z`), a fixed number of keep-alive requests is sent over a fixed
 //! set of connections (closed loop), and the counters are dumped (`callgrind_control
 //! -d`): the dump holds exactly the measured requests, every thread of the process
@@ -27,8 +27,11 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct InstructionsArgs {
-    /// `--rounds`, `--threads` and `--placement` do not apply: one worker, unpinned, one
-    /// count per target (counts repeat within a fraction of a percent).
+    /// `--rounds` and `--placement` do not apply: unpinned, one count per target (counts
+    /// repeat within a fraction of a percent). `--threads N` counts tollgate and the peers
+    /// with N workers (valgrind runs their threads one at a time, so what it shows is the
+    /// work N workers do per request, not what waiting on each other costs them); nginx,
+    /// one process under the tool, is then skipped.
     #[command(flatten)]
     pub common: CommonArgs,
     /// Measured requests per target (default 20000; --quick 4000); `--warmup` before them
@@ -68,6 +71,8 @@ pub struct Count {
     pub failed: u64,
     /// HAR entries written and dropped (queue full) while counted, when capture is on.
     pub har: Option<(u64, u64)>,
+    /// Client connections each worker accepted (tollgate with several workers).
+    pub per_worker: Vec<u64>,
 }
 
 impl Count {
@@ -183,6 +188,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
         .unwrap_or(if c.quick { 4_000 } else { 20_000 });
     let warmup = c.warmup.unwrap_or(if c.quick { 1_000 } else { 2_000 });
     let conns = args.connections.max(1);
+    let workers = c.threads.max(1);
     let load_before = machine::loadavg();
 
     let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, Placement::new(Layout::None))?;
@@ -199,10 +205,11 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
         requests,
         warmup,
         conns,
+        workers,
     };
     let mut counts = Vec::new();
     for name in &scenarios {
-        let (target, path) = scenario(&mut h, name)?;
+        let (target, path) = scenario(&mut h, name, workers)?;
         // The dashboard's live view, open while the requests are counted.
         let view = match name.as_str() {
             "dashboard-open" => Some(crate::live_view::LiveView::open(
@@ -210,7 +217,11 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
             )?),
             _ => None,
         };
-        counts.push(spec.count(&h, &target, &path)?);
+        let mut count = spec.count(&h, &target, &path)?;
+        if workers > 1 {
+            count.per_worker = connections_per_worker(&target, workers);
+        }
+        counts.push(count);
         if let Some(v) = view {
             h.lines.push(format!(
                 "dashboard-open: its live view received {} calls",
@@ -219,7 +230,14 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
         }
     }
     for peer in peers {
-        if let Ok(target) = h.peer(peer, 1) {
+        // Under valgrind nginx runs without its master, as one process: one worker.
+        if peer == Peer::Nginx && workers > 1 {
+            h.lines.push(format!(
+                "nginx: skipped: under callgrind it runs as one process, and {workers} workers were asked for"
+            ));
+            continue;
+        }
+        if let Ok(target) = h.peer(peer, workers) {
             counts.push(spec.count(&h, &target, "/static")?);
         }
     }
@@ -245,7 +263,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
 }
 
 /// A built-in scenario's tollgate process and the path its requests take.
-fn scenario(h: &mut Harness, name: &str) -> Result<(Target, String), String> {
+fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, String), String> {
     let config = match name {
         "passthrough" | "dashboard-open" => h.passthrough_config()?,
         "with-remedy" => h.with_remedy_config()?,
@@ -254,17 +272,19 @@ fn scenario(h: &mut Harness, name: &str) -> Result<(Target, String), String> {
         _ => {
             let eps = aggregate::endpoints(&[Duration::ZERO; 3]);
             report::write(&h.out, "aggregate.yaml", &lura::tollgate_config(&eps))?;
-            let target = h.tollgate(name, &h.out.join("aggregate.yaml"), 1)?;
+            let target = h.tollgate(name, &h.out.join("aggregate.yaml"), workers)?;
             return Ok((target, "/social".into()));
         }
     };
-    Ok((h.tollgate(name, &config, 1)?, "/static".into()))
+    Ok((h.tollgate(name, &config, workers)?, "/static".into()))
 }
 
 struct Spec {
     requests: u64,
     warmup: u64,
     conns: usize,
+    /// Workers of tollgate and of each peer.
+    workers: usize,
 }
 
 impl Spec {
@@ -303,8 +323,23 @@ impl Spec {
             functions: functions(&text),
             failed: r.errors + r.non_2xx,
             har,
+            per_worker: Vec::new(),
         })
     }
+}
+
+/// How the kernel spread a tollgate target's client connections over its workers (its
+/// `tollgate_worker_connections_accepted`): a count made by one worker of two says little.
+fn connections_per_worker(t: &Target, workers: usize) -> Vec<u64> {
+    let Some(text) = t.metrics() else {
+        return Vec::new();
+    };
+    (0..workers)
+        .map(|i| {
+            let name = format!("tollgate_worker_connections_accepted_total{{worker=\"{i}\"}}");
+            crate::harness::counter(&text, &name).unwrap_or(0)
+        })
+        .collect()
 }
 
 fn dump_name(target: &str) -> String {
@@ -428,13 +463,17 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
     let mut s = String::from("# Instructions per request (callgrind)\n\n");
     let _ = writeln!(
         s,
-        "{} ({} cores), tollgate {}; {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, one worker; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
+        "{} ({} cores), tollgate {}; {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, {}; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
         machine::cpu_model(),
         machine::cores(),
         machine::git_commit(),
         spec.requests,
         spec.warmup,
-        spec.conns
+        spec.conns,
+        match spec.workers {
+            1 => "one worker".to_owned(),
+            n => format!("{n} workers each (threads run one at a time under valgrind)"),
+        }
     );
     s.push_str("| target | instructions/request | × hyper floor | × nginx | failed |\n|---|---:|---:|---:|---:|\n");
     for c in counts {
@@ -447,6 +486,15 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
             ratio(v, floor),
             ratio(v, nginx),
             c.failed
+        );
+    }
+    for c in counts.iter().filter(|c| !c.per_worker.is_empty()) {
+        let each: Vec<String> = c.per_worker.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            s,
+            "\n{}: client connections accepted per worker (warm-up and counted): {}",
+            c.target,
+            each.join(" / ")
         );
     }
     for c in counts {
@@ -561,6 +609,7 @@ fn=(5176)
             functions: f,
             failed: 0,
             har: None,
+            per_worker: Vec::new(),
         };
         assert_eq!(c.by_origin()[0], ("hyper", 35_184));
         assert_eq!(c.by_origin()[1], ("allocator", 1_600));

@@ -667,6 +667,63 @@ fn instructions_counts_each_target_under_callgrind() {
 }
 
 #[test]
+fn instructions_count_several_workers_and_say_how_connections_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    bench(
+        &[
+            "instructions",
+            "--threads",
+            "2",
+            "--requests",
+            "200",
+            "--warmup",
+            "40",
+            "--connections",
+            "6",
+            "--scenarios",
+            "passthrough",
+            "--peer",
+            "hyper",
+            "--peer",
+            "nginx",
+            "--top",
+            "2",
+        ],
+        dir.path(),
+    );
+    summary_says(
+        dir.path(),
+        &["2 workers each (threads run one at a time under valgrind)"],
+    );
+    let summary = read(dir.path(), "summary.md");
+    let line = summary
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "passthrough: client connections accepted per worker (warm-up and counted): ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no per-worker line:\n{summary}"));
+    let each: Vec<u64> = line.split(" / ").map(|n| n.parse().unwrap()).collect();
+    assert_eq!(each.len(), 2, "{line}");
+    // The warm-up's 6 connections and the counted 6, at least (readiness probes add some).
+    assert!(each.iter().sum::<u64>() >= 12, "{line}");
+    assert!(
+        summary.lines().any(|l| l.starts_with("| hyper | ")),
+        "the floor counted with two workers too:\n{summary}"
+    );
+    assert!(
+        !summary.lines().any(|l| l.starts_with("| nginx | ")),
+        "nginx is one process under the tool: not counted as two workers\n{summary}"
+    );
+    let meta = read(dir.path(), "metadata.json");
+    assert!(
+        meta.contains("nginx: skipped: under callgrind it runs as one process"),
+        "{meta}"
+    );
+}
+
+#[test]
 fn https_measures_interception_beside_a_tunnel_and_says_why_mitmproxy_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-mitmdump-here");
