@@ -66,6 +66,8 @@ struct Point {
     counters: Option<(f64, f64)>,
     /// tollgate's observer thread's share of one core.
     observer: Option<f64>,
+    /// The target's wake-ups per request.
+    wakeups: Option<f64>,
 }
 
 pub fn run(args: CapacityArgs) -> Result<(), String> {
@@ -153,6 +155,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
                     cpu_us: m.cpu_us,
                     counters: m.counters,
                     observer: m.observer,
+                    wakeups: m.wakeups,
                 };
                 eprintln!(
                     "cores {cores} c {conc:>3} {:<9} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
@@ -198,7 +201,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             .unwrap_or(f64::NAN)
     };
     let mut csv = String::from(
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share\n",
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share,wakeups_per_request\n",
     );
     let mut md = String::from(
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -214,7 +217,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         };
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2},{cpu_csv},{}",
+            "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.2},{cpu_csv},{},{}",
             p.concurrency,
             p.cores,
             p.target,
@@ -225,7 +228,8 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             ratio,
             p.errors,
             p.loadgen_cpu,
-            p.observer.map_or(String::new(), |o| format!("{o:.3}"))
+            p.observer.map_or(String::new(), |o| format!("{o:.3}")),
+            p.wakeups.map_or(String::new(), |w| format!("{w:.4}"))
         );
         let _ = writeln!(
             md,
@@ -431,25 +435,56 @@ fn scaling_lines(points: &[Point], core_list: &[usize], concurrency: &[usize]) -
                 &tail,
             );
             // Work per request stays flat when nothing the cores share grows with them.
-            let cpu = |k: usize| point(points, &n, k, conc)?.cpu_us.map(|(u, k)| u + k);
-            if let Some(first) = cpu(base) {
-                let steps: Vec<String> = core_list
-                    .iter()
-                    .filter(|&&k| k != base)
-                    .filter_map(|&k| {
-                        cpu(k)
-                            .map(|v| format!("{v:.1} at {k} ({:+.0} %)", (v / first - 1.0) * 100.0))
-                    })
-                    .collect();
-                let head = format!("CPU µs/request, {n} at concurrency {conc}");
-                if !steps.is_empty() {
-                    let first = format!("{first:.1} at {base} core(s)");
-                    steps_line(&mut out, &head, &[[first].as_slice(), &steps].concat(), "");
-                }
-            }
+            let at = |k: usize| point(points, &n, k, conc);
+            growth_line(
+                &mut out,
+                &format!("CPU µs/request, {n} at concurrency {conc}"),
+                (core_list, base),
+                |k| at(k)?.cpu_us.map(|(u, k)| u + k),
+                (1, true),
+            );
+            // The fixed cost of a wake-up, spread over fewer requests as each core's share
+            // of the connections shrinks: the part of that growth that is not contention.
+            growth_line(
+                &mut out,
+                &format!("wake-ups per request, {n} at concurrency {conc}"),
+                (core_list, base),
+                |k| at(k)?.wakeups,
+                // From a core that never sleeps (0.002) a change in percent says nothing.
+                (3, false),
+            );
         }
     }
     out
+}
+
+/// `- head: 22.1 at 1 core(s), 23.0 at 2 (+4 %), …`: a figure at each core count with
+/// `digits` decimals, and when `relative` its change from the fewest cores; nothing when
+/// the fewest cores have no figure or no other count has one.
+fn growth_line(
+    out: &mut String,
+    head: &str,
+    (core_list, base): (&[usize], usize),
+    figure: impl Fn(usize) -> Option<f64>,
+    (digits, relative): (usize, bool),
+) {
+    let Some(first) = figure(base) else {
+        return;
+    };
+    let steps: Vec<String> = core_list
+        .iter()
+        .filter(|&&k| k != base)
+        .filter_map(|&k| {
+            figure(k).map(|v| match relative {
+                true => format!("{v:.digits$} at {k} ({:+.0} %)", (v / first - 1.0) * 100.0),
+                false => format!("{v:.digits$} at {k}"),
+            })
+        })
+        .collect();
+    if !steps.is_empty() {
+        let first = format!("{first:.digits$} at {base} core(s)");
+        steps_line(out, head, &[[first].as_slice(), &steps].concat(), "");
+    }
 }
 
 /// Per proxy and concurrency, cycles and instructions per request from the fewest cores

@@ -26,6 +26,11 @@ pub struct Sample {
     /// The share of one core that tollgate's observer thread used (every request's event,
     /// from all workers, goes through that one thread): near 1, it is the limit.
     pub observer: Option<f64>,
+    /// Times the target's threads were given a CPU, per request ([`procs::Sched`]): about
+    /// its wake-ups, since a proxy's thread sleeps in `epoll_wait` between events. Fewer
+    /// requests per wake-up means more of the fixed cost of each (the scheduler, the
+    /// event loop's turn) per request.
+    pub wakeups: Option<f64>,
 }
 
 /// tollgate's observer thread, by name ([`procs::thread_run`]).
@@ -63,6 +68,7 @@ pub fn sample(
 ) -> Result<Sample, String> {
     let pid = t.pid();
     let before = pid.and_then(procs::tree_cpu);
+    let sched = pid.and_then(procs::tree_sched);
     let counting = pid.and_then(crate::counters::start);
     let observed = pid.and_then(|p| Some((procs::thread_run(p, OBSERVER)?, Instant::now())));
     let r = h.measure(t, path, requests, warmup, concurrency, Mode::Closed)?;
@@ -81,6 +87,9 @@ pub fn sample(
         _ => None,
     };
     let counters = counted.map(|(c, i)| (c as f64 / served, i as f64 / served));
+    let wakeups = sched
+        .zip(pid.and_then(procs::tree_sched))
+        .map(|(a, b)| b.since(&a).slices as f64 / served);
     Ok(Sample {
         rps: r.rps(),
         p50_ms: stats::value_us(&r.hist, 50.0) / 1000.0,
@@ -90,6 +99,7 @@ pub fn sample(
         cpu_us,
         counters,
         observer,
+        wakeups,
     })
 }
 
@@ -107,6 +117,8 @@ pub struct Summary {
     pub counters: Option<(f64, f64)>,
     /// The observer thread's share of a core, the median over the rounds.
     pub observer: Option<f64>,
+    /// Wake-ups per request, the median over the rounds.
+    pub wakeups: Option<f64>,
     pub errors: u64,
 }
 
@@ -117,6 +129,7 @@ pub fn summary(s: &[Sample]) -> Summary {
     let mut cycles: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.0)).collect();
     let mut instructions: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.1)).collect();
     let mut observer: Vec<f64> = s.iter().filter_map(|x| x.observer).collect();
+    let mut wakeups: Vec<f64> = s.iter().filter_map(|x| x.wakeups).collect();
     let rps = s.iter().map(|x| x.rps);
     Summary {
         rps_range: (
@@ -130,6 +143,7 @@ pub fn summary(s: &[Sample]) -> Summary {
         cpu_us: (!user.is_empty()).then(|| (median(&mut user), median(&mut kernel))),
         counters: (!cycles.is_empty()).then(|| (median(&mut cycles), median(&mut instructions))),
         observer: (!observer.is_empty()).then(|| median(&mut observer)),
+        wakeups: (!wakeups.is_empty()).then(|| median(&mut wakeups)),
         errors: s.iter().map(|x| x.errors).sum(),
     }
 }

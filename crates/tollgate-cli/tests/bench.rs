@@ -295,7 +295,7 @@ fn correlation_and_capacity_tiny_runs() {
     assert!(received > 0, "no call streamed: {summary}");
     assert_eq!(
         lines[0],
-        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share"
+        "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share,wakeups_per_request"
     );
     assert_eq!(
         lines.len(),
@@ -322,7 +322,7 @@ fn correlation_and_capacity_tiny_runs() {
         assert!(f[4].parse::<f64>().unwrap() > 0.0, "{l}");
         assert_eq!(f[8], "0", "no errors: {l}");
         if f[2] == "direct" {
-            assert_eq!(&f[10..], ["", "", ""], "no process of its own: {l}");
+            assert_eq!(&f[10..], ["", "", "", ""], "no process of its own: {l}");
         } else {
             // Clock ticks are 10 ms: a tiny run may show 0, never a negative or a blank.
             for v in &f[10..12] {
@@ -334,6 +334,11 @@ fn correlation_and_capacity_tiny_runs() {
             } else {
                 assert!((0.0..=1.1).contains(&f[12].parse::<f64>().unwrap()), "{l}");
             }
+            // Every process the bench started is given a CPU at least once in a run
+            // (its threads sleep between events); far fewer times than it serves requests
+            // at these concurrencies is not promised, so only the bounds that always hold.
+            let wakeups: f64 = f[13].parse().unwrap_or_else(|_| panic!("{l}"));
+            assert!(wakeups > 0.0, "{l}");
         }
     }
     let md = read(dir.path(), "capacity.md");
@@ -485,6 +490,26 @@ fn capacity_across_core_counts_compares_peers_and_shows_scaling() {
         assert!(line.ends_with("at 2 core(s) of one core"), "{line}");
     }
     assert!(!summary.contains("- observer thread, hyper"), "{summary}");
+    // Wake-ups per request at each core count, for every proxy (the peer too).
+    for n in ["tollgate", "cache-hit", "with-remedy", "hyper"] {
+        let head = format!("- wake-ups per request, {n} at concurrency 4: ");
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no {head:?} in\n{summary}"));
+        let steps: Vec<&str> = line[head.len()..].split(", ").collect();
+        assert_eq!(steps.len(), 2, "{line}");
+        assert!(
+            steps[0].ends_with(" at 1 core(s)") && steps[1].ends_with(" at 2"),
+            "{line}"
+        );
+        for s in steps {
+            assert!(
+                s.split(' ').next().unwrap().parse::<f64>().unwrap() > 0.0,
+                "{line}"
+            );
+        }
+    }
     // Profiled where perf can sample the CPU clock: each tollgate target at each point,
     // the report beside the results; where it cannot, the run says why, once.
     let profiled: Vec<&str> = summary
