@@ -1051,3 +1051,52 @@ fn every_process_a_bench_starts_is_gone_when_it_returns_fails_or_is_interrupted(
         assert_eq!(all_gone(&mark), Vec::<String>::new(), "after {signal}");
     }
 }
+
+#[test]
+fn ab_compare_takes_medians_over_each_builds_runs() {
+    // scripts/ab-compare reads what `scripts/ab-capacity run` brings back from the
+    // many-core machine: runs of two builds, unpacked here into `N-A`/`N-B` folders.
+    let dir = tempfile::tempdir().unwrap();
+    let head = "concurrency,cores,target,requests,requests_per_second,p50_ms,p99_ms,ratio_to_direct,errors,loadgen_cpu,user_us_per_request,kernel_us_per_request,observer_core_share,wakeups_per_request\n";
+    for (run, passthrough, remedy, wake) in [
+        ("1-A", 100.0, 80.0, 0.1),
+        ("2-B", 120.0, 114.0, 0.2),
+        ("3-B", 110.0, 99.0, 0.4),
+        ("4-A", 90.0, 81.0, 0.3),
+        ("5-A", 95.0, 76.0, 0.2),
+    ] {
+        let folder = dir.path().join(run);
+        std::fs::create_dir(&folder).unwrap();
+        let rows = format!(
+            "{head}64,1,direct,1000,300,0.1,0.2,1.0,0,0.5,,,,\n\
+             64,1,tollgate,1000,{passthrough},0.1,0.2,0.3,0,0.5,8.0,12.0,0.01,{wake}\n\
+             64,1,with-remedy,1000,{remedy},0.1,0.2,0.3,0,0.5,10.0,13.0,0.01,{wake}\n"
+        );
+        std::fs::write(folder.join("capacity.csv"), rows).unwrap();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ab-compare");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("Runs: A [1, 4, 5], B [2, 3]"), "{text}");
+    // Medians: A 95 (90–100), B 115 (110–120), B ÷ A 1.21; CPU user + kernel 20.0.
+    assert!(
+        text.contains(
+            "| 1 | 64 | tollgate | 95 (90–100) | 115 (110–120) | 1.21 | 20.0 (20.0–20.0) | 20.0 (20.0–20.0) | 0.200 (0.100–0.300) | 0.300 (0.200–0.400) |"
+        ),
+        "{text}"
+    );
+    // Per run against its own passthrough: A 0.80, 0.90, 0.80; B 0.95, 0.90.
+    assert!(
+        text.contains("| 1 | 64 | with-remedy | 0.80 (0.80–0.90) | 0.93 (0.90–0.95) |"),
+        "{text}"
+    );
+}
