@@ -66,6 +66,16 @@ fn bless(names: &[&str]) {
     }
 }
 
+/// The key of a `/discover` endpoint's row in the endpoints view: `METHOD host endpoint`.
+fn row_key(e: &Value) -> String {
+    format!(
+        "{} {} {}",
+        e["method"].as_str().unwrap(),
+        e["host"].as_str().unwrap(),
+        e["endpoint"].as_str().unwrap()
+    )
+}
+
 /// An upstream with a fast endpoint, a slower one and one that fails.
 async fn api() -> Server {
     upstream(|req: Request<hyper::body::Incoming>| async move {
@@ -209,12 +219,7 @@ async fn each_view_shows_what_the_admin_api_says() {
     let endpoints = discover["endpoints"].as_array().unwrap();
     assert_eq!(rows.len(), endpoints.len(), "{v:#}");
     for e in endpoints {
-        let key = format!(
-            "{} {} {}",
-            e["method"].as_str().unwrap(),
-            e["host"].as_str().unwrap(),
-            e["endpoint"].as_str().unwrap()
-        );
+        let key = row_key(e);
         let row = rows
             .iter()
             .find(|r| r["key"] == key.as_str())
@@ -258,14 +263,7 @@ async fn each_view_shows_what_the_admin_api_says() {
     let p99_of = |key: &str| {
         endpoints
             .iter()
-            .find(|e| {
-                format!(
-                    "{} {} {}",
-                    e["method"].as_str().unwrap(),
-                    e["host"].as_str().unwrap(),
-                    e["endpoint"].as_str().unwrap()
-                ) == key
-            })
+            .find(|e| row_key(e) == key)
             .and_then(|e| e["latency_ms"]["p99"].as_f64())
             .unwrap_or_else(|| panic!("no /discover endpoint {key}"))
     };
