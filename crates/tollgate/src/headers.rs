@@ -2,7 +2,8 @@
 //! `x-tollgate-*` control headers, which never leave tollgate.
 
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, CONTENT_LENGTH, EXPECT, HOST, HeaderName, PROXY_AUTHORIZATION, TE,
+    TRANSFER_ENCODING, UPGRADE, VIA,
 };
 use http::{HeaderMap, HeaderValue};
 
@@ -75,7 +76,14 @@ pub fn strip_for_upstream(h: &mut HeaderMap) {
 fn strip(h: &mut HeaderMap, control: bool) {
     // Fast path: cheap name comparisons; most messages carry none of these.
     let hop = h.keys().any(is_hop_by_hop);
-    if !(hop || (control && h.keys().any(is_control))) {
+    let control = control && h.keys().any(is_control);
+    strip_found(h, hop, control);
+}
+
+/// [`strip`] once it is known whether hop-by-hop (`hop`) and control (`control`) fields
+/// are there.
+fn strip_found(h: &mut HeaderMap, hop: bool, control: bool) {
+    if !(hop || control) {
         return;
     }
     // Names the Connection field lists (lower-cased, as header names are); `close` and
@@ -128,10 +136,51 @@ fn is_control(n: &HeaderName) -> bool {
     n == PROXY_AUTHORIZATION || n.as_str().starts_with(CONTROL_PREFIX)
 }
 
-/// Total size of the header section as a client sent it, approximately: names,
-/// values and `": "` plus CRLF per field.
-pub fn size(h: &HeaderMap) -> usize {
-    h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum()
+/// What one pass over a request's header fields found: the header section's size as the
+/// client sent it (approximately: names, values and `": "` plus CRLF per field), and which
+/// of the fields the request's phases read are there at all. A phase looks its field up
+/// (hashing the name) only when the pass saw it: most requests carry none of them, and a
+/// pass over a handful of fields costs less than one lookup.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub size: usize,
+    /// `Host` field lines (counted up to 255).
+    pub hosts: u8,
+    pub via: bool,
+    pub upgrade: bool,
+    pub expect: bool,
+    /// A hop-by-hop field ([`strip_hop_by_hop`]'s list).
+    pub hop: bool,
+    /// A field addressed to tollgate: `x-tollgate-*` or `Proxy-Authorization`.
+    pub control: bool,
+}
+
+impl Seen {
+    pub fn of(h: &HeaderMap) -> Self {
+        let mut s = Self::default();
+        // Every field line, repeated names included (a `&HeaderMap` yields each value).
+        for (n, v) in h {
+            s.size += n.as_str().len() + v.len() + 4;
+            if n == HOST {
+                s.hosts = s.hosts.saturating_add(1);
+            } else if n == VIA {
+                s.via = true;
+            } else if n == EXPECT {
+                s.expect = true;
+            } else if is_hop_by_hop(n) {
+                s.hop = true;
+                s.upgrade |= n == UPGRADE;
+            } else if is_control(n) {
+                s.control = true;
+            }
+        }
+        s
+    }
+
+    /// [`strip_for_upstream`] on the fields this pass looked at.
+    pub fn strip_for_upstream(&self, h: &mut HeaderMap) {
+        strip_found(h, self.hop, self.control);
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +234,49 @@ mod tests {
         assert!(!says_close(&h));
         h.append(CONNECTION, HeaderValue::from_static("x-one, Close"));
         assert!(says_close(&h));
+    }
+
+    #[test]
+    fn one_pass_sees_what_the_lookups_would() {
+        let plain = [("host", "a"), ("accept", "*/*"), ("user-agent", "x")];
+        let mut h = HeaderMap::new();
+        for (n, v) in plain {
+            h.append(n, HeaderValue::from_static(v));
+        }
+        let s = Seen::of(&h);
+        assert_eq!(
+            s,
+            Seen {
+                size: h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum(),
+                hosts: 1,
+                ..Seen::default()
+            }
+        );
+        h.append("host", HeaderValue::from_static("b"));
+        h.append("via", HeaderValue::from_static("1.1 x"));
+        h.append("expect", HeaderValue::from_static("100-continue"));
+        h.append("upgrade", HeaderValue::from_static("websocket"));
+        let s = Seen::of(&h);
+        assert_eq!(s.hosts, 2);
+        assert!(
+            s.via && s.expect && s.upgrade && s.hop && !s.control,
+            "{s:?}"
+        );
+        for control in [
+            "x-tollgate-host",
+            "X-Tollgate-Request-Id",
+            "proxy-authorization",
+        ] {
+            let mut h = HeaderMap::new();
+            h.append(control, HeaderValue::from_static("v"));
+            let s = Seen::of(&h);
+            assert!(s.control && !s.hop, "{control}: {s:?}");
+        }
+        let mut h = HeaderMap::new();
+        h.append("x-tollgatekeeper", HeaderValue::from_static("v"));
+        h.append("te", HeaderValue::from_static("trailers"));
+        let s = Seen::of(&h);
+        assert!(!s.control && s.hop && !s.upgrade, "{s:?}");
     }
 
     #[test]

@@ -45,6 +45,11 @@ impl RequestIds {
         {
             return v.clone();
         }
+        self.fresh()
+    }
+
+    /// A new id, whatever the request carries.
+    pub fn fresh(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         // `<8 hex>-<up to 16 hex>` built on the stack: no formatting machinery per request.
         let mut buf = [0u8; 25];

@@ -39,7 +39,7 @@ use crate::upgrade;
 use crate::upstream::PooledBody;
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
-use http::{HeaderValue, Method, Request, Response, Version, header};
+use http::{HeaderValue, Method, Request, Response, Version};
 use http_body::Body as HttpBody;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -61,9 +61,15 @@ pub fn handle(
 ) -> impl Future<Output = Response<Body>> + Send + 'static {
     let local = worker.local();
     let rt = local.runtime.load_full();
+    let seen = headers::Seen::of(req.headers());
     let mut ctx = Ctx {
         start: Instant::now(),
-        id: local.ids.for_request(req.headers()),
+        // A client's own id is an `x-tollgate-*` field: looked up only when there is one.
+        id: if seen.control {
+            local.ids.for_request(req.headers())
+        } else {
+            local.ids.fresh()
+        },
         method: req.method().clone(),
         host: None,
         upstream: None,
@@ -74,7 +80,7 @@ pub fn handle(
         diag: None,
         aggregate: None,
     };
-    let step = prepare(&worker, &rt, req, &mut ctx);
+    let step = prepare(&worker, &rt, req, &seen, &mut ctx);
     async move {
         let forwarded = match step {
             Ok(Step::Upstream(req, target, gate)) => {
@@ -196,6 +202,7 @@ fn prepare(
     worker: &Worker,
     rt: &Runtime,
     mut req: Request<Incoming>,
+    seen: &headers::Seen,
     ctx: &mut Ctx,
 ) -> Result<Step, ProxyError> {
     let shared = &*worker.shared;
@@ -204,23 +211,19 @@ fn prepare(
     if shared.is_draining() {
         return Err(ProxyError::ShuttingDown);
     }
-    let size = headers::size(req.headers());
-    if size > config.listen.max_header_bytes {
+    if seen.size > config.listen.max_header_bytes {
         return Err(ProxyError::HeadersTooLarge {
-            size,
+            size: seen.size,
             limit: config.listen.max_header_bytes,
         });
     }
     // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host is a 400.
-    if req.version() == Version::HTTP_11 {
-        let mut hosts = req.headers().get_all(header::HOST).iter();
-        if hosts.next().is_none() || hosts.next().is_some() {
-            return Err(ProxyError::BadRequest(
-                "an HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2)".into(),
-            ));
-        }
+    if req.version() == Version::HTTP_11 && seen.hosts != 1 {
+        return Err(ProxyError::BadRequest(
+            "an HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2)".into(),
+        ));
     }
-    if shared.via.came_back(req.headers()) {
+    if seen.via && shared.via.came_back(req.headers()) {
         return Err(ProxyError::LoopDetected(
             "this request already passed through this tollgate (its Via pseudonym came back): the target leads back to tollgate".into(),
         ));
@@ -252,7 +255,7 @@ fn prepare(
         return Ok(Step::Aggregate(Box::new(call), body));
     }
     // §7 Target.
-    let (target, path_and_query) = resolve_target(config, &req)?;
+    let (target, path_and_query) = resolve_target(config, &req, seen.control)?;
     ctx.host = Some(target.host.clone());
     // §8 Domain lists, §9 policy match.
     let policy = outbound::admit(rt, &target, req.method(), path_and_query.path())?;
@@ -272,14 +275,14 @@ fn prepare(
 
     // RFC 9110 §7.8: an upgrade is HTTP/1.1 only (HTTP/2 has none).
     let upgrade = match req.version() {
-        Version::HTTP_11 => upgrade::requested(req.headers()),
+        Version::HTTP_11 if seen.upgrade => upgrade::requested(req.headers()),
         _ => None,
     }
     .map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
 
     // §10 Upstream request.
     let (mut parts, body) = req.into_parts();
-    headers::strip_for_upstream(&mut parts.headers);
+    seen.strip_for_upstream(&mut parts.headers);
     // tollgate writes the request itself on its HTTP/1.1 pool (`http`) and on an
     // upgrade's own connection: origin-form (RFC 9112 §3.2.1; absolute-form is for a
     // next-hop proxy), and Host the upstream's authority (RFC 9110 §7.2), precomputed
@@ -300,7 +303,8 @@ fn prepare(
         let req = Request::from_parts(parts, from_incoming(body));
         return Ok(Step::Upgrade(req, target, client));
     }
-    let continues = !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
+    let continues =
+        seen.expect && !body.is_end_stream() && crate::expect::expects_continue(&parts.headers);
     let mut body = from_incoming(body);
     // §10b Diagnosis, request side.
     if let Some(d) = &mut ctx.diag {
@@ -421,10 +425,11 @@ where
 
 /// Finds the upstream and the path to send, in order: a decrypted tunnel's host,
 /// absolute-form request target (forward proxy, HTTP/1.x; RFC 9112 §3.2.2),
-/// `x-tollgate-host`, declared route.
+/// `x-tollgate-host` (looked up when the request has `control` fields), declared route.
 fn resolve_target<B>(
     config: &crate::config::Config,
     req: &Request<B>,
+    control: bool,
 ) -> Result<(Target, PathAndQuery), ProxyError> {
     let uri = req.uri();
     let pq = || {
@@ -447,7 +452,10 @@ fn resolve_target<B>(
         let target = Target::from_authority(scheme, auth).map_err(ProxyError::BadTarget)?;
         return Ok((target, pq()));
     }
-    if let Some(host) = req.headers().get(X_TOLLGATE_HOST) {
+    if let Some(host) = control
+        .then(|| req.headers().get(X_TOLLGATE_HOST))
+        .flatten()
+    {
         let scheme = match req.headers().get(X_TOLLGATE_SCHEME) {
             None => Scheme::Https,
             Some(v) => v.to_str().ok().and_then(Scheme::parse).ok_or_else(|| {
