@@ -62,11 +62,21 @@ impl Scope {
     }
 }
 
+/// The counts of one endpoint under one policy with one response status. Every matched
+/// request adds to exactly one; the views by policy, by endpoint and by status are sums
+/// of them, made when `GET /remedy-stats` reads them (a request costs one map lookup and
+/// one [`Scope::add`], not one of each per view).
+struct Cell {
+    policy: Box<str>,
+    status: u16,
+    scope: Scope,
+}
+
 #[derive(Default)]
 pub struct RemedyStats {
-    by_policy: FxHashMap<Box<str>, Scope>,
-    by_endpoint: FxHashMap<Box<str>, Scope>,
-    by_status: FxHashMap<u16, Scope>,
+    /// Endpoint key (`METHOD host template`) → its cells: an endpoint has a policy or
+    /// two and a few statuses, so a list beats a map.
+    by_endpoint: FxHashMap<Box<str>, Vec<Cell>>,
     /// Where [`RemedyStats::record_keyed`] writes a request's endpoint key, kept from one
     /// request to the next.
     scratch: String,
@@ -80,27 +90,41 @@ fn same(a: &(&'static str, &'static str), b: &(&'static str, &'static str)) -> b
     eq(a.0, b.0) && eq(a.1, b.1)
 }
 
-/// The scope of `key`, made on its first request (the only time a key is copied), or
-/// `other` once `MAX_KEYS` are kept. A key seen before costs two lookups.
-fn bounded<'a>(map: &'a mut FxHashMap<Box<str>, Scope>, key: &str) -> &'a mut Scope {
+/// The cells of endpoint `key`, made on its first request (the only time a key is
+/// copied), or `other`'s once `MAX_KEYS` endpoints are kept. A key seen before costs two
+/// lookups.
+fn bounded<'a>(map: &'a mut FxHashMap<Box<str>, Vec<Cell>>, key: &str) -> &'a mut Vec<Cell> {
     if map.contains_key(key) {
         return map.get_mut(key).expect("looked up above");
     }
     let key = if map.len() < MAX_KEYS { key } else { "other" };
-    if !map.contains_key(key) {
-        map.insert(key.into(), Scope::default());
-    }
-    map.get_mut(key).expect("inserted above")
+    map.entry(key.into()).or_default()
+}
+
+/// The counts of `policy` with `status` among an endpoint's cells, made on first use.
+fn cell<'a>(cells: &'a mut Vec<Cell>, policy: &str, status: u16) -> &'a mut Scope {
+    let i = match cells
+        .iter()
+        .position(|c| c.status == status && *c.policy == *policy)
+    {
+        Some(i) => i,
+        None => {
+            cells.push(Cell {
+                policy: policy.into(),
+                status,
+                scope: Scope::default(),
+            });
+            cells.len() - 1
+        }
+    };
+    &mut cells[i].scope
 }
 
 impl RemedyStats {
     /// One request a policy matched: its policy, endpoint (`METHOD host template`),
     /// response status and the remedies' actions.
     pub fn record(&mut self, policy: &str, endpoint: &str, status: u16, acted: &[Acted]) {
-        bounded(&mut self.by_policy, policy).add(acted);
-        bounded(&mut self.by_endpoint, endpoint).add(acted);
-        // Statuses are three digits: at most 900 keys, under the bound by construction.
-        self.by_status.entry(status).or_default().add(acted);
+        cell(bounded(&mut self.by_endpoint, endpoint), policy, status).add(acted);
     }
 
     /// [`RemedyStats::record`] with the endpoint key written by `key` into a buffer these
@@ -119,32 +143,38 @@ impl RemedyStats {
         self.scratch = endpoint;
     }
 
-    /// Adds another part's counts, under the same bound on keys.
+    /// Adds another part's counts, under the same bound on endpoints.
     fn absorb(&mut self, other: &RemedyStats) {
-        for (k, s) in &other.by_policy {
-            bounded(&mut self.by_policy, k).absorb(s);
-        }
-        for (k, s) in &other.by_endpoint {
-            bounded(&mut self.by_endpoint, k).absorb(s);
-        }
-        for (k, s) in &other.by_status {
-            self.by_status.entry(*k).or_default().absorb(s);
+        for (k, cells) in &other.by_endpoint {
+            let mine = bounded(&mut self.by_endpoint, k);
+            for c in cells {
+                cell(mine, &c.policy, c.status).absorb(&c.scope);
+            }
         }
     }
 
     pub fn to_json(&self) -> Value {
-        // Sorted by key, as the output always was.
-        fn scopes<K: Ord + ToString>(m: &FxHashMap<K, Scope>, key: &str) -> Vec<Value> {
-            let sorted: BTreeMap<&K, &Scope> = m.iter().collect();
-            sorted
-                .into_iter()
+        // Each view summed from the cells, sorted by key, as the output always was.
+        let mut by_policy: BTreeMap<&str, Scope> = BTreeMap::new();
+        let mut by_endpoint: BTreeMap<&str, Scope> = BTreeMap::new();
+        let mut by_status: BTreeMap<u16, Scope> = BTreeMap::new();
+        for (endpoint, cells) in &self.by_endpoint {
+            let e = by_endpoint.entry(endpoint).or_default();
+            for c in cells {
+                e.absorb(&c.scope);
+                by_policy.entry(&c.policy).or_default().absorb(&c.scope);
+                by_status.entry(c.status).or_default().absorb(&c.scope);
+            }
+        }
+        fn scopes<K: ToString>(m: &BTreeMap<K, Scope>, key: &str) -> Vec<Value> {
+            m.iter()
                 .map(|(k, s)| json!({ key: k.to_string(), "requests": s.requests, "actions": s.to_json() }))
                 .collect()
         }
         json!({
-            "policies": scopes(&self.by_policy, "policy"),
-            "endpoints": scopes(&self.by_endpoint, "endpoint"),
-            "statuses": scopes(&self.by_status, "status"),
+            "policies": scopes(&by_policy, "policy"),
+            "endpoints": scopes(&by_endpoint, "endpoint"),
+            "statuses": scopes(&by_status, "status"),
         })
     }
 }
@@ -228,6 +258,106 @@ mod tests {
         }
         assert_eq!(parts.to_json(), one.to_json());
         assert_eq!(parts.to_json()["policies"][0]["requests"], 30);
+    }
+
+    /// A view's rows: key, requests, and (remedy/action, count) per action.
+    type View = Vec<(String, u64, Vec<(String, u64)>)>;
+
+    #[test]
+    fn each_view_sums_the_requests_it_holds() {
+        let mut stats = RemedyStats::default();
+        let hit = [acted("cache", "hit")];
+        let miss = [acted("cache", "miss"), acted("rate_limit", "allowed")];
+        stats.record("a", "GET h /x", 200, &hit);
+        stats.record("b", "GET h /x", 200, &miss);
+        stats.record("a", "GET h /y", 429, &miss);
+        stats.record("a", "GET h /y", 429, &miss);
+        let json = stats.to_json();
+        let view = |name: &str, key: &str| -> View {
+            json[name]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| {
+                    let actions = v["actions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|a| {
+                            let name = format!(
+                                "{}/{}",
+                                a["remedy"].as_str().unwrap(),
+                                a["action"].as_str().unwrap()
+                            );
+                            (name, a["count"].as_u64().unwrap())
+                        })
+                        .collect();
+                    (
+                        v[key].as_str().unwrap().to_owned(),
+                        v["requests"].as_u64().unwrap(),
+                        actions,
+                    )
+                })
+                .collect()
+        };
+        let a = |s: &str, n| (s.to_owned(), n);
+        assert_eq!(
+            view("policies", "policy"),
+            [
+                (
+                    "a".into(),
+                    3,
+                    vec![
+                        a("cache/hit", 1),
+                        a("cache/miss", 2),
+                        a("rate_limit/allowed", 2)
+                    ]
+                ),
+                (
+                    "b".into(),
+                    1,
+                    vec![a("cache/miss", 1), a("rate_limit/allowed", 1)]
+                ),
+            ]
+        );
+        assert_eq!(
+            view("endpoints", "endpoint"),
+            [
+                (
+                    "GET h /x".into(),
+                    2,
+                    vec![
+                        a("cache/hit", 1),
+                        a("cache/miss", 1),
+                        a("rate_limit/allowed", 1)
+                    ]
+                ),
+                (
+                    "GET h /y".into(),
+                    2,
+                    vec![a("cache/miss", 2), a("rate_limit/allowed", 2)]
+                ),
+            ]
+        );
+        assert_eq!(
+            view("statuses", "status"),
+            [
+                (
+                    "200".into(),
+                    2,
+                    vec![
+                        a("cache/hit", 1),
+                        a("cache/miss", 1),
+                        a("rate_limit/allowed", 1)
+                    ]
+                ),
+                (
+                    "429".into(),
+                    2,
+                    vec![a("cache/miss", 2), a("rate_limit/allowed", 2)]
+                ),
+            ]
+        );
     }
 
     #[test]
