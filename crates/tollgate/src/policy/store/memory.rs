@@ -88,22 +88,27 @@ impl Memory {
 impl Store for Memory {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
         StoreFuture::ready(self.with(key, |shard, now| {
-            let count = Self::live(shard, key, now).map_or(0, |s| s.value);
+            // One lookup: a counter that exists is read and updated in place (its key is
+            // not hashed or copied again); an expired one counts from zero.
+            let slot = shard.map.get_mut(key);
+            let count = match &slot {
+                Some(s) if s.expires_ms == 0 || s.expires_ms > now => s.value,
+                _ => 0,
+            };
             if count.saturating_add(n) > limit {
                 return Added {
                     taken: false,
                     count,
                 };
             }
-            let slot = Slot {
+            let new = Slot {
                 value: count + n,
                 expires_ms,
             };
-            // A counter that exists is updated in place: its key is not copied again.
-            match shard.map.get_mut(key) {
-                Some(s) => *s = slot,
+            match slot {
+                Some(s) => *s = new,
                 None => {
-                    shard.map.insert(key.clone(), slot);
+                    shard.map.insert(key.clone(), new);
                 }
             }
             Added {
