@@ -25,6 +25,13 @@ struct Slot {
     expires_ms: u64,
 }
 
+impl Slot {
+    /// Not expired at `now` (0: never expires).
+    fn live(&self, now: u64) -> bool {
+        self.expires_ms == 0 || self.expires_ms > now
+    }
+}
+
 pub struct Memory {
     shards: Box<[Padded]>,
     hasher: rustc_hash::FxBuildHasher,
@@ -53,9 +60,7 @@ impl Memory {
             .map_err(|_| StoreError::new(Cause::Internal, "memory store lock poisoned"))?;
         let now = clock::now_ms();
         if shard.map.len() >= shard.sweep_at.max(64) {
-            shard
-                .map
-                .retain(|_, s| s.expires_ms == 0 || s.expires_ms > now);
+            shard.map.retain(|_, s| s.live(now));
             shard.sweep_at = shard.map.len() * 2;
         }
         Ok(f(&mut shard, now))
@@ -77,11 +82,7 @@ impl Memory {
     }
 
     fn live(shard: &mut Shard, key: &Key, now: u64) -> Option<Slot> {
-        shard
-            .map
-            .get(key)
-            .copied()
-            .filter(|s| s.expires_ms == 0 || s.expires_ms > now)
+        shard.map.get(key).copied().filter(|s| s.live(now))
     }
 }
 
@@ -92,7 +93,7 @@ impl Store for Memory {
             // not hashed or copied again); an expired one counts from zero.
             let slot = shard.map.get_mut(key);
             let count = match &slot {
-                Some(s) if s.expires_ms == 0 || s.expires_ms > now => s.value,
+                Some(s) if s.live(now) => s.value,
                 _ => 0,
             };
             if count.saturating_add(n) > limit {
