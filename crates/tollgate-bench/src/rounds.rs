@@ -124,12 +124,12 @@ pub struct Summary {
 
 pub fn summary(s: &[Sample]) -> Summary {
     let col = |f: fn(&Sample) -> f64| median(&mut s.iter().map(f).collect::<Vec<_>>());
-    let mut user: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.0)).collect();
-    let mut kernel: Vec<f64> = s.iter().filter_map(|x| x.cpu_us.map(|c| c.1)).collect();
-    let mut cycles: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.0)).collect();
-    let mut instructions: Vec<f64> = s.iter().filter_map(|x| x.counters.map(|c| c.1)).collect();
-    let mut observer: Vec<f64> = s.iter().filter_map(|x| x.observer).collect();
-    let mut wakeups: Vec<f64> = s.iter().filter_map(|x| x.wakeups).collect();
+    // The median of a figure over the rounds that had it; none when no round had it.
+    let some = |f: &dyn Fn(&Sample) -> Option<f64>| {
+        let mut v: Vec<f64> = s.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    let pair = |a: Option<f64>, b: Option<f64>| a.zip(b);
     let rps = s.iter().map(|x| x.rps);
     Summary {
         rps_range: (
@@ -140,10 +140,16 @@ pub fn summary(s: &[Sample]) -> Summary {
         p50_ms: col(|x| x.p50_ms),
         p99_ms: col(|x| x.p99_ms),
         loadgen_cpu: col(|x| x.cpu),
-        cpu_us: (!user.is_empty()).then(|| (median(&mut user), median(&mut kernel))),
-        counters: (!cycles.is_empty()).then(|| (median(&mut cycles), median(&mut instructions))),
-        observer: (!observer.is_empty()).then(|| median(&mut observer)),
-        wakeups: (!wakeups.is_empty()).then(|| median(&mut wakeups)),
+        cpu_us: pair(
+            some(&|x| x.cpu_us.map(|c| c.0)),
+            some(&|x| x.cpu_us.map(|c| c.1)),
+        ),
+        counters: pair(
+            some(&|x| x.counters.map(|c| c.0)),
+            some(&|x| x.counters.map(|c| c.1)),
+        ),
+        observer: some(&|x| x.observer),
+        wakeups: some(&|x| x.wakeups),
         errors: s.iter().map(|x| x.errors).sum(),
     }
 }
