@@ -38,6 +38,7 @@ impl Ctx {
         body_bytes: u64,
         completed: bool,
     ) -> Event {
+        let at = Instant::now();
         let mut diag = self.diag.take();
         if let Some(d) = &mut diag
             && let Some(capture) = d.har.take()
@@ -54,7 +55,8 @@ impl Ctx {
             method: self.method.clone(),
             status,
             error,
-            total: self.start.elapsed(),
+            at,
+            total: at.saturating_duration_since(self.start),
             upstream: self.upstream,
             // The path moves to the event: the request is over.
             access: self.path.take().map(|path| {

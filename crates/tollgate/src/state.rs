@@ -196,7 +196,7 @@ impl Shared {
             watching.clone(),
             clients.len(),
         )?);
-        let ui = Arc::new(crate::ui::Dashboard::new(watching, &metrics));
+        let ui = Arc::new(crate::ui::Dashboard::new(watching, &metrics, clients.len()));
         let observers = Observer::start(
             metrics.clone(),
             &runtime.config.log,

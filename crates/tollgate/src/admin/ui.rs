@@ -182,11 +182,7 @@ fn summary(shared: &Shared) -> Value {
     let ui = &shared.ui;
     let now = unix_s(SystemTime::now());
     let since = unix_s(ui.started());
-    let m = ui
-        .minute
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .last(now, since);
+    let m = ui.last_minute();
     let rt = shared.runtime.load();
     let c = &rt.config;
     json!({

@@ -438,7 +438,7 @@ pub struct RawLog {
     pub access_log: bool,
     /// File the access log is appended to; absent: standard output.
     pub access_log_file: Option<String>,
-    /// Bounded queue between requests and the observer thread (metrics and access log), one per data-plane worker. When full, events are dropped and counted in `tollgate_events_dropped_total`; requests never wait. (tokio's bounded channel refuses more than `usize::MAX >> 3` slots; 16M is plenty.)
+    /// Bounded queue between requests and the observer thread (access log, the dashboard's live calls and failures, diagnosis), one per data-plane worker; metrics are counted by the workers and never wait on it. When full, events are dropped and counted in `tollgate_events_dropped_total`; requests never wait. (tokio's bounded channel refuses more than `usize::MAX >> 3` slots; 16M is plenty.)
     pub queue_capacity: Int<1, { 1 << 24 }>,
 }
 

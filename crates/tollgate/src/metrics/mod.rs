@@ -139,9 +139,19 @@ pub struct ResultLabels {
 }
 
 fn latency_buckets() -> impl Iterator<Item = f64> {
-    // 100 µs … ~105 s, doubling.
-    prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 21)
+    prometheus_client::metrics::histogram::exponential_buckets(
+        LATENCY_START,
+        2.0,
+        LATENCY_BUCKETS as u16,
+    )
 }
+
+/// The latency buckets: 100 µs … ~105 s, doubling.
+const LATENCY_START: f64 = 0.0001;
+const LATENCY_BUCKETS: usize = 21;
+
+/// A request latency, recorded by every worker into its own shard, in the latency buckets.
+pub type LatencyHistogram = sharded::ShardedHistogram<LATENCY_BUCKETS>;
 
 /// Declares tollgate's own metric families, one row each (field, type, name, help):
 /// the [`Metrics`] struct and the constructor that registers them in this order. A
@@ -176,10 +186,12 @@ macro_rules! metrics {
 }
 
 metrics! {
-    requests: Family<RequestLabels, Counter> = "requests", "Requests by upstream host, method and status class";
-    errors: Family<ErrorLabels, Counter> = "errors", "Proxy-made error responses by x-tollgate-error code";
-    request_duration: Family<HostLabels, Histogram> = "request_duration_seconds", "Total time from request head to end of the response body";
-    upstream_duration: Family<HostLabels, Histogram> = "upstream_duration_seconds", "Time from sending upstream to the provider's response head";
+    /// These four and `hosts_folded` are counted by each request's worker, in its shard
+    /// ([`sharded`]; `observe/tally.rs`).
+    requests: Family<RequestLabels, sharded::ShardedCounter> = "requests", "Requests by upstream host, method and status class";
+    errors: Family<ErrorLabels, sharded::ShardedCounter> = "errors", "Proxy-made error responses by x-tollgate-error code";
+    request_duration: Family<HostLabels, LatencyHistogram> = "request_duration_seconds", "Total time from request head to end of the response body";
+    upstream_duration: Family<HostLabels, LatencyHistogram> = "upstream_duration_seconds", "Time from sending upstream to the provider's response head";
     client_connections: Gauge = "client_connections", "Open client connections on the proxy listener";
     worker_connections: Family<WorkerLabels, Counter> = "worker_connections_accepted", "Client connections accepted, by data-plane worker (how evenly the listener spreads them)";
     upstream_connections: Gauge = "upstream_connections", "Open upstream connections (pooled and in use)";
@@ -196,11 +208,11 @@ metrics! {
     /// Connections cut and HTTP/2 streams released because the client stopped reading.
     stalls: Family<KindLabels, Counter> = "stalls", "Responses the client stopped reading for listen.send_timeout: connections cut (kind=connection) and HTTP/2 streams released (kind=stream)";
     reloads: Family<ResultLabels, Counter> = "reloads", "Config reloads by result (ok, error)";
-    events_dropped: Counter = "events_dropped", "Request events (metrics, access log) dropped because the observer queue was full";
+    events_dropped: Counter = "events_dropped", "Request events (access log, dashboard, diagnosis) dropped because the observer queue was full";
     ui_streams: Gauge = "ui_live_streams", "Open live-call streams of the dashboard (/ui/api/live)";
     ui_dropped: Counter = "ui_live_dropped", "Calls a dashboard live stream skipped because its browser read too slowly (the stream goes on from the newest)";
     ui_logins: Family<ResultLabels, Counter> = "ui_logins", "Dashboard logins by result (ok, error)";
-    hosts_folded: Counter = "metric_hosts_folded", "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels";
+    hosts_folded: sharded::ShardedCounter = "metric_hosts_folded", "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels";
     llm_calls: Family<LlmLabels, Counter> = "llm_calls", "LLM calls whose answers were read (policies with `llm`, `token_limit` or `budget`), by policy and model (the answer's; at most 100 names, then `other`)";
     llm_tokens: Family<LlmTokenLabels, Counter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
     llm_cost: Family<LlmLabels, FloatCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
@@ -336,6 +348,20 @@ impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Gauge> {
         Family::default()
     }
 }
+
+impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, LatencyHistogram> {
+    fn make() -> Self {
+        Family::new_with_constructor(|| LatencyHistogram::exponential(LATENCY_START, 2.0))
+    }
+}
+
+impl Make for sharded::ShardedCounter {
+    fn make() -> Self {
+        Self::default()
+    }
+}
+
+impl Registered for sharded::ShardedCounter {}
 
 impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Histogram> {
     fn make() -> Self {

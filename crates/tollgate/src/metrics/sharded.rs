@@ -3,12 +3,17 @@
 //! its index; threads beyond the shards share them), summed when `/metrics` is read.
 //! prometheus-client's `Histogram` takes one write lock per observation, and its `Counter`
 //! is one atomic that every worker's requests would pass between their cores.
+//!
+//! A shard is allocated by the first thread that records into it, so it lies on that
+//! thread's own pages (mimalloc keeps a heap per thread): no padding to keep it off
+//! other workers' lines, and a metric costs memory only for the workers that use it
+//! (one per host label set, say, a few hundred bytes on two workers).
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use std::cell::Cell;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Shards: more than the workers a machine usually runs, few enough to sum cheaply.
@@ -26,11 +31,10 @@ struct Inner<const B: usize> {
     bounds: [f64; B],
     /// The same in nanoseconds, compared on the path.
     bounds_ns: [u64; B],
-    shards: [Shard<B>; SHARDS],
+    shards: [OnceLock<Box<Shard<B>>>; SHARDS],
 }
 
-/// One thread's counters, alone on its cache lines.
-#[repr(align(128))]
+/// One thread's counters, allocated by it (see the module's note).
 struct Shard<const B: usize> {
     /// Per bounded bucket, not cumulative.
     counts: [AtomicU64; B],
@@ -65,18 +69,20 @@ impl<const B: usize> ShardedHistogram<B> {
             inner: Arc::new(Inner {
                 bounds,
                 bounds_ns: bounds.map(|s| (s * 1e9).round() as u64),
-                shards: std::array::from_fn(|_| Shard {
-                    counts: std::array::from_fn(|_| AtomicU64::new(0)),
-                    over: AtomicU64::new(0),
-                    sum_ns: AtomicU64::new(0),
-                }),
+                shards: std::array::from_fn(|_| OnceLock::new()),
             }),
         }
     }
 
     pub fn observe(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let shard = &self.inner.shards[shard()];
+        let shard = self.inner.shards[shard()].get_or_init(|| {
+            Box::new(Shard {
+                counts: std::array::from_fn(|_| AtomicU64::new(0)),
+                over: AtomicU64::new(0),
+                sum_ns: AtomicU64::new(0),
+            })
+        });
         shard.sum_ns.fetch_add(ns, Ordering::Relaxed);
         match self.inner.bounds_ns.iter().position(|&b| ns <= b) {
             Some(i) => shard.counts[i].fetch_add(1, Ordering::Relaxed),
@@ -94,7 +100,7 @@ impl<const B: usize> ShardedHistogram<B> {
             .chain(std::iter::once((f64::MAX, 0)))
             .collect();
         let mut sum_ns = 0u64;
-        for s in &self.inner.shards {
+        for s in self.inner.shards.iter().filter_map(OnceLock::get) {
             for (b, c) in buckets.iter_mut().zip(&s.counts) {
                 b.1 += c.load(Ordering::Relaxed);
             }
@@ -131,35 +137,34 @@ impl<const B: usize> EncodeMetric for ShardedHistogram<B> {
     }
 }
 
-/// A counter with one cell per shard, each on cache lines of its own. Made only where
-/// requests of every worker count (remedy actions): 2 KiB each.
+/// A counter with one cell per shard, each allocated by its thread (see the module's
+/// note): where requests of every worker count (requests, remedy actions).
 #[derive(Clone)]
 pub struct ShardedCounter {
-    cells: Arc<[Cell128; SHARDS]>,
+    cells: Arc<[OnceLock<Box<AtomicU64>>; SHARDS]>,
 }
-
-#[repr(align(128))]
-#[derive(Default)]
-struct Cell128(AtomicU64);
 
 impl Default for ShardedCounter {
     fn default() -> Self {
         Self {
-            cells: Arc::new(std::array::from_fn(|_| Cell128::default())),
+            cells: Arc::new(std::array::from_fn(|_| OnceLock::new())),
         }
     }
 }
 
 impl ShardedCounter {
     pub fn inc(&self) {
-        self.cells[shard()].0.fetch_add(1, Ordering::Relaxed);
+        self.cells[shard()]
+            .get_or_init(Box::default)
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The sum over the shards.
     pub fn get(&self) -> u64 {
         self.cells
             .iter()
-            .map(|c| c.0.load(Ordering::Relaxed))
+            .filter_map(OnceLock::get)
+            .map(|c| c.load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 }
@@ -221,7 +226,8 @@ mod tests {
                     for _ in 0..=w {
                         c.inc();
                     }
-                    assert!(c.cells[w % SHARDS].0.load(Ordering::Relaxed) > w as u64 / 2);
+                    let mine = c.cells[w % SHARDS].get().expect("made by its first inc");
+                    assert!(mine.load(Ordering::Relaxed) > w as u64 / 2);
                 });
             }
         });

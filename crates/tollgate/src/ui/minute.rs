@@ -1,6 +1,6 @@
 //! The dashboard header's last minute: requests, errors and latency in one-second slots,
-//! filled by the observer thread from the request events it already handles (one slot
-//! update per event, off the request path) and read by `/ui/api/summary`.
+//! one minute per data-plane worker, filled by the worker as each request ends (under a
+//! lock only its worker and the reader take) and summed by `/ui/api/summary`.
 
 use std::time::Duration;
 
@@ -89,37 +89,50 @@ impl Minute {
         slot.latency[bucket(total.as_micros() as u64)] += 1;
     }
 
-    /// The minute before unix second `now` (the current second, still filling, left out),
-    /// of a gateway up since unix second `since` (a younger one's rate is over its life).
-    pub fn last(&self, now: u64, since: u64) -> LastMinute {
-        let mut latency = [0u64; BUCKETS];
-        let (mut requests, mut errors) = (0u64, 0u64);
-        let fresh = |s: &&Slot| s.second < now && s.second + SLOTS as u64 >= now;
-        for s in self.slots.iter().filter(fresh) {
-            requests += u64::from(s.requests);
-            errors += u64::from(s.errors);
-            for (t, n) in latency.iter_mut().zip(s.latency.iter()) {
-                *t += u64::from(*n);
-            }
+    #[cfg(test)]
+    fn last(&self, now: u64, since: u64) -> LastMinute {
+        last_of([self], now, since)
+    }
+}
+
+/// The minute before second `now` (the current second, still filling, left out) over
+/// several minutes (each worker counts its own), of a gateway up since second `since` (a
+/// younger one's rate is over its life).
+pub fn last_of<'m>(
+    minutes: impl IntoIterator<Item = &'m Minute>,
+    now: u64,
+    since: u64,
+) -> LastMinute {
+    let mut latency = [0u64; BUCKETS];
+    let (mut requests, mut errors) = (0u64, 0u64);
+    let fresh = |s: &&Slot| s.second < now && s.second + SLOTS as u64 >= now;
+    for s in minutes
+        .into_iter()
+        .flat_map(|m| m.slots.iter().filter(fresh))
+    {
+        requests += u64::from(s.requests);
+        errors += u64::from(s.errors);
+        for (t, n) in latency.iter_mut().zip(s.latency.iter()) {
+            *t += u64::from(*n);
         }
-        let p99_ms = (requests > 0).then(|| {
-            let rank = (requests as f64 * 0.99).ceil() as u64;
-            let mut seen = 0;
-            let b = latency
-                .iter()
-                .position(|n| {
-                    seen += n;
-                    seen >= rank
-                })
-                .unwrap_or(BUCKETS - 1);
-            upper_us(b) / 1e3
-        });
-        LastMinute {
-            requests,
-            errors,
-            per_second: requests as f64 / now.saturating_sub(since).clamp(1, SLOTS as u64) as f64,
-            p99_ms,
-        }
+    }
+    let p99_ms = (requests > 0).then(|| {
+        let rank = (requests as f64 * 0.99).ceil() as u64;
+        let mut seen = 0;
+        let b = latency
+            .iter()
+            .position(|n| {
+                seen += n;
+                seen >= rank
+            })
+            .unwrap_or(BUCKETS - 1);
+        upper_us(b) / 1e3
+    });
+    LastMinute {
+        requests,
+        errors,
+        per_second: requests as f64 / now.saturating_sub(since).clamp(1, SLOTS as u64) as f64,
+        p99_ms,
     }
 }
 
@@ -164,6 +177,11 @@ mod tests {
         assert_eq!((l.requests, l.errors), (100, 1));
         let p99 = l.p99_ms.unwrap();
         assert!((1.0..1.13).contains(&p99), "{p99}");
+        // Two workers' minutes read as one.
+        let mut other = Minute::default();
+        other.record(1_000, Duration::from_millis(1), true);
+        let both = last_of([&m, &other], 1_001, 0);
+        assert_eq!((both.requests, both.errors), (101, 2));
         // A minute later the slot has aged out, and a reused slot starts afresh.
         assert_eq!(m.last(1_061, 0).requests, 0);
         m.record(1_060, Duration::from_millis(5), false);

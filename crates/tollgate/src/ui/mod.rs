@@ -1,6 +1,7 @@
 //! What the dashboard (docs/dashboard.md) keeps and serves: its pages and assets, the
 //! live calls, the last minute, the login sessions, the last reload. The admin listener
-//! answers its paths (`admin::ui`); the observer thread fills it.
+//! answers its paths (`admin::ui`); the workers count the last minute, the observer
+//! thread fills the rest.
 
 pub mod assets;
 pub mod live;
@@ -9,25 +10,35 @@ pub mod session;
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 /// What the dashboard keeps: the live calls, the last minute, the sessions, the last
 /// reload. Made once with the gateway.
 pub struct Dashboard {
     pub live: Arc<live::Live>,
-    pub minute: Mutex<minute::Minute>,
+    /// The last minute, one per data-plane worker (each counts its own requests).
+    minutes: Box<[WorkerMinute]>,
     pub sessions: session::Sessions,
     started: SystemTime,
+    /// When the gateway started, on the clock the minutes' seconds count from.
+    started_at: Instant,
     last_reload: Mutex<Option<Value>>,
 }
 
 impl Dashboard {
-    pub fn new(watching: crate::diagnosis::Watching, metrics: &crate::metrics::Metrics) -> Self {
+    pub fn new(
+        watching: crate::diagnosis::Watching,
+        metrics: &crate::metrics::Metrics,
+        workers: usize,
+    ) -> Self {
         Self {
             live: Arc::new(live::Live::new(watching, metrics)),
-            minute: Mutex::default(),
+            minutes: (0..workers.max(1))
+                .map(|_| WorkerMinute::default())
+                .collect(),
             sessions: session::Sessions::default(),
             started: SystemTime::now(),
+            started_at: Instant::now(),
             last_reload: Mutex::default(),
         }
     }
@@ -37,6 +48,26 @@ impl Dashboard {
         let mut v = outcome;
         v["at"] = json!(timestamp(SystemTime::now()));
         *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+    }
+
+    /// Counts a call of worker `worker` that ended at `at`.
+    pub fn count(&self, worker: usize, at: Instant, total: Duration, failed: bool) {
+        if let Some(m) = self.minutes.get(worker) {
+            let second = at.saturating_duration_since(self.started_at).as_secs();
+            let mut m = m.0.lock().unwrap_or_else(|p| p.into_inner());
+            m.record(second, total, failed);
+        }
+    }
+
+    /// The minute before now, over every worker's.
+    pub fn last_minute(&self) -> minute::LastMinute {
+        let now = self.started_at.elapsed().as_secs();
+        let held: Vec<_> = self
+            .minutes
+            .iter()
+            .map(|m| m.0.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        minute::last_of(held.iter().map(|m| &**m), now, 0)
     }
 
     /// When the gateway started.
@@ -52,6 +83,11 @@ impl Dashboard {
             .clone()
     }
 }
+
+/// A worker's last minute, alone on its cache lines: its worker locks it per request.
+#[derive(Default)]
+#[repr(align(128))]
+struct WorkerMinute(Mutex<minute::Minute>);
 
 pub fn unix_s(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)

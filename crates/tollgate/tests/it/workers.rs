@@ -85,6 +85,56 @@ async fn connections_spread_over_workers_and_ids_stay_unique() {
     );
 }
 
+/// Each worker counts its own requests' metrics and its part of the dashboard's last
+/// minute; `/metrics` and the dashboard sum them. None of it goes through the observer
+/// thread's queue: with a queue of one event per worker, every request still counts and
+/// no event is dropped (a plain request sends none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_counts_its_requests_and_none_waits_on_the_observer() {
+    let up = echo_upstream().await;
+    let gw = gateway_with_workers(
+        &format!(
+            "routes:\n  - prefix: /\n    upstream: http://{}\nlog:\n  queue_capacity: 1\n",
+            up.addr
+        ),
+        WORKERS,
+    )
+    .await;
+    let addr = gw.proxy_addr;
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|i| tokio::spawn(async move { fresh(addr, &format!("/c{i}")).await }))
+        .collect();
+    for t in tasks {
+        let answer = t.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let n = CONNECTIONS;
+    let all = [
+        format!(
+            "tollgate_requests_total{{host=\"127.0.0.1\",method=\"GET\",status_class=\"2xx\"}} {n}\n"
+        ),
+        format!("tollgate_request_duration_seconds_count{{host=\"127.0.0.1\"}} {n}\n"),
+        format!("tollgate_upstream_duration_seconds_count{{host=\"127.0.0.1\"}} {n}\n"),
+    ];
+    let text = metrics_when(&gw, |t| all.iter().all(|l| t.contains(l.as_str()))).await;
+    assert!(text.contains("tollgate_events_dropped_total 0\n"), "{text}");
+    let per = accepted_per_worker(&text);
+    assert!(
+        per.iter().filter(|&&n| n > 0).count() >= 2,
+        "several workers counted: {per:?}"
+    );
+    // The last minute leaves out the second still filling: it shows them once it is over.
+    let minute = eventually("every request in the dashboard's last minute", || async {
+        let v = admin_get(&gw, "/ui/api/summary").await.json();
+        match v["minute"]["requests"] == n as u64 {
+            true => Ok(v),
+            false => Err(v),
+        }
+    })
+    .await;
+    assert_eq!(minute["minute"]["errors"], 0, "{minute}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_reaches_every_worker() {
     let a = echo_upstream().await;

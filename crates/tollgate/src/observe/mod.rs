@@ -1,20 +1,24 @@
-//! Request events: one per finished request, sent through its worker's bounded queue to
-//! the observer thread, which drains every worker's queue every 20 ms, updates metrics and
-//! writes the access log. A full queue drops the event and counts it
-//! (`tollgate_events_dropped_total`); the request never waits. A queue per worker keeps
-//! workers from contending on one queue's counters.
+//! Request events: one per finished request. Its worker counts it (`tally.rs`: the
+//! request metrics, the dashboard's last minute); when the observer thread has more to do
+//! with it (the access log, the dashboard's live calls and failures, diagnosis, LLM
+//! metrics, aggregated endpoints) it goes through the worker's bounded queue to that
+//! thread, which drains every worker's queue every 20 ms. A full queue drops the event
+//! and counts it (`tollgate_events_dropped_total`); the request never waits. A queue per
+//! worker keeps workers from contending on one queue's counters.
+
+mod tally;
 
 use crate::diagnosis::RequestDiag;
 use crate::diagnosis::discovery::metrics::{EndpointMetrics, Sample};
 use crate::diagnosis::discovery::{Seen, template};
 use crate::diagnosis::worker::Diagnostics;
-use crate::metrics::{ErrorLabels, HostLabels, Metrics, RequestLabels, method_label, status_class};
+use crate::metrics::{Metrics, method_label};
 use crate::ui::Dashboard;
 use crate::ui::live::Call;
 use http::{HeaderValue, Method};
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 pub struct Event {
@@ -25,6 +29,8 @@ pub struct Event {
     pub method: Method,
     pub status: u16,
     pub error: Option<&'static str>,
+    /// When it ended.
+    pub at: Instant,
     pub total: Duration,
     pub upstream: Option<Duration>,
     /// Filled only when the access log is on.
@@ -49,12 +55,15 @@ pub struct Access {
     pub log: bool,
 }
 
+/// A worker's end of the request events: its tally, and its queue to the observer thread.
 /// The queue is tokio's bounded channel, which allocates its slots in small blocks as they
 /// fill (std's bounded channel allocates all `queue_capacity` slots, megabytes, up front).
-#[derive(Clone)]
 pub struct Observer {
+    tally: tally::Tally,
     tx: mpsc::Sender<Event>,
     metrics: Metrics,
+    /// Whether a dashboard watches the live calls (then every event goes to the observer).
+    watching: crate::diagnosis::Watching,
     /// Where this worker counts its own matched requests' remedy statistics: when
     /// discovery is off (discovery names the endpoint, on the observer thread).
     settle: Option<Settle>,
@@ -135,27 +144,38 @@ impl Observer {
                 watching: ui.live.watching().clone(),
             })
         };
+        let hosts = tally::Hosts::new(max_hosts);
         let observers = txs
             .into_iter()
             .enumerate()
             .map(|(i, tx)| Self {
+                tally: tally::Tally::new(metrics.clone(), hosts.clone(), ui.clone(), i),
                 tx,
                 metrics: metrics.clone(),
+                watching: ui.live.watching().clone(),
                 settle: settle(i),
             })
             .collect();
         std::thread::Builder::new()
             .name("tollgate-observer".into())
-            .spawn(move || consume(rxs, m, json, out, max_hosts, diagnostics))?;
+            .spawn(move || consume(rxs, m, json, out, diagnostics))?;
         Ok(observers)
     }
 
+    /// Counts a finished request on this worker, and sends its event on when the
+    /// observer thread has more to do with it.
     #[inline]
     pub fn emit(&self, mut event: Event) {
+        self.tally.count(&event);
         if let Some(s) = &self.settle {
             s.settle(&mut event);
         }
-        if self.tx.try_send(event).is_err() {
+        let wanted = event.access.is_some()
+            || event.diag.is_some()
+            || event.aggregate.is_some()
+            || crate::ui::live::failed(event.status, event.error)
+            || self.watching.any();
+        if wanted && self.tx.try_send(event).is_err() {
             self.metrics.events_dropped.inc();
         }
     }
@@ -170,7 +190,6 @@ fn consume(
     metrics: Metrics,
     json: bool,
     out: Box<dyn Write + Send>,
-    max_hosts: usize,
     (diagnostics, ui): (Arc<Diagnostics>, Arc<Dashboard>),
 ) {
     use mpsc::error::TryRecvError;
@@ -181,28 +200,24 @@ fn consume(
     let mut endpoint = String::new();
     let mut out = std::io::BufWriter::new(out);
     let mut cache = Labels {
-        handles: rustc_hash::FxHashMap::default(),
-        hosts: rustc_hash::FxHashSet::default(),
-        max_hosts,
         models: rustc_hash::FxHashSet::default(),
         llm: rustc_hash::FxHashMap::default(),
     };
     loop {
         let mut open = 0;
-        let now = std::time::SystemTime::now();
-        let (now_s, now_ms) = now
+        let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or((0, 0), |d| (d.as_secs(), d.as_millis() as u64));
-        // Held for one drain (the dashboard's reads wait at most that long), not taken
-        // per event.
-        let mut minute = ui.minute.lock().unwrap_or_else(|p| p.into_inner());
+            .map_or(0, |d| d.as_millis() as u64);
         for rx in &mut rxs {
             loop {
                 match rx.try_recv() {
                     Ok(ev) => {
-                        record(&metrics, &mut cache, &ev);
+                        if let Some(d) = &ev.diag
+                            && let Some(meter) = &d.llm
+                        {
+                            record_llm(&metrics, &mut cache, d, &meter.read());
+                        }
                         let failed = crate::ui::live::failed(ev.status, ev.error);
-                        minute.record(now_s, ev.total, failed);
                         if let Some(a) = &ev.access
                             && a.log
                         {
@@ -232,7 +247,6 @@ fn consume(
                 }
             }
         }
-        drop(minute);
         ui.live.drained();
         let _ = out.flush();
         if open == 0 {
@@ -242,26 +256,8 @@ fn consume(
     }
 }
 
-/// The metric handles of one (host, method, status class), looked up in the registry's
-/// families once and then reused: no label hashing or String allocation per event.
-struct Handles {
-    requests: prometheus_client::metrics::counter::Counter,
-    duration: prometheus_client::metrics::histogram::Histogram,
-    upstream: prometheus_client::metrics::histogram::Histogram,
-    /// The host was past `metrics.max_hosts`: counted under `other`.
-    folded: Option<prometheus_client::metrics::counter::Counter>,
-}
-
-/// Host (validated only), method label, status class: every part bounded.
-type HandleKey = (Option<Arc<str>>, &'static str, &'static str);
-
-/// The observer's label state: cached metric handles, and the hosts admitted as labels.
+/// The observer's label state: the LLM models that are labels and their handles.
 struct Labels {
-    handles: rustc_hash::FxHashMap<HandleKey, Handles>,
-    /// Hosts that are labels; at most `max_hosts`, never evicted (a series, once
-    /// exported, stays in the registry anyway).
-    hosts: rustc_hash::FxHashSet<Arc<str>>,
-    max_hosts: usize,
     /// LLM models that are labels (at most [`MAX_MODELS`]).
     models: rustc_hash::FxHashSet<Arc<str>>,
     /// The LLM handles of each (policy, model) seen.
@@ -270,28 +266,6 @@ struct Labels {
 
 /// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
 const MAX_CACHED: usize = 10_000;
-
-fn record(m: &Metrics, cache: &mut Labels, ev: &Event) {
-    let host = if ev.host_is_label {
-        ev.host.clone()
-    } else {
-        None
-    };
-    let key: HandleKey = (host, method_label(&ev.method), status_class(ev.status));
-    // One lookup per event once the label set is known.
-    match cache.handles.get(&key) {
-        Some(h) => count(h, ev),
-        None => count(cache_handles(m, cache, key), ev),
-    }
-    if let Some(code) = ev.error {
-        m.errors.get_or_create(&ErrorLabels { code }).inc();
-    }
-    if let Some(d) = &ev.diag
-        && let Some(meter) = &d.llm
-    {
-        record_llm(m, cache, d, &meter.read());
-    }
-}
 
 /// Distinct model names that are metric labels; past them, `other`.
 const MAX_MODELS: usize = 100;
@@ -374,50 +348,6 @@ fn record_llm(m: &Metrics, cache: &mut Labels, d: &RequestDiag, u: &crate::llm::
     if let Some(t) = u.first_byte {
         h.first_byte.observe(t.as_secs_f64());
     }
-}
-
-fn count(h: &Handles, ev: &Event) {
-    h.requests.inc();
-    if let Some(f) = &h.folded {
-        f.inc();
-    }
-    h.duration.observe(ev.total.as_secs_f64());
-    if let Some(u) = ev.upstream {
-        h.upstream.observe(u.as_secs_f64());
-    }
-}
-
-/// Looks a label set up in the registry (the first event of its kind) and caches it.
-fn cache_handles<'c>(m: &Metrics, cache: &'c mut Labels, key: HandleKey) -> &'c Handles {
-    if cache.handles.len() >= MAX_CACHED {
-        cache.handles.clear();
-    }
-    let mut folded = None;
-    let host = match &key.0 {
-        None => "-".to_owned(),
-        Some(h) if cache.hosts.contains(h) => h.to_string(),
-        Some(h) if cache.hosts.len() < cache.max_hosts => {
-            cache.hosts.insert(h.clone());
-            h.to_string()
-        }
-        Some(_) => {
-            folded = Some(m.hosts_folded.clone());
-            "other".to_owned()
-        }
-    };
-    let labels = RequestLabels {
-        host: host.clone(),
-        method: key.1,
-        status_class: key.2,
-    };
-    let host_labels = HostLabels { host };
-    let handles = Handles {
-        requests: m.requests.get_or_create(&labels).clone(),
-        duration: m.request_duration.get_or_create(&host_labels).clone(),
-        upstream: m.upstream_duration.get_or_create(&host_labels).clone(),
-        folded,
-    };
-    cache.handles.entry(key).or_insert(handles)
 }
 
 fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {
