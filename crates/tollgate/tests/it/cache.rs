@@ -294,3 +294,74 @@ async fn each_callers_authorization_has_its_own_entries() {
     assert_eq!(again.header("x-tollgate-cache"), Some("hit"));
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// A key marked hit-for-pass keeps no copy of its requests' headers. When its answers
+/// become storable but vary on a request header, the first is relayed unstored and the
+/// marks give way; the next request stores its answer under its own variant.
+#[tokio::test]
+async fn a_passed_key_that_starts_to_vary_is_stored_by_the_next_request() {
+    let storable = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = storable.clone();
+    let (up, hits) = counting_upstream(move |req, i| {
+        let store = s.load(Ordering::SeqCst);
+        let enc = req
+            .headers()
+            .get("accept-encoding")
+            .map_or("identity".to_owned(), |v| v.to_str().unwrap().to_owned());
+        async move {
+            match store {
+                true => answer(
+                    200,
+                    &[
+                        ("cache-control", "max-age=600"),
+                        ("vary", "Accept-Encoding"),
+                    ],
+                    &format!("call {i} for {enc}"),
+                ),
+                false => answer(200, &[("cache-control", "no-store")], "not stored"),
+            }
+        }
+    })
+    .await;
+    let gw = gateway(&cached("")).await;
+    let gzip = [("accept-encoding", "gzip")];
+    // Not storable: the first miss marks the key hit-for-pass, the next ones pass.
+    for _ in 0..3 {
+        let got = get_via(&gw, up.addr, "/p", &gzip).await;
+        assert_eq!(got.header("x-tollgate-cache"), Some("miss"));
+    }
+    storable.store(true, Ordering::SeqCst);
+    let first = get_via(&gw, up.addr, "/p", &gzip).await;
+    assert_eq!(
+        (&first.body[..], first.header("x-tollgate-cache")),
+        (&b"call 3 for gzip"[..], Some("miss"))
+    );
+    // Relayed unstored while this worker's mark held (the mark is checked against the
+    // shared cache once a second: past that, it was stored as any miss is).
+    let next = get_via(&gw, up.addr, "/p", &gzip).await;
+    let (variant, calls): (&[u8], _) = match next.header("x-tollgate-cache") {
+        Some("hit") => (b"call 3 for gzip", 5),
+        _ => {
+            assert_eq!(
+                (&next.body[..], next.header("x-tollgate-cache")),
+                (&b"call 4 for gzip"[..], Some("miss"))
+            );
+            (b"call 4 for gzip", 6)
+        }
+    };
+    let hit = eventually("the stored variant served", || async {
+        let got = get_via(&gw, up.addr, "/p", &gzip).await;
+        match got.header("x-tollgate-cache") {
+            Some("hit") => Ok(got),
+            _ => Err(String::from_utf8_lossy(&got.body).into_owned()),
+        }
+    })
+    .await;
+    assert_eq!(&hit.body[..], variant);
+    // Another encoding is not that variant.
+    let plain = get_via(&gw, up.addr, "/p", &[]).await;
+    assert_eq!(plain.header("x-tollgate-cache"), Some("miss"));
+    assert!(plain.body.ends_with(b"for identity"), "{:?}", plain.body);
+    // Three passes, the stored answer (and the one relayed before it), the other variant.
+    assert_eq!(hits.load(Ordering::SeqCst), calls);
+}

@@ -112,9 +112,13 @@ pub struct PendingFill {
     pub stale: Option<Arc<Entry>>,
     /// This request fetches for the others waiting on its key.
     pub fill: Option<Fill>,
-    /// The request's headers as the cache saw them (the response phase decides on
-    /// `Authorization` and `Vary` with them, after the attempt took the request).
-    pub request: http::HeaderMap,
+    /// Whether the request carried `Authorization` as the cache saw it (a shared cache
+    /// stores no answer to it: RFC 9111 §3.5).
+    pub authorization: bool,
+    /// The request's headers as the cache saw them, for the `Vary` of a response that is
+    /// stored (the attempt took the request). Not kept for a key this worker marked
+    /// hit-for-pass: its answers were not storable, and most likely will not be.
+    pub request: Option<http::HeaderMap>,
 }
 
 /// The single-flight ticket of the request fetching a key: dropping it (stored, not
@@ -196,11 +200,7 @@ impl Cache {
     }
 
     /// How long a response may be served fresh, or `None` when it must not be stored.
-    fn freshness(
-        &self,
-        request: &http::HeaderMap,
-        head: &http::response::Parts,
-    ) -> Option<Duration> {
+    fn freshness(&self, authorization: bool, head: &http::response::Parts) -> Option<Duration> {
         if !self.spec.statuses.contains(&head.status.as_u16()) {
             return None;
         }
@@ -213,7 +213,7 @@ impl Cache {
         }
         // RFC 9111 §3.5: a shared cache stores neither `private` responses nor answers
         // to requests with credentials of the user's own.
-        if self.spec.shared && (d.private || request.contains_key(header::AUTHORIZATION)) {
+        if self.spec.shared && (d.private || authorization) {
             return None;
         }
         let limit = if self.spec.shared {
@@ -422,7 +422,8 @@ impl Remedy for CacheStage {
                 key,
                 stale,
                 fill,
-                request: x.parts.headers.clone(),
+                authorization: x.parts.headers.contains_key(header::AUTHORIZATION),
+                request: (!passed).then(|| x.parts.headers.clone()),
             });
             Ok(Flow::Continue)
         })
@@ -452,7 +453,7 @@ impl Remedy for CacheStage {
             fresh_head.status = stale.status;
             fresh_head.headers = headers.clone();
             let ttl = c
-                .freshness(&pending.request, &fresh_head)
+                .freshness(pending.authorization, &fresh_head)
                 .unwrap_or(Duration::ZERO);
             let now = clock::now_ms();
             let entry = Arc::new(Entry {
@@ -476,7 +477,7 @@ impl Remedy for CacheStage {
             });
             return resp;
         }
-        let Some(ttl) = c.freshness(&pending.request, &head) else {
+        let Some(ttl) = c.freshness(pending.authorization, &head) else {
             // Not storable: the next misses of this key need not wait for one another.
             if pending.fill.is_some() {
                 c.pass.insert(pending.key, ());
@@ -492,6 +493,19 @@ impl Remedy for CacheStage {
             }
             return with_status(Response::from_parts(head, body), status);
         }
+        let vary = match &pending.request {
+            Some(request) => vary(&head.headers, request),
+            None if !head.headers.contains_key(header::VARY) => Vec::new(),
+            None => {
+                // A key marked hit-for-pass answered storably, varying on request
+                // headers that were not kept: not stored this time. Its marks give way
+                // (the pass entry goes, the slot's generation moves), so the next
+                // request of the key fetches and stores.
+                c.pass.invalidate(&pending.key);
+                c.generations.stored(c.generations.slot(&pending.key));
+                return with_status(Response::from_parts(head, body), status);
+            }
+        };
         head.headers
             .insert(X_TOLLGATE_CACHE, CacheStatus::Miss.header());
         let mut stored = head.headers.clone();
@@ -518,7 +532,7 @@ impl Remedy for CacheStage {
                 ttl,
                 keep,
                 initial_age,
-                vary: vary(&head.headers, &pending.request),
+                vary,
                 fill: pending.fill,
             },
         );
