@@ -3,8 +3,8 @@
 
 use crate::conns::InFlight;
 use crate::diagnosis::{RequestDiag, har};
-use crate::observe::{Access, Event};
-use crate::state::Shared;
+use crate::observe::{Access, Ended, Event};
+use crate::state::{Shared, Worker};
 use http::{HeaderValue, Method};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,34 +29,52 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// The request event; a HAR capture leaves for its writer here.
-    pub fn event(
+    /// Ends the request: a HAR capture leaves for its writer, its worker counts it
+    /// (`observe::Observer::ended`), and its event is built and sent to the observer
+    /// thread only when that thread has more to do with it. `host_is_label`: the host was
+    /// validated (a refused target's host is client input, never a metric label).
+    pub fn end(
         &mut self,
-        shared: &Shared,
+        worker: &Worker,
         status: u16,
         error: Option<&'static str>,
         body_bytes: u64,
         completed: bool,
-    ) -> Event {
+        host_is_label: bool,
+    ) {
+        let (shared, observer) = (&*worker.shared, &worker.local().observer);
         let at = Instant::now();
+        let total = at.saturating_duration_since(self.start);
         let mut diag = self.diag.take();
         if let Some(d) = &mut diag
             && let Some(capture) = d.har.take()
         {
             d.captured = self.send_capture(shared, d, capture, error, completed);
         }
-        Event {
+        let ended = Ended {
+            host: self.host.as_ref().filter(|_| host_is_label),
+            method: &self.method,
+            status,
+            error,
+            at,
+            total,
+            upstream: self.upstream,
+        };
+        let keeps = self.path.is_some() || self.aggregate.is_some();
+        if !observer.ended(&ended, &mut diag, keeps) {
+            return;
+        }
+        observer.send(Event {
             aggregate: self.aggregate.take(),
             response_bytes: body_bytes,
             request_id: diag.as_ref().map(|_| self.id.clone()),
             diag,
             host: self.host.clone(),
-            host_is_label: true,
+            host_is_label,
             method: self.method.clone(),
             status,
             error,
-            at,
-            total: at.saturating_duration_since(self.start),
+            total,
             upstream: self.upstream,
             // The path moves to the event: the request is over.
             access: self.path.take().map(|path| {
@@ -71,7 +89,7 @@ impl Ctx {
                     log: shared.runtime.load().config.log.access_log,
                 })
             }),
-        }
+        });
     }
 
     fn send_capture(

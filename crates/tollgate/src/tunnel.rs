@@ -116,13 +116,10 @@ async fn open(
     Ok(established(worker, ctx))
 }
 
-/// The 200 that opens a tunnel (its event emitted now: what follows is bytes, or the
+/// The 200 that opens a tunnel (the request ended now: what follows is bytes, or the
 /// decrypted requests' own events).
 fn established(worker: &Worker, ctx: &mut Ctx) -> Response<Body> {
-    worker
-        .local()
-        .observer
-        .emit(ctx.event(&worker.shared, 200, None, 0, true));
+    ctx.end(worker, 200, None, 0, true, true);
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut()

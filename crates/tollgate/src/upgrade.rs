@@ -70,10 +70,7 @@ async fn relay(
         ask_upstream(&mut parts.headers, p);
     }
     parts.headers.insert(X_TOLLGATE_REQUEST_ID, ctx.id.clone());
-    worker
-        .local()
-        .observer
-        .emit(ctx.event(&worker.shared, status.as_u16(), None, 0, true));
+    ctx.end(worker, status.as_u16(), None, 0, true, true);
     let body = if switched {
         crate::body::empty()
     } else {

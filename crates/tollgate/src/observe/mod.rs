@@ -1,6 +1,6 @@
 //! Request events: one per finished request. Its worker counts it (`tally.rs`: the
-//! request metrics, the dashboard's last minute); when the observer thread has more to do
-//! with it (the access log, the dashboard's live calls and failures, diagnosis, LLM
+//! request metrics, the dashboard's last minute); only when the observer thread has more
+//! to do with it is the event built (the access log, the dashboard's live calls and failures, diagnosis, LLM
 //! metrics, aggregated endpoints) it goes through the worker's bounded queue to that
 //! thread, which drains every worker's queue every 20 ms. A full queue drops the event
 //! and counts it (`tollgate_events_dropped_total`); the request never waits. A queue per
@@ -29,8 +29,6 @@ pub struct Event {
     pub method: Method,
     pub status: u16,
     pub error: Option<&'static str>,
-    /// When it ended.
-    pub at: Instant,
     pub total: Duration,
     pub upstream: Option<Duration>,
     /// Filled only when the access log is on.
@@ -43,6 +41,19 @@ pub struct Event {
     pub request_id: Option<HeaderValue>,
     /// What an aggregated endpoint's call did.
     pub aggregate: Option<Box<crate::aggregate::outcome::Outcome>>,
+}
+
+/// What the worker reads of a request as it ends, before any event is built.
+pub struct Ended<'a> {
+    /// The host, when it is a metric label (validated).
+    pub host: Option<&'a Arc<str>>,
+    pub method: &'a Method,
+    pub status: u16,
+    pub error: Option<&'static str>,
+    /// When it ended.
+    pub at: Instant,
+    pub total: Duration,
+    pub upstream: Option<Duration>,
 }
 
 pub struct Access {
@@ -71,7 +82,6 @@ pub struct Observer {
 
 /// A worker's part of the remedy statistics, and what tells it whether the observer
 /// thread needs a request's diagnosis record for more than those.
-#[derive(Clone)]
 struct Settle {
     diagnostics: Arc<Diagnostics>,
     worker: usize,
@@ -85,30 +95,28 @@ impl Settle {
     /// their policy and actions), no dashboard watching the live calls. The record was
     /// built on this thread; dropped on the observer's, its blocks and reference counts
     /// would move between the two cores at every matched request.
-    fn settle(&self, ev: &mut Event) {
-        let Some(d) = ev.diag.as_deref() else {
+    fn settle(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>) {
+        let Some(d) = diag.as_deref() else {
             return;
         };
         if d.trace.is_some()
             || d.llm.is_some()
-            || crate::ui::live::failed(ev.status, ev.error)
+            || crate::ui::live::failed(e.status, e.error)
             || self.watching.any()
         {
             return;
         }
         if let Some(policy) = &d.policy {
-            let host = ev.host.as_deref().filter(|_| ev.host_is_label);
             let key = |key: &mut String| {
-                stats_key(key, method_label(&ev.method), host, "");
+                stats_key(key, method_label(e.method), e.host.map(|h| &**h), "");
                 plain_endpoint(key, d);
             };
             self.diagnostics
                 .remedy_stats
                 .worker(self.worker)
-                .record_keyed(policy, key, ev.status, &d.acted);
+                .record_keyed(policy, key, e.status, &d.acted);
         }
-        ev.diag = None;
-        ev.request_id = None;
+        *diag = None;
     }
 }
 
@@ -162,20 +170,22 @@ impl Observer {
         Ok(observers)
     }
 
-    /// Counts a finished request on this worker, and sends its event on when the
-    /// observer thread has more to do with it.
+    /// Counts a finished request on this worker and settles its diagnosis record here
+    /// when it can; whether the observer thread has more to do with it (then its event
+    /// goes there: [`Observer::send`]). `keeps` says that the request kept its path (the
+    /// access log, a dashboard watching) or an aggregated call's outcome.
     #[inline]
-    pub fn emit(&self, mut event: Event) {
-        self.tally.count(&event);
+    pub fn ended(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>, keeps: bool) -> bool {
+        self.tally.count(e);
         if let Some(s) = &self.settle {
-            s.settle(&mut event);
+            s.settle(e, diag);
         }
-        let wanted = event.access.is_some()
-            || event.diag.is_some()
-            || event.aggregate.is_some()
-            || crate::ui::live::failed(event.status, event.error)
-            || self.watching.any();
-        if wanted && self.tx.try_send(event).is_err() {
+        keeps || diag.is_some() || crate::ui::live::failed(e.status, e.error) || self.watching.any()
+    }
+
+    /// Sends a request's event to the observer thread; a full queue drops it.
+    pub fn send(&self, event: Event) {
+        if self.tx.try_send(event).is_err() {
             self.metrics.events_dropped.inc();
         }
     }

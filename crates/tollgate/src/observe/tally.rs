@@ -4,7 +4,7 @@
 //! minute, into the worker's own. Nothing of it crosses to another core per request;
 //! `/metrics` and the dashboard sum the workers' parts when read.
 
-use super::Event;
+use super::Ended;
 use crate::metrics::{
     ErrorLabels, HostLabels, LatencyHistogram, Metrics, RequestLabels, method_label,
     sharded::ShardedCounter, status_class,
@@ -92,9 +92,9 @@ impl Tally {
     }
 
     /// Counts a finished request.
-    pub fn count(&self, ev: &Event) {
-        let host = ev.host.as_ref().filter(|_| ev.host_is_label);
-        let (method, class) = (method_label(&ev.method), status_class(ev.status));
+    pub fn count(&self, ev: &Ended<'_>) {
+        let host = ev.host;
+        let (method, class) = (method_label(ev.method), status_class(ev.status));
         let mut h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         let h = &mut *h;
         let hit = matches!(&h.last, Some((last, _)) if same(last, host, method, class));

@@ -151,16 +151,10 @@ pub fn handle(
                     h.respond(resp.status(), Version::HTTP_11, resp.headers());
                     h.response_body.push(err.body_json().as_bytes());
                 }
-                let mut event = ctx.event(
-                    &worker.shared,
-                    err.status().as_u16(),
-                    Some(err.code()),
-                    0,
-                    true,
-                );
                 // A refused target's host is client input: never a metric label.
-                event.host_is_label = !err.target_rejected();
-                worker.local().observer.emit(event);
+                let code = Some(err.code());
+                let host_is_label = !err.target_rejected();
+                ctx.end(&worker, err.status().as_u16(), code, 0, true, host_is_label);
                 resp
             }
         }
@@ -494,7 +488,7 @@ struct Report {
 }
 
 /// Watches the provider's response body, streamed as is: when it ends or is dropped
-/// (client gone) the request event is emitted with the total time and byte count.
+/// (client gone) the request ends (`Ctx::end`) with the total time and byte count.
 struct Observe {
     bytes: u64,
     done: bool,
@@ -521,10 +515,7 @@ impl crate::body::Watch for Observe {
     fn dropped(&mut self, ended: bool) {
         if let Some(mut r) = self.report.take() {
             let done = self.done || ended;
-            let event = r
-                .ctx
-                .event(&r.worker.shared, r.status, None, self.bytes, done);
-            r.worker.local().observer.emit(event);
+            r.ctx.end(&r.worker, r.status, None, self.bytes, done, true);
         }
     }
 }
