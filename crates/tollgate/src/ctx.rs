@@ -112,7 +112,7 @@ impl Ctx {
             request_id: self.id.to_str().unwrap_or("").to_owned(),
             policy: self.policy.clone(),
             template: d.template.clone(),
-            acted: d.acted.clone(),
+            acted: d.acted.to_vec(),
             retries: d.retries,
             error,
             total: self.start.elapsed(),

@@ -166,8 +166,8 @@ pub struct RequestDiag {
     pub har: Option<Box<har::Capture>>,
     /// The trace this request's spans belong to.
     pub trace: Option<Box<trace::RequestTrace>>,
-    /// What the remedies did.
-    pub acted: Vec<Acted>,
+    /// What the remedies did: a chain's few inline (no allocation of their own).
+    pub acted: smallvec::SmallVec<[Acted; 4]>,
     /// Attempts after the first.
     pub retries: u32,
     /// The matched policy.

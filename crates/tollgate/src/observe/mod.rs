@@ -534,7 +534,7 @@ fn diagnose(
                     a
                 })
                 .collect(),
-            events: diag.acted.clone(),
+            events: diag.acted.to_vec(),
             request_id: ev
                 .request_id
                 .as_ref()
