@@ -24,9 +24,9 @@ pub struct Done {
 
 /// Runs the exchange. `timer` is the client connection's response timer. The request's
 /// diagnosis travels in the exchange and comes back in `diag`, whatever the outcome.
-pub async fn run(
+pub async fn run<S: Sender>(
     mut x: Exchange,
-    client: &dyn Sender,
+    client: &S,
     timer: &ResponseTimer,
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
@@ -62,9 +62,9 @@ fn total_timeout(x: &Exchange) -> ProxyError {
     }
 }
 
-async fn phases(
+async fn phases<S: Sender>(
     x: &mut Exchange,
-    client: &dyn Sender,
+    client: &S,
     timer: &ResponseTimer,
 ) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
     let chain = x.chain.clone();
@@ -110,9 +110,9 @@ fn respond(x: &mut Exchange, mut resp: Response<Body>, ran: usize) -> Response<B
 
 /// One attempt (`number` 0 the first): the attempt stack before, the send, the attempt
 /// stack after.
-async fn attempt(
+async fn attempt<S: Sender>(
     x: &mut Exchange,
-    client: &dyn Sender,
+    client: &S,
     timer: &ResponseTimer,
     number: u32,
     upstream: &mut Option<Duration>,

@@ -14,7 +14,7 @@ pub use h1pool::PooledBody;
 use h1pool::{H1Pool, PoolError};
 
 pub use connector::{ConnectError, ConnectTimeout, Connector};
-pub use sender::{AttemptSettings, SendFuture, Sender};
+pub use sender::{AttemptSettings, Sender};
 
 use crate::body::Body;
 use crate::egress::{Denied, Egress};

@@ -1,6 +1,8 @@
 //! What the policy engine sends an attempt through: [`Sender`], one attempt with its own
 //! settings passed explicitly. The upstream client is one; a test's scripted provider on
-//! a paused clock is another, so remedies are tested without sockets.
+//! a paused clock is another, so remedies are tested without sockets. The engine is
+//! generic over it: the client's send is part of the policy's future, not a box of its
+//! own per attempt.
 
 use super::UpstreamClient;
 use super::connector::ConnectTimeout;
@@ -11,7 +13,6 @@ use crate::target::Target;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -29,9 +30,6 @@ pub struct AttemptSettings<C: ConnectTimeout = Option<Duration>> {
     /// (not when a retry remedy decides, counting the attempt).
     pub resend_lost: bool,
 }
-
-pub type SendFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a>>;
 
 impl AttemptSettings<()> {
     /// A request sent once, within `response_timeout`, over the `upstream` connect
@@ -54,7 +52,7 @@ pub trait Sender: Sync {
         timer: &'a ResponseTimer,
         sent: Instant,
         settings: AttemptSettings,
-    ) -> SendFuture<'a>;
+    ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a;
 
     /// The response-head timeout of an attempt whose policy sets none.
     fn response_timeout(&self) -> Duration;
@@ -68,9 +66,9 @@ impl Sender for UpstreamClient {
         timer: &'a ResponseTimer,
         sent: Instant,
         s: AttemptSettings,
-    ) -> SendFuture<'a> {
+    ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a {
         let send = self.send_within(req, target, timer, sent, s);
-        Box::pin(async move { send.await.map(|r| r.map(|b| b.boxed_unsync())) })
+        async move { send.await.map(|r| r.map(|b| b.boxed_unsync())) }
     }
 
     fn response_timeout(&self) -> Duration {

@@ -15,7 +15,7 @@ use tollgate::policy::engine;
 use tollgate::policy::store::{Store, memory::Memory};
 use tollgate::target::{Scheme, Target};
 use tollgate::upstream::deadline::ResponseTimer;
-use tollgate::upstream::{AttemptSettings, SendFuture, Sender};
+use tollgate::upstream::{AttemptSettings, Sender};
 
 /// A scripted answer: a status and its headers.
 type Answer = (u16, Vec<(&'static str, &'static str)>);
@@ -49,7 +49,7 @@ impl Sender for Script {
         _timer: &'a ResponseTimer,
         _sent: Instant,
         settings: AttemptSettings,
-    ) -> SendFuture<'a> {
+    ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a {
         self.sent.lock().unwrap().push((Instant::now(), settings));
         let (status, headers) = self
             .answers
@@ -62,7 +62,7 @@ impl Sender for Script {
         for (n, v) in headers {
             r.headers_mut().insert(n, v.parse().unwrap());
         }
-        Box::pin(std::future::ready(Ok(r)))
+        std::future::ready(Ok(r))
     }
 
     fn response_timeout(&self) -> Duration {
