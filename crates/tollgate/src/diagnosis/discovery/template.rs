@@ -5,15 +5,17 @@
 /// Whether a path segment looks like an identifier rather than a name.
 pub fn id_like(seg: &str) -> bool {
     let b = seg.as_bytes();
-    if b.is_empty() {
-        return false;
-    }
     // A number (`42`, `-1`, `3.14`).
     if b.iter()
         .all(|c| c.is_ascii_digit() || *c == b'.' || *c == b'-')
         && b.iter().any(u8::is_ascii_digit)
     {
         return true;
+    }
+    // Every other kind below is 8 characters or more: a name (`users`, `v1`) is settled
+    // at its first letter.
+    if b.len() < 8 {
+        return false;
     }
     // A UUID (RFC 9562 text form).
     if b.len() == 36
@@ -104,6 +106,10 @@ mod tests {
         for id in [
             "42",
             "0",
+            "-1",
+            "3.14",
+            // 32 characters or more, whatever they are.
+            "--------------------------------",
             "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
             "deadbeef12",
             "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
@@ -122,6 +128,10 @@ mod tests {
             "deadbeef",
             "rust-lang",
             "api.github.com",
+            "",
+            "---",
+            // Hex with a digit, but under 8 characters.
+            "abc1234",
         ] {
             assert!(!id_like(name), "{name}");
         }
