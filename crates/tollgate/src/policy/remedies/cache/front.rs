@@ -248,7 +248,7 @@ fn copied(e: &Entry) -> Entry {
         c.set_sensitive(v.is_sensitive());
         c
     };
-    let mut headers = HeaderMap::with_capacity(e.headers.len());
+    let mut headers = HeaderMap::with_capacity(e.headers.len() + super::HIT_ADDS);
     for (n, v) in &e.headers {
         headers.append(own_name(n), own_value(v));
     }

@@ -163,6 +163,8 @@ impl Cache {
         }
     }
 
+    /// A response served from `e`. Its `x-tollgate-cache: hit` is set by the response
+    /// phase ([`with_status`]), as every status is.
     fn hit(&self, e: &Entry, method: &Method) -> Response<Body> {
         let mut resp = Response::new(if method == Method::HEAD {
             crate::body::empty()
@@ -173,8 +175,6 @@ impl Cache {
         *resp.headers_mut() = e.headers.clone();
         let age = e.initial_age + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
         resp.headers_mut().insert(header::AGE, age.into());
-        resp.headers_mut()
-            .insert(X_TOLLGATE_CACHE, CacheStatus::Hit.header());
         resp
     }
 
@@ -449,6 +449,7 @@ impl Remedy for CacheStage {
                     headers.insert(n.clone(), v.clone());
                 }
             }
+            headers.reserve(HIT_ADDS);
             let mut fresh_head = head.clone();
             fresh_head.status = stale.status;
             fresh_head.headers = headers.clone();
@@ -466,7 +467,7 @@ impl Remedy for CacheStage {
                 initial_age: 0,
                 vary: stale.vary.clone(),
             });
-            let resp = c.hit(&entry, &x.method);
+            let resp = with_status(c.hit(&entry, &x.method), CacheStatus::Hit);
             let cache = c.clone();
             let fill = pending.fill;
             tokio::spawn(async move {
@@ -511,6 +512,7 @@ impl Remedy for CacheStage {
         let mut stored = head.headers.clone();
         crate::headers::strip_hop_by_hop(&mut stored);
         stored.remove(X_TOLLGATE_CACHE);
+        stored.reserve(HIT_ADDS);
         let initial_age = head
             .headers
             .get(header::AGE)
@@ -563,6 +565,12 @@ fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
     x.locals.insert(CacheStatus::Bypass);
     Flow::Continue
 }
+
+/// The fields a hit adds to its entry's head: `Age`, `x-tollgate-cache` and the request
+/// id. A stored head keeps room for them: its clone keeps the size of its index table,
+/// so a hit's inserts never grow it (rehashing every field). A worker's copy is made
+/// with the same room (`front.rs`).
+const HIT_ADDS: usize = 3;
 
 fn with_status(mut resp: Response<Body>, status: CacheStatus) -> Response<Body> {
     resp.headers_mut().insert(X_TOLLGATE_CACHE, status.header());
