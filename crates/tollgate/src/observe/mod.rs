@@ -1,8 +1,8 @@
-//! Request events: one per finished request. Its worker counts it (`tally.rs`: the
-//! request metrics, the dashboard's last minute); only when the observer thread has more
-//! to do with it is the event built (the access log, the dashboard's live calls and failures, diagnosis, LLM
-//! metrics, aggregated endpoints) it goes through the worker's bounded queue to that
-//! thread, which drains every worker's queue every 20 ms. A full queue drops the event
+//! Request events. As a request ends its worker counts it (`tally.rs`: the request
+//! metrics, the dashboard's last minute). Only when the observer thread has more to do
+//! with it (the access log, the dashboard's live calls and failures, diagnosis, LLM
+//! metrics, aggregated endpoints) is its event built and sent through the worker's
+//! bounded queue to that thread, which drains every worker's queue every 20 ms. A full queue drops the event
 //! and counts it (`tollgate_events_dropped_total`); the request never waits. A queue per
 //! worker keeps workers from contending on one queue's counters.
 
@@ -80,30 +80,24 @@ pub struct Observer {
     settle: Option<Settle>,
 }
 
-/// A worker's part of the remedy statistics, and what tells it whether the observer
-/// thread needs a request's diagnosis record for more than those.
+/// A worker's part of the remedy statistics.
 struct Settle {
     diagnostics: Arc<Diagnostics>,
     worker: usize,
-    watching: crate::diagnosis::Watching,
 }
 
 impl Settle {
     /// Counts a request's remedy statistics in this worker's part and drops its
     /// diagnosis record here, when nothing on the observer thread reads the record: no
-    /// trace, no LLM usage, not a failed call (the dashboard keeps the last ones, with
-    /// their policy and actions), no dashboard watching the live calls. The record was
-    /// built on this thread; dropped on the observer's, its blocks and reference counts
-    /// would move between the two cores at every matched request.
+    /// trace, no LLM usage (the caller has checked that the call did not fail and that
+    /// no dashboard watches). The record was built on this thread; dropped on the
+    /// observer's, its blocks and reference counts would move between the two cores at
+    /// every matched request.
     fn settle(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>) {
         let Some(d) = diag.as_deref() else {
             return;
         };
-        if d.trace.is_some()
-            || d.llm.is_some()
-            || crate::ui::live::failed(e.status, e.error)
-            || self.watching.any()
-        {
+        if d.trace.is_some() || d.llm.is_some() {
             return;
         }
         if let Some(policy) = &d.policy {
@@ -149,7 +143,6 @@ impl Observer {
             d.endpoints.is_none().then(|| Settle {
                 diagnostics: d.clone(),
                 worker,
-                watching: ui.live.watching().clone(),
             })
         };
         let hosts = tally::Hosts::new(max_hosts);
@@ -176,11 +169,18 @@ impl Observer {
     /// access log, a dashboard watching) or an aggregated call's outcome.
     #[inline]
     pub fn ended(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>, keeps: bool) -> bool {
-        self.tally.count(e);
-        if let Some(s) = &self.settle {
+        let failed = crate::ui::live::failed(e.status, e.error);
+        self.tally.count(e, failed);
+        // The dashboard keeps the last failed calls with their policy and actions, and
+        // shows a watched call's: the observer thread needs those records whole.
+        let watched = self.watching.any();
+        if let Some(s) = &self.settle
+            && !failed
+            && !watched
+        {
             s.settle(e, diag);
         }
-        keeps || diag.is_some() || crate::ui::live::failed(e.status, e.error) || self.watching.any()
+        keeps || diag.is_some() || failed || watched
     }
 
     /// Sends a request's event to the observer thread; a full queue drops it.

@@ -91,8 +91,8 @@ impl Tally {
         }
     }
 
-    /// Counts a finished request.
-    pub fn count(&self, ev: &Ended<'_>) {
+    /// Counts a finished request (`failed`: a tollgate error or a provider's 5xx).
+    pub fn count(&self, ev: &Ended<'_>, failed: bool) {
         let host = ev.host;
         let (method, class) = (method_label(ev.method), status_class(ev.status));
         let mut h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
@@ -127,7 +127,6 @@ impl Tally {
                 })
                 .inc();
         }
-        let failed = crate::ui::live::failed(ev.status, ev.error);
         self.ui.count(self.worker, ev.at, ev.total, failed);
     }
 
