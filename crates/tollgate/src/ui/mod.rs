@@ -55,7 +55,7 @@ impl Dashboard {
         if let Some(m) = self.minutes.get(worker) {
             let second = at.saturating_duration_since(self.started_at).as_secs();
             let mut m = m.0.lock().unwrap_or_else(|p| p.into_inner());
-            m.record(second, total, failed);
+            m.get_or_insert_default().record(second, total, failed);
         }
     }
 
@@ -67,7 +67,7 @@ impl Dashboard {
             .iter()
             .map(|m| m.0.lock().unwrap_or_else(|p| p.into_inner()))
             .collect();
-        minute::last_of(held.iter().map(|m| &**m), now, 0)
+        minute::last_of(held.iter().filter_map(|m| m.as_ref()), now, 0)
     }
 
     /// When the gateway started.
@@ -85,9 +85,10 @@ impl Dashboard {
 }
 
 /// A worker's last minute, alone on its cache lines: its worker locks it per request.
+/// Made by the worker's first call, so its slots lie on the worker's own heap pages.
 #[derive(Default)]
 #[repr(align(128))]
-struct WorkerMinute(Mutex<minute::Minute>);
+struct WorkerMinute(Mutex<Option<minute::Minute>>);
 
 pub fn unix_s(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
