@@ -263,10 +263,10 @@ pub type Hold = Box<dyn Send + Sync>;
 
 /// What remedies keep for one request, each value under its own type (the cache's
 /// pending fill, a breaker's probe, retry's deadline): a remedy's per-request state is
-/// its own, and another remedy that reads it names its type. Empty (no allocation) for a
-/// chain whose remedies keep nothing.
+/// its own, and another remedy that reads it names its type. Up to four values are held
+/// inline (a chain's remedies keep a few at most), not in an allocation of their own.
 #[derive(Default)]
-pub struct Locals(Vec<Box<dyn std::any::Any + Send + Sync>>);
+pub struct Locals(smallvec::SmallVec<[Box<dyn std::any::Any + Send + Sync>; 4]>);
 
 impl Locals {
     pub fn get<T: 'static>(&self) -> Option<&T> {
