@@ -72,7 +72,6 @@ pub struct Access {
 pub struct Observer {
     tally: tally::Tally,
     tx: mpsc::Sender<Event>,
-    metrics: Metrics,
     /// Whether a dashboard watches the live calls (then every event goes to the observer).
     watching: crate::diagnosis::Watching,
     /// Where this worker counts its own matched requests' remedy statistics: when
@@ -152,7 +151,6 @@ impl Observer {
             .map(|(i, tx)| Self {
                 tally: tally::Tally::new(metrics.clone(), hosts.clone(), ui.clone(), i),
                 tx,
-                metrics: metrics.clone(),
                 watching: ui.live.watching().clone(),
                 settle: settle(i),
             })
@@ -186,7 +184,7 @@ impl Observer {
     /// Sends a request's event to the observer thread; a full queue drops it.
     pub fn send(&self, event: Event) {
         if self.tx.try_send(event).is_err() {
-            self.metrics.events_dropped.inc();
+            self.tally.metrics.events_dropped.inc();
         }
     }
 }
@@ -274,7 +272,8 @@ struct Labels {
     llm: rustc_hash::FxHashMap<(Arc<str>, Arc<str>), LlmHandles>,
 }
 
-/// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps the series).
+/// Bound on distinct cached label sets (the workers' request handles, the observer's LLM
+/// handles); past it the cache is cleared (the registry keeps the series).
 const MAX_CACHED: usize = 10_000;
 
 /// Distinct model names that are metric labels; past them, `other`.

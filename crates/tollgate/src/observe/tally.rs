@@ -4,7 +4,7 @@
 //! minute, into the worker's own. Nothing of it crosses to another core per request;
 //! `/metrics` and the dashboard sum the workers' parts when read.
 
-use super::Ended;
+use super::{Ended, MAX_CACHED};
 use crate::metrics::{
     ErrorLabels, HostLabels, LatencyHistogram, Metrics, RequestLabels, method_label,
     sharded::ShardedCounter, status_class,
@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 /// A worker's tally. Its lock is taken by its worker alone, once per request.
 pub struct Tally {
-    metrics: Metrics,
+    /// Also the observer's, for the events it drops (`Observer::send`).
+    pub(super) metrics: Metrics,
     hosts: Arc<Hosts>,
     ui: Arc<Dashboard>,
     worker: usize,
@@ -75,10 +76,6 @@ struct Handles {
     by_key: FxHashMap<Key, Counted>,
     errors: FxHashMap<&'static str, ShardedCounter>,
 }
-
-/// Bound on distinct cached label sets; past it the cache is cleared (the registry keeps
-/// the series).
-const MAX_CACHED: usize = 10_000;
 
 impl Tally {
     pub fn new(metrics: Metrics, hosts: Arc<Hosts>, ui: Arc<Dashboard>, worker: usize) -> Self {

@@ -88,11 +88,6 @@ impl Minute {
         slot.errors += u32::from(error);
         slot.latency[bucket(total.as_micros() as u64)] += 1;
     }
-
-    #[cfg(test)]
-    fn last(&self, now: u64, since: u64) -> LastMinute {
-        last_of([self], now, since)
-    }
 }
 
 /// The minute before second `now` (the current second, still filling, left out) over
@@ -171,9 +166,9 @@ mod tests {
         }
         m.record(1_000, Duration::from_millis(100), false);
         // The current second is left out until it is over.
-        assert_eq!(m.last(1_000, 0).requests, 0);
-        let l = m.last(1_001, 0);
-        assert_eq!(m.last(1_001, 1_000).per_second, 100.0);
+        assert_eq!(last_of([&m], 1_000, 0).requests, 0);
+        let l = last_of([&m], 1_001, 0);
+        assert_eq!(last_of([&m], 1_001, 1_000).per_second, 100.0);
         assert_eq!((l.requests, l.errors), (100, 1));
         let p99 = l.p99_ms.unwrap();
         assert!((1.0..1.13).contains(&p99), "{p99}");
@@ -183,9 +178,9 @@ mod tests {
         let both = last_of([&m, &other], 1_001, 0);
         assert_eq!((both.requests, both.errors), (101, 2));
         // A minute later the slot has aged out, and a reused slot starts afresh.
-        assert_eq!(m.last(1_061, 0).requests, 0);
+        assert_eq!(last_of([&m], 1_061, 0).requests, 0);
         m.record(1_060, Duration::from_millis(5), false);
-        assert_eq!(m.last(1_061, 0).requests, 1);
-        assert!(m.last(1_061, 0).p99_ms.unwrap() >= 5.0);
+        assert_eq!(last_of([&m], 1_061, 0).requests, 1);
+        assert!(last_of([&m], 1_061, 0).p99_ms.unwrap() >= 5.0);
     }
 }
