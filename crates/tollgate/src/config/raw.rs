@@ -196,7 +196,7 @@ impl Default for RawUpstream {
 pub struct RawPool {
     /// Idle keep-alive upstream connections are not reused after this and are closed by the next sweep (every half timeout), so within 1.5× of it.
     pub idle_timeout: Dur<0, DAY_MS>,
-    /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool); 0: no reuse.
+    /// Most idle connections kept per upstream (scheme, host, port), per data-plane worker (each worker has its own pool), its two lanes together (connections for requests with a body over 4 KiB or of unknown length, and for the rest); 0: no reuse.
     pub max_idle_per_host: Int<0, 100_000>,
 }
 

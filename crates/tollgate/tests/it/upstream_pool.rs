@@ -85,6 +85,48 @@ async fn keep_alive_connections_are_reused() {
     );
 }
 
+/// Requests without a body or with a short one share connections that write each
+/// request flat; a long body goes on a connection of its own that writes it as it comes;
+/// each lane's connection is reused by the requests like it, and every body arrives whole.
+#[tokio::test]
+async fn long_bodies_go_on_connections_of_their_own() {
+    let up = echo_upstream().await;
+    let gw = gateway("").await;
+    let c = client();
+    let post = |i: usize, body: String| {
+        let c = &c;
+        let req = via_header(&gw, up.addr, &format!("/post/{i}"))
+            .method("POST")
+            .body(bytes_body(body.clone()))
+            .unwrap();
+        async move {
+            let got = send(c, req).await;
+            assert_eq!(got.status, StatusCode::OK);
+            let seen: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+            assert_eq!(seen["body_len"], body.len(), "request {i}");
+            assert_eq!(seen["body"], body.as_str(), "request {i}");
+        }
+    };
+    for i in 0..10 {
+        assert_eq!(get(&c, &gw, up.addr, i).await.status, StatusCode::OK);
+        post(i, "s".repeat(1 + i * 400)).await;
+    }
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 1\n")).await;
+    assert!(
+        text.contains("tollgate_upstream_connections 1\n"),
+        "no body and bodies up to 4 KiB, alternated, on one connection: {text}"
+    );
+    for i in 10..20 {
+        assert_eq!(get(&c, &gw, up.addr, i).await.status, StatusCode::OK);
+        post(i, "L".repeat(if i % 2 == 0 { 300 << 10 } else { 4097 })).await;
+    }
+    let text = metrics_when(&gw, |t| t.contains("tollgate_upstream_connections 2\n")).await;
+    assert!(
+        text.contains("tollgate_upstream_connections 2\n"),
+        "and longer bodies, alternated with them, on one more: {text}"
+    );
+}
+
 /// Answers one request per connection with a keep-alive response and closes at once:
 /// the close races the next request on that pooled connection.
 async fn closes_after_each_response() -> Server {
