@@ -3,11 +3,12 @@
 //! one limit) rarely meet on a lock. Expired entries are swept from a shard when it has
 //! doubled since its last sweep, which keeps memory bounded by the live keys. Each shard
 //! is alone on its cache lines: two workers counting in two shards never pass a line
-//! between their cores.
+//! between their cores. A key is hashed once per operation: the hash picks the shard and
+//! is the one the shard's table is probed with.
 
 use super::{Added, Cause, Key, Store, StoreError, StoreFuture};
 use crate::policy::clock;
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::Mutex;
 
@@ -15,8 +16,55 @@ const SHARDS: usize = 64;
 
 #[derive(Default)]
 struct Shard {
-    map: FxHashMap<Key, Slot>,
+    map: HashTable<(Key, Slot)>,
     sweep_at: usize,
+}
+
+/// A shard locked for one operation on one key: the key, its hash, and the time read
+/// before the lock was taken.
+struct At<'a> {
+    shard: &'a mut Shard,
+    key: &'a Key,
+    hash: u64,
+    now: u64,
+}
+
+impl At<'_> {
+    fn slot(&mut self) -> Option<&mut Slot> {
+        let key = self.key;
+        self.shard
+            .map
+            .find_mut(self.hash, |(k, _)| k == key)
+            .map(|(_, s)| s)
+    }
+
+    /// The key's value, if it has one that has not expired.
+    fn live(&mut self) -> Option<Slot> {
+        let now = self.now;
+        self.slot().copied().filter(|s| s.live(now))
+    }
+
+    fn set(&mut self, slot: Slot) {
+        let key = self.key;
+        let hasher = rustc_hash::FxBuildHasher;
+        match self
+            .shard
+            .map
+            .entry(self.hash, |(k, _)| k == key, |(k, _)| hasher.hash_one(k))
+        {
+            hashbrown::hash_table::Entry::Occupied(mut e) => e.get_mut().1 = slot,
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert((key.clone(), slot));
+            }
+        }
+    }
+
+    fn remove(&mut self) {
+        let key = self.key;
+        if let Ok(e) = self.shard.map.find_entry(self.hash, |(k, _)| k == key) {
+            e.remove();
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -52,18 +100,24 @@ impl Default for Memory {
 struct Padded(Mutex<Shard>);
 
 impl Memory {
-    fn with<T>(&self, key: &Key, f: impl FnOnce(&mut Shard, u64) -> T) -> Result<T, StoreError> {
-        let i = self.hasher.hash_one(key) as usize % SHARDS;
-        let mut shard = self.shards[i]
+    fn with<T>(&self, key: &Key, f: impl FnOnce(At<'_>) -> T) -> Result<T, StoreError> {
+        let hash = self.hasher.hash_one(key);
+        // Read before the lock: the lock is held no longer than the lookup.
+        let now = clock::now_ms();
+        let mut shard = self.shards[hash as usize % SHARDS]
             .0
             .lock()
             .map_err(|_| StoreError::new(Cause::Internal, "memory store lock poisoned"))?;
-        let now = clock::now_ms();
         if shard.map.len() >= shard.sweep_at.max(64) {
-            shard.map.retain(|_, s| s.live(now));
+            shard.map.retain(|(_, s)| s.live(now));
             shard.sweep_at = shard.map.len() * 2;
         }
-        Ok(f(&mut shard, now))
+        Ok(f(At {
+            shard: &mut shard,
+            key,
+            hash,
+            now,
+        }))
     }
 
     /// Bytes held by the names of the entries stored (resource and part text): what
@@ -74,24 +128,21 @@ impl Memory {
             .filter_map(|s| s.0.lock().ok())
             .map(|s| {
                 s.map
-                    .keys()
-                    .map(|k| k.resource.len() + k.part.len())
+                    .iter()
+                    .map(|(k, _)| k.resource.len() + k.part.len())
                     .sum::<usize>()
             })
             .sum()
-    }
-
-    fn live(shard: &mut Shard, key: &Key, now: u64) -> Option<Slot> {
-        shard.map.get(key).copied().filter(|s| s.live(now))
     }
 }
 
 impl Store for Memory {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
-        StoreFuture::ready(self.with(key, |shard, now| {
+        StoreFuture::ready(self.with(key, |mut at| {
             // One lookup: a counter that exists is read and updated in place (its key is
-            // not hashed or copied again); an expired one counts from zero.
-            let slot = shard.map.get_mut(key);
+            // not copied again); an expired one counts from zero.
+            let now = at.now;
+            let slot = at.slot();
             let count = match &slot {
                 Some(s) if s.live(now) => s.value,
                 _ => 0,
@@ -108,9 +159,7 @@ impl Store for Memory {
             };
             match slot {
                 Some(s) => *s = new,
-                None => {
-                    shard.map.insert(key.clone(), new);
-                }
+                None => at.set(new),
             }
             Added {
                 taken: true,
@@ -120,47 +169,39 @@ impl Store for Memory {
     }
 
     fn sub(&self, key: &Key, n: u64) -> StoreFuture<'_, ()> {
-        StoreFuture::ready(self.with(key, |shard, _| {
-            if let Some(s) = shard.map.get_mut(key) {
+        StoreFuture::ready(self.with(key, |mut at| {
+            if let Some(s) = at.slot() {
                 s.value = s.value.saturating_sub(n);
             }
         }))
     }
 
     fn release(&self, key: &Key, n: u64) {
-        let _ = self.with(key, |shard, _| {
-            if let Some(s) = shard.map.get_mut(key) {
+        let _ = self.with(key, |mut at| {
+            if let Some(s) = at.slot() {
                 s.value = s.value.saturating_sub(n);
                 if s.value == 0 && s.expires_ms == 0 {
-                    shard.map.remove(key);
+                    at.remove();
                 }
             }
         });
     }
 
     fn get(&self, key: &Key) -> StoreFuture<'_, u64> {
-        StoreFuture::ready(self.with(key, |shard, now| {
-            Self::live(shard, key, now).map_or(0, |s| s.value)
-        }))
+        StoreFuture::ready(self.with(key, |mut at| at.live().map_or(0, |s| s.value)))
     }
 
     fn reset(&self, key: &Key) -> StoreFuture<'_, ()> {
-        StoreFuture::ready(self.with(key, |shard, _| {
-            shard.map.remove(key);
-        }))
+        StoreFuture::ready(self.with(key, |mut at| at.remove()))
     }
 
     fn raise(&self, key: &Key, until_ms: u64, expires_ms: u64) -> StoreFuture<'_, u64> {
-        StoreFuture::ready(self.with(key, |shard, now| {
-            let cur = Self::live(shard, key, now).map_or(0, |s| s.value);
-            let v = cur.max(until_ms);
-            shard.map.insert(
-                key.clone(),
-                Slot {
-                    value: v,
-                    expires_ms,
-                },
-            );
+        StoreFuture::ready(self.with(key, |mut at| {
+            let v = at.live().map_or(0, |s| s.value).max(until_ms);
+            at.set(Slot {
+                value: v,
+                expires_ms,
+            });
             v
         }))
     }
