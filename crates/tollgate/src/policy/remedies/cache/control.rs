@@ -1,7 +1,7 @@
 //! The provider's `Cache-Control` (RFC 9111 §5.2.2) as the cache honours it.
 
 use http::HeaderMap;
-use http::header::CACHE_CONTROL;
+use http::header::{AUTHORIZATION, CACHE_CONTROL};
 use std::time::Duration;
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -39,8 +39,35 @@ pub fn parse(h: &HeaderMap) -> Directives {
     d
 }
 
-/// Whether the request asks not to be served from the cache (`no-cache`, `no-store`).
-pub fn request_bypasses(h: &HeaderMap) -> bool {
-    let d = parse(h);
-    d.no_cache || d.no_store
+/// Which of the fields the cache reads in a request are there, from one pass over its
+/// field names: most requests carry neither, and a pass over a handful of names costs
+/// less than the lookups it spares (each a hash of the name and a probe of the map).
+#[derive(Clone, Copy, Default)]
+pub struct Carries {
+    pub cache_control: bool,
+    /// The caller's own credential: part of the key, and kept out of shared entries.
+    pub authorization: bool,
+}
+
+impl Carries {
+    pub fn of(h: &HeaderMap) -> Self {
+        let mut c = Self::default();
+        for n in h.keys() {
+            if n == CACHE_CONTROL {
+                c.cache_control = true;
+            } else if n == AUTHORIZATION {
+                c.authorization = true;
+            }
+        }
+        c
+    }
+
+    /// Whether the request asks not to be served from the cache (`no-cache`,
+    /// `no-store`).
+    pub fn bypasses(&self, h: &HeaderMap) -> bool {
+        self.cache_control && {
+            let d = parse(h);
+            d.no_cache || d.no_store
+        }
+    }
 }

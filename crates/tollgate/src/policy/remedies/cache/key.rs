@@ -7,7 +7,8 @@
 //! A client's own `Authorization` puts a SHA-256 of it in the key: a gateway serves
 //! many callers, and one caller's answer (its repositories, its customers) must not be
 //! served to another that sent another credential. Callers sending the same credential,
-//! or none, share entries.
+//! or none, share entries. (`authorization` says whether the request carries one, from
+//! [`super::control::Carries`]: the field is looked up only then.)
 
 use http::{HeaderMap, HeaderName, Method, Uri};
 use std::fmt::Write;
@@ -18,6 +19,7 @@ pub fn key(
     uri: &Uri,
     headers: &HeaderMap,
     key_headers: &[HeaderName],
+    authorization: bool,
     body: Option<&[u8]>,
 ) -> String {
     let mut k = String::with_capacity(128);
@@ -37,8 +39,8 @@ pub fn key(
             k.push(',');
         }
     }
-    let callers = headers.get_all(http::header::AUTHORIZATION);
-    if callers.iter().next().is_some() {
+    if authorization {
+        let callers = headers.get_all(http::header::AUTHORIZATION);
         let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
         for v in callers {
             ctx.update(v.as_bytes());
@@ -76,7 +78,7 @@ mod tests {
         let h = HeaderMap::new();
         let u1: Uri = "/s?b=2&a=1".parse().unwrap();
         let u2: Uri = "/s?a=1&b=2".parse().unwrap();
-        let k = |u: &Uri, b: &[u8]| key(&Method::POST, "api", u, &h, &[], Some(b));
+        let k = |u: &Uri, b: &[u8]| key(&Method::POST, "api", u, &h, &[], false, Some(b));
         assert_eq!(
             k(&u1, br#"{"model": "x", "messages": [1, 2]}"#),
             k(&u2, br#"{"messages":[1,2],"model":"x"}"#)
@@ -92,7 +94,16 @@ mod tests {
             if let Some(a) = auth {
                 h.insert(http::header::AUTHORIZATION, a.parse().unwrap());
             }
-            key(&Method::GET, "api", &u, &h, &[], None)
+            let carries = super::super::control::Carries::of(&h);
+            key(
+                &Method::GET,
+                "api",
+                &u,
+                &h,
+                &[],
+                carries.authorization,
+                None,
+            )
         };
         let alice = with(Some("Bearer ghp_alice"));
         assert_ne!(alice, with(Some("Bearer ghp_bob")));

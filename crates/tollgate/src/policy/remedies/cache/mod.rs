@@ -318,7 +318,8 @@ impl Remedy for CacheStage {
         Box::pin(async move {
             let c = &self.cache;
             let s = &c.spec;
-            if !s.methods.contains(&x.method) || control::request_bypasses(&x.parts.headers) {
+            let carries = control::Carries::of(&x.parts.headers);
+            if !s.methods.contains(&x.method) || carries.bypasses(&x.parts.headers) {
                 return Ok(bypass(x, c));
             }
             let body = if s.key_body {
@@ -335,6 +336,7 @@ impl Remedy for CacheStage {
                 &x.parts.uri,
                 &x.parts.headers,
                 &s.key_headers,
+                carries.authorization,
                 body.as_deref(),
             );
             // This worker's copy first: a hit there touches nothing another worker writes.
@@ -422,7 +424,7 @@ impl Remedy for CacheStage {
                 key,
                 stale,
                 fill,
-                authorization: x.parts.headers.contains_key(header::AUTHORIZATION),
+                authorization: carries.authorization,
                 request: (!passed).then(|| x.parts.headers.clone()),
             });
             Ok(Flow::Continue)
