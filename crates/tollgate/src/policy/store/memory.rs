@@ -29,12 +29,21 @@ struct At<'a> {
     now: u64,
 }
 
+/// The key's hash: picks its shard, and probes the shard's table.
+fn hash_of(key: &Key) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
+/// Whether a table entry is `key`'s.
+fn is(key: &Key) -> impl Fn(&(Key, Slot)) -> bool + '_ {
+    move |(k, _)| k == key
+}
+
 impl At<'_> {
     fn slot(&mut self) -> Option<&mut Slot> {
-        let key = self.key;
         self.shard
             .map
-            .find_mut(self.hash, |(k, _)| k == key)
+            .find_mut(self.hash, is(self.key))
             .map(|(_, s)| s)
     }
 
@@ -45,23 +54,17 @@ impl At<'_> {
     }
 
     fn set(&mut self, slot: Slot) {
-        let key = self.key;
-        let hasher = rustc_hash::FxBuildHasher;
-        match self
-            .shard
-            .map
-            .entry(self.hash, |(k, _)| k == key, |(k, _)| hasher.hash_one(k))
-        {
+        let map = &mut self.shard.map;
+        match map.entry(self.hash, is(self.key), |(k, _)| hash_of(k)) {
             hashbrown::hash_table::Entry::Occupied(mut e) => e.get_mut().1 = slot,
             hashbrown::hash_table::Entry::Vacant(e) => {
-                e.insert((key.clone(), slot));
+                e.insert((self.key.clone(), slot));
             }
         }
     }
 
     fn remove(&mut self) {
-        let key = self.key;
-        if let Ok(e) = self.shard.map.find_entry(self.hash, |(k, _)| k == key) {
+        if let Ok(e) = self.shard.map.find_entry(self.hash, is(self.key)) {
             e.remove();
         }
     }
@@ -82,14 +85,12 @@ impl Slot {
 
 pub struct Memory {
     shards: Box<[Padded]>,
-    hasher: rustc_hash::FxBuildHasher,
 }
 
 impl Default for Memory {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Padded::default()).collect(),
-            hasher: rustc_hash::FxBuildHasher,
         }
     }
 }
@@ -101,7 +102,7 @@ struct Padded(Mutex<Shard>);
 
 impl Memory {
     fn with<T>(&self, key: &Key, f: impl FnOnce(At<'_>) -> T) -> Result<T, StoreError> {
-        let hash = self.hasher.hash_one(key);
+        let hash = hash_of(key);
         // Read before the lock: the lock is held no longer than the lookup.
         let now = clock::now_ms();
         let mut shard = self.shards[hash as usize % SHARDS]
