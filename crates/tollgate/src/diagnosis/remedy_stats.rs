@@ -4,7 +4,6 @@
 //! need no other diagnosis, the observer thread the rest; a read sums the parts.
 
 use super::Acted;
-use rustc_hash::FxHashMap;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -76,7 +75,7 @@ struct Cell {
 pub struct RemedyStats {
     /// Endpoint key (`METHOD host template`) → its cells: an endpoint has a policy or
     /// two and a few statuses, so a list beats a map.
-    by_endpoint: FxHashMap<Box<str>, Vec<Cell>>,
+    by_endpoint: Endpoints,
     /// Where [`RemedyStats::record_keyed`] writes a request's endpoint key, kept from one
     /// request to the next.
     scratch: String,
@@ -90,15 +89,22 @@ fn same(a: &(&'static str, &'static str), b: &(&'static str, &'static str)) -> b
     eq(a.0, b.0) && eq(a.1, b.1)
 }
 
+/// Each endpoint's cells, by its key.
+type Endpoints = hashbrown::HashMap<Box<str>, Vec<Cell>, rustc_hash::FxBuildHasher>;
+
 /// The cells of endpoint `key`, made on its first request (the only time a key is
-/// copied), or `other`'s once `MAX_KEYS` endpoints are kept. A key seen before costs two
-/// lookups.
-fn bounded<'a>(map: &'a mut FxHashMap<Box<str>, Vec<Cell>>, key: &str) -> &'a mut Vec<Cell> {
-    if map.contains_key(key) {
-        return map.get_mut(key).expect("looked up above");
+/// copied), or `other`'s once `MAX_KEYS` endpoints are kept. Below that bound, one lookup,
+/// by the key as borrowed.
+fn bounded<'a>(map: &'a mut Endpoints, key: &str) -> &'a mut Vec<Cell> {
+    let key = if map.len() >= MAX_KEYS && !map.contains_key(key) {
+        "other"
+    } else {
+        key
+    };
+    match map.entry_ref(key) {
+        hashbrown::hash_map::EntryRef::Occupied(e) => e.into_mut(),
+        hashbrown::hash_map::EntryRef::Vacant(e) => e.insert_with_key(key.into(), Vec::new()),
     }
-    let key = if map.len() < MAX_KEYS { key } else { "other" };
-    map.entry(key.into()).or_default()
 }
 
 /// The counts of `policy` with `status` among an endpoint's cells, made on first use.
