@@ -2,9 +2,10 @@
 //! metrics, the dashboard's last minute). Only when the observer thread has more to do
 //! with it (the access log, the dashboard's live calls and failures, diagnosis, LLM
 //! metrics, aggregated endpoints) is its event built and sent through the worker's
-//! bounded queue to that thread, which drains every worker's queue every 20 ms. A full queue drops the event
-//! and counts it (`tollgate_events_dropped_total`); the request never waits. A queue per
-//! worker keeps workers from contending on one queue's counters.
+//! bounded queue to that thread, which drains every worker's queue every 20 ms. A full
+//! queue drops the event and counts it (`tollgate_events_dropped_total`); the request
+//! never waits. A queue per worker keeps workers from contending on one queue's
+//! counters.
 
 mod tally;
 
