@@ -69,9 +69,10 @@ pub struct Local {
     pub ids: RequestIds,
     /// Its copy of the `Via` value (a shared one would be a shared reference count).
     pub via: http::HeaderValue,
-    /// Its child of [`Shared::give_up`], cloned into matched requests (a clone of the
-    /// shared one would be a reference count every worker writes).
-    pub give_up: CancellationToken,
+    /// Its child of [`Shared::give_up`], shared with matched requests by an `Arc` (a
+    /// clone of the shared token would be a reference count every worker writes; a
+    /// clone of a token, even of the worker's own, locks its node to count handles).
+    pub give_up: Arc<CancellationToken>,
     /// Whether a dashboard watches the live calls (then each request keeps its path).
     pub watching: crate::diagnosis::Watching,
 }
@@ -219,7 +220,7 @@ impl Shared {
                 ids: RequestIds::new(ids, i),
                 via: http::HeaderValue::from_bytes(via.value.as_bytes())
                     .unwrap_or_else(|_| via.value.clone()),
-                give_up: give_up.child_token(),
+                give_up: Arc::new(give_up.child_token()),
                 watching: ui.live.watching().clone(),
             })
             .collect();

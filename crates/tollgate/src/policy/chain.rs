@@ -315,7 +315,7 @@ pub struct Exchange {
     /// Each remedy's own per-request values, by type.
     pub locals: Locals,
     /// Cancelled at the gateway's drain deadline: queue waits give up (503).
-    pub give_up: Option<tokio_util::sync::CancellationToken>,
+    pub give_up: Option<Arc<tokio_util::sync::CancellationToken>>,
     pub holds: Vec<Hold>,
     /// The request's diagnosis (remedy actions, trace, HAR capture), when kept.
     pub diag: Option<Box<crate::diagnosis::RequestDiag>>,

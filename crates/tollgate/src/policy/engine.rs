@@ -25,7 +25,7 @@ pub struct Done {
 /// Runs the exchange. `timer` is the client connection's response timer. The request's
 /// diagnosis travels in the exchange and comes back in `diag`, whatever the outcome.
 pub async fn run<S: Sender>(
-    mut x: Exchange,
+    mut x: Box<Exchange>,
     client: &S,
     timer: &ResponseTimer,
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
@@ -45,7 +45,7 @@ pub async fn run<S: Sender>(
         body,
         Ending {
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-            exchange: Some(Box::new(x)),
+            exchange: Some(x),
         },
     );
     Ok(Done {

@@ -58,7 +58,7 @@ pub struct Leaving<'a> {
     pub timer: &'a ResponseTimer,
     /// Cancelled at the gateway's drain deadline: a queue wait gives up (503
     /// `shutting_down`).
-    pub give_up: &'a CancellationToken,
+    pub give_up: &'a std::sync::Arc<CancellationToken>,
     /// The request's diagnosis (trace, HAR, remedy actions), when kept; it travels in the
     /// exchange and comes back here whatever the outcome.
     pub diag: &'a mut Option<Box<RequestDiag>>,
@@ -99,7 +99,10 @@ pub async fn through_policy(
     req: http::Request<Body>,
     target: Target,
 ) -> Result<engine::Done, ProxyError> {
-    let mut x = Exchange::new(out.rt.engine.chains[i].clone(), req, target);
+    // Boxed here, where it is made: the engine's future holds a pointer (an exchange
+    // passed by value is stored twice in it, rust-lang/rust#62958), and the response's
+    // body takes the same box when the engine is done.
+    let mut x = Box::new(Exchange::new(out.rt.engine.chains[i].clone(), req, target));
     x.diag = out.diag.take();
     x.give_up = Some(out.give_up.clone());
     engine::run(x, &*out.rt.client, out.timer, out.diag).await

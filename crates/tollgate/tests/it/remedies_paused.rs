@@ -91,7 +91,7 @@ async fn request(
         .body(tollgate::body::empty())
         .unwrap();
     let target = Target::parse(Scheme::Http, "api.example.com").unwrap();
-    let x = Exchange::new(e.chains[0].clone(), req, target);
+    let x = Box::new(Exchange::new(e.chains[0].clone(), req, target));
     let timer = ResponseTimer::default();
     engine::run(x, script, &timer, &mut None)
         .await

@@ -279,7 +279,7 @@ impl Remedy for Concurrency {
                 .wait(
                     q.spec.priority(&x.parts.headers),
                     wait_deadline(super::timeouts::deadline(x), q),
-                    x.give_up.as_ref(),
+                    x.give_up.as_deref(),
                     || {
                         let (key, got) = (&key, &got);
                         Box::pin(async move {

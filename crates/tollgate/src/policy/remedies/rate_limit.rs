@@ -80,7 +80,7 @@ pub async fn take_or_wait(
 ) -> Result<Vec<Key>, ProxyError> {
     let deadline = super::timeouts::deadline(x);
     let (headers, diag) = (&x.parts.headers, &mut x.diag);
-    let give_up = x.give_up.as_ref();
+    let give_up = x.give_up.as_deref();
     let first = match queue {
         Some(q) if !q.is_empty() => None,
         _ => Some(limit.take(headers).await),
