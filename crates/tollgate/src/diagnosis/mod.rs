@@ -39,8 +39,9 @@ impl Watching {
     }
 }
 
-/// An action a remedy took on one request (`cache`/`hit`, `rate_limit`/`queued`…), with
-/// when it happened (unix ns), for HAR entries, remedy statistics and span events.
+/// An action a remedy took on one request (`cache`/`hit`, `rate_limit`/`queued`…), for HAR
+/// entries, remedy statistics and span events; when it happened (unix ns) is read for a
+/// traced request only (a span event's time), 0 otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acted {
     pub remedy: &'static str,

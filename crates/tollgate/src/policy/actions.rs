@@ -142,7 +142,13 @@ impl<A: Action> Actions<A> {
             d.acted.push(crate::diagnosis::Acted {
                 remedy: A::REMEDY,
                 action: action.as_str(),
-                at_unix_ns: crate::diagnosis::unix_ns(),
+                // Only a span's event shows the time: the clock is read for traced
+                // requests alone.
+                at_unix_ns: if d.trace.is_some() {
+                    crate::diagnosis::unix_ns()
+                } else {
+                    0
+                },
             });
         }
     }

@@ -122,23 +122,26 @@ async fn attempt<S: Sender>(
     let request = x.attempt_request(keep).ok_or(ProxyError::Internal(
         "the request body was already sent and cannot be replayed",
     ))?;
-    let mut a = Attempt {
-        number,
-        request,
-        settings: AttemptSettings {
-            response_timeout: client.response_timeout(),
-            connect_timeout: None,
-            resend_lost: chain.attempts.resend_lost(),
-        },
+    let settings = AttemptSettings {
+        response_timeout: client.response_timeout(),
+        connect_timeout: None,
+        resend_lost: chain.attempts.resend_lost(),
     };
-    for r in &chain.attempt {
-        r.before(x, &mut a).await?;
-    }
-    let Attempt {
-        mut request,
-        settings,
-        ..
-    } = a;
+    // Without an attempt stack the request goes straight to the send (not moved into an
+    // `Attempt` held across the hooks' awaits and out again).
+    let (mut request, settings) = if chain.attempt.is_empty() {
+        (request, settings)
+    } else {
+        let mut a = Attempt {
+            number,
+            request,
+            settings,
+        };
+        for r in &chain.attempt {
+            r.before(x, &mut a).await?;
+        }
+        (a.request, a.settings)
+    };
     let sent = Instant::now();
     if let Some(d) = &mut x.diag {
         // Each attempt its own span, named in the `traceparent` the provider gets.
@@ -166,6 +169,11 @@ async fn attempt<S: Sender>(
             Ok(r) => Ok(r.status().as_u16()),
             Err(e) => Err(e.to_string()),
         });
+    }
+    if chain.attempt.is_empty() {
+        // No remedy of the attempt stack to show the head to: the response is not taken
+        // apart and put together again (each a move of it).
+        return result;
     }
     let (result, body) = match result {
         Ok(r) => {
