@@ -59,7 +59,26 @@ impl RequestIds {
         for i in 0..digits {
             buf[9 + digits - 1 - i] = HEX[((n >> (4 * i)) & 0xf) as usize];
         }
-        HeaderValue::from_bytes(&buf[..9 + digits]).expect("hex is a valid header value")
+        let id = Id {
+            buf,
+            len: (9 + digits) as u8,
+        };
+        HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(id))
+            .expect("hex is a valid header value")
+    }
+}
+
+/// A generated id's bytes, owned by its `Bytes`: a copy of the id (a matched request's
+/// record, the access log's) counts a reference instead of copying the bytes into a
+/// shared buffer of their own (what a clone of copied bytes does).
+struct Id {
+    buf: [u8; 25],
+    len: u8,
+}
+
+impl AsRef<[u8]> for Id {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
     }
 }
 

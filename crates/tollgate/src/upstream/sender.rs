@@ -67,8 +67,12 @@ impl Sender for UpstreamClient {
         sent: Instant,
         s: AttemptSettings,
     ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a {
-        let send = self.send_within(req, target, timer, sent, s);
-        async move { send.await.map(|r| r.map(|b| b.boxed_unsync())) }
+        // A combinator, not `async move { send.await … }`: an async block would keep the
+        // send's future twice, as its capture and as what it awaits (rust-lang/rust#62958),
+        // and every matched request's engine future would carry both.
+        futures_util::FutureExt::map(self.send_within(req, target, timer, sent, s), |r| {
+            r.map(|r| r.map(|b| b.boxed_unsync()))
+        })
     }
 
     fn response_timeout(&self) -> Duration {
