@@ -105,7 +105,7 @@ impl CacheStatus {
     }
 }
 
-/// A miss's state through the exchange.
+/// A miss's state through the exchange (the one local a miss keeps: its status is `Miss`).
 pub struct PendingFill {
     pub key: String,
     /// A stale entry being revalidated.
@@ -419,7 +419,6 @@ impl Remedy for CacheStage {
                 add_validators(x, e);
             }
             c.actions.record(x, Action::Miss);
-            x.locals.insert(CacheStatus::Miss);
             x.locals.insert(PendingFill {
                 key,
                 stale,
@@ -433,12 +432,15 @@ impl Remedy for CacheStage {
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         let c = &self.cache;
-        let Some(&status) = x.locals.get::<CacheStatus>() else {
-            return resp;
-        };
+        // A miss keeps its pending fill alone (its status is `Miss`); a hit or a bypass
+        // its status.
         let Some(pending) = x.locals.take::<PendingFill>() else {
-            return with_status(resp, status);
+            return match x.locals.get::<CacheStatus>() {
+                Some(&status) => with_status(resp, status),
+                None => resp,
+            };
         };
+        let status = CacheStatus::Miss;
         let (mut head, body) = resp.into_parts();
         // RFC 9111 §4.3.4: a 304 freshens the stored entry with its headers.
         if head.status == StatusCode::NOT_MODIFIED
