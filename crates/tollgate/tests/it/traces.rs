@@ -148,6 +148,18 @@ diagnosis:
         "remedy actions are span events"
     );
     assert!(server.end_time_unix_nano >= server.start_time_unix_nano);
+    // A traced request's actions carry their time (the clock is read for traced
+    // requests only): inside the server span.
+    for e in &server.events {
+        assert!(
+            (server.start_time_unix_nano..=server.end_time_unix_nano).contains(&e.time_unix_nano),
+            "event {} at {} outside its span {}..{}",
+            e.name,
+            e.time_unix_nano,
+            server.start_time_unix_nano,
+            server.end_time_unix_nano
+        );
+    }
 
     // Each attempt's span id is what the provider got in its traceparent.
     let sent = seen.lock().unwrap().clone();
