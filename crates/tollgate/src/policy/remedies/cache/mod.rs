@@ -105,23 +105,7 @@ impl CacheStatus {
     }
 }
 
-/// What the cache made of a request, for its response phase: the exchange's one local of
-/// the cache (one box), a miss's pending fill in it.
-struct Noted {
-    status: CacheStatus,
-    pending: Option<PendingFill>,
-}
-
-impl Noted {
-    fn status(status: CacheStatus) -> Self {
-        Self {
-            status,
-            pending: None,
-        }
-    }
-}
-
-/// A miss's state through the exchange.
+/// A miss's state through the exchange (the one local a miss keeps: its status is `Miss`).
 pub struct PendingFill {
     pub key: String,
     /// A stale entry being revalidated.
@@ -365,7 +349,7 @@ impl Remedy for CacheStage {
                 match f.serve(&key, generation, now, accepts, |e| c.hit(e, &x.method)) {
                     front::Found::Served(resp) => {
                         c.actions.record(x, Action::Hit);
-                        x.locals.insert(Noted::status(CacheStatus::Hit));
+                        x.locals.insert(CacheStatus::Hit);
                         return Ok(Flow::Answer(resp));
                     }
                     front::Found::Pass => passed = true,
@@ -406,7 +390,7 @@ impl Remedy for CacheStage {
                         f.keep(&key, e, generation, now);
                     }
                     c.actions.record(x, Action::Hit);
-                    x.locals.insert(Noted::status(CacheStatus::Hit));
+                    x.locals.insert(CacheStatus::Hit);
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
@@ -435,16 +419,12 @@ impl Remedy for CacheStage {
                 add_validators(x, e);
             }
             c.actions.record(x, Action::Miss);
-            let pending = PendingFill {
+            x.locals.insert(PendingFill {
                 key,
                 stale,
                 fill,
                 authorization: carries.authorization,
                 request: (!passed).then(|| x.parts.headers.clone()),
-            };
-            x.locals.insert(Noted {
-                status: CacheStatus::Miss,
-                pending: Some(pending),
             });
             Ok(Flow::Continue)
         })
@@ -452,13 +432,15 @@ impl Remedy for CacheStage {
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         let c = &self.cache;
-        let Some(noted) = x.locals.take::<Noted>() else {
-            return resp;
+        // A miss keeps its pending fill alone (its status is `Miss`); a hit or a bypass
+        // its status.
+        let Some(pending) = x.locals.take::<PendingFill>() else {
+            return match x.locals.get::<CacheStatus>() {
+                Some(&status) => with_status(resp, status),
+                None => resp,
+            };
         };
-        let status = noted.status;
-        let Some(pending) = noted.pending else {
-            return with_status(resp, status);
-        };
+        let status = CacheStatus::Miss;
         let (mut head, body) = resp.into_parts();
         // RFC 9111 §4.3.4: a 304 freshens the stored entry with its headers.
         if head.status == StatusCode::NOT_MODIFIED
@@ -584,7 +566,7 @@ fn vary(
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
     c.actions.record(x, Action::Bypass);
-    x.locals.insert(Noted::status(CacheStatus::Bypass));
+    x.locals.insert(CacheStatus::Bypass);
     Flow::Continue
 }
 
