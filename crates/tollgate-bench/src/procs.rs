@@ -1,9 +1,9 @@
 //! Child processes the bench starts and stops: the provider, tollgate, nginx, HAProxy.
 //! Pinned to cores with `taskset` when it is available. Each starts in a process group
-//! of its own, and the whole group is killed: on drop (a run that returns or fails), on
-//! Ctrl-C, SIGTERM or SIGHUP ([`stop_on_signals`]) and before a panic aborts, so no
-//! worker a peer forked (nginx's, re-parented to init when only its master was killed)
-//! outlives the bench.
+//! of its own, and the whole group is killed: on drop (a run that returns or fails, after
+//! a SIGTERM and up to [`GRACE`] to exit), on Ctrl-C, SIGTERM or SIGHUP
+//! ([`stop_on_signals`]) and before a panic aborts, so no worker a peer forked (nginx's,
+//! re-parented to init when only its master was killed) outlives the bench.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -19,14 +19,25 @@ fn live() -> std::sync::MutexGuard<'static, Vec<u32>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// SIGKILL to every process of the group `pgid` leads.
-fn kill_group(pgid: u32) {
+/// How long a child stopped at the end of its measurement has to exit on SIGTERM before
+/// its group is killed. An exit of its own runs what a process does last: a build
+/// instrumented for profile-guided optimisation (`scripts/pgo`) writes its profile then,
+/// and a killed one writes none.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// `signal` to every process of the group `pgid` leads.
+fn signal_group(pgid: u32, signal: rustix::process::Signal) {
     if let Some(pid) = i32::try_from(pgid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
     {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process_group(pid, signal);
     }
+}
+
+/// SIGKILL to every process of the group `pgid` leads.
+fn kill_group(pgid: u32) {
+    signal_group(pgid, rustix::process::Signal::KILL);
 }
 
 /// Kills every child's group: what an interrupted or panicking bench does last.
@@ -62,7 +73,7 @@ pub fn stop_on_signals() {
     });
 }
 
-/// A child process, its group killed when dropped.
+/// A child process, stopped (SIGTERM, then its group killed) when dropped.
 pub struct Proc {
     pub name: String,
     child: Child,
@@ -73,6 +84,11 @@ pub struct Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         let pgid = self.child.id();
+        signal_group(pgid, rustix::process::Signal::TERM);
+        let until = Instant::now() + GRACE;
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         live().retain(|&p| p != pgid);
         kill_group(pgid);
         let _ = self.child.kill();
@@ -373,4 +389,37 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_child_exits_on_sigterm_before_its_group_is_killed() {
+        // What an instrumented build does at exit (write its profile) happens only when
+        // it is let exit; the trap stands for it. A SIGKILL first leaves no file.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let said = dir.path().join("exited");
+        let (mut cmd, placement) = command(Path::new("sh"), None);
+        cmd.arg("-c")
+            .arg(format!(
+                "trap 'echo bye > {}; exit 0' TERM; echo ready; while :; do sleep 0.05; done",
+                said.display()
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("sh");
+        let pid = child.id();
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut ready)
+            .expect("the trap is set");
+        drop(Proc::new("sh", child, placement));
+        assert_eq!(
+            std::fs::read_to_string(&said).expect("the child ran its exit"),
+            "bye\n"
+        );
+        assert!(!live().contains(&pid), "the group is no longer tracked");
+    }
 }
