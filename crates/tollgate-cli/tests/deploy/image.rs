@@ -35,7 +35,7 @@ fn the_build_context_leaves_out_target_and_git() {
     }
 }
 
-/// Builds the image (as shipped: trained for profile-guided optimisation, two builds and
+/// Builds the image (as shipped: trained for profile-guided optimisation, three builds and
 /// the training), runs it on the host's network and probes `/healthz`. It needs
 /// buildah (Debian's package) and its base images (`rust:1-bookworm`,
 /// `debian:bookworm-slim`) from a registry; where either is missing the test says so
