@@ -49,7 +49,18 @@ pub struct InstructionsArgs {
     /// view open and reading every call) (comma separated).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
+    /// Also simulate the caches and count their misses per request: callgrind's
+    /// `--cache-sim=yes` on a fixed geometry, the same on every machine (32 KiB 8-way
+    /// first-level instruction and data caches, a 1 MiB 16-way last level standing for a
+    /// core's private L2, 64-byte lines). What a request touches that another request's
+    /// work pushed out: at many connections, each connection's state. Slower (about 2×).
+    #[arg(long)]
+    pub cache_sim: bool,
 }
+
+/// The cache geometry `--cache-sim` simulates (valgrind's `--I1`, `--D1`, `--LL`: size,
+/// associativity, line size), fixed so that counts compare across machines.
+const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
 const SCENARIOS: [&str; 6] = [
     "passthrough",
@@ -73,6 +84,34 @@ pub struct Count {
     pub har: Option<(u64, u64)>,
     /// Client connections each worker accepted (tollgate with several workers).
     pub per_worker: Vec<u64>,
+    /// The simulated caches' misses (`--cache-sim`).
+    pub misses: Option<Misses>,
+}
+
+/// Simulated cache misses over the measured requests (callgrind's events `I1mr`, `D1mr`
+/// + `D1mw`, `DLmr` + `DLmw`).
+#[derive(Debug, PartialEq)]
+pub struct Misses {
+    pub l1_instructions: u64,
+    pub l1_data: u64,
+    pub last_level_data: u64,
+    /// Last-level data misses of each function's own, most first.
+    pub functions: Vec<(String, u64)>,
+}
+
+impl Misses {
+    /// Read from a callgrind file made with `--cache-sim=yes`; `None` without those events.
+    pub fn read(text: &str) -> Option<Misses> {
+        let events = events(text);
+        let total =
+            |names: &[&str]| -> Option<u64> { names.iter().map(|n| events.get(*n).copied()).sum() };
+        Some(Misses {
+            l1_instructions: total(&["I1mr"])?,
+            l1_data: total(&["D1mr", "D1mw"])?,
+            last_level_data: total(&["DLmr", "DLmw"])?,
+            functions: functions_by(text, &["DLmr", "DLmw"]),
+        })
+    }
 }
 
 impl Count {
@@ -201,6 +240,10 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
             h.out.join("callgrind.%p.out").display()
         )),
     ];
+    if args.cache_sim {
+        h.tool.push("--cache-sim=yes".into());
+        h.tool.extend(CACHE_GEOMETRY.map(OsString::from));
+    }
     let spec = Spec {
         requests,
         warmup,
@@ -324,6 +367,7 @@ impl Spec {
             failed: r.errors + r.non_2xx,
             har,
             per_worker: Vec::new(),
+            misses: Misses::read(&text),
         })
     }
 }
@@ -400,11 +444,41 @@ pub fn totals(text: &str) -> Option<u64> {
     line.split_whitespace().next()?.parse().ok()
 }
 
+/// Each event's total, by the names on the `events:` line, from the `totals:` line.
+fn events(text: &str) -> BTreeMap<String, u64> {
+    let line = |prefix: &str| text.lines().find_map(|l| l.strip_prefix(prefix));
+    let (Some(names), Some(values)) = (line("events:"), line("totals:")) else {
+        return BTreeMap::new();
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .filter_map(|(n, v)| Some((n.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
 /// Each function's own instructions (its cost lines, not the inclusive cost of the calls
 /// it makes), most first, read from a callgrind file (its format: valgrind's manual,
 /// "Callgrind Format Specification"). Names are compressed: `fn=(7) name` defines `(7)`,
 /// a later `fn=(7)` or `cfn=(7)` refers to it.
 pub fn functions(text: &str) -> Vec<(String, u64)> {
+    functions_by(text, &["Ir"])
+}
+
+/// [`functions`] for the sum of the named events (columns of the `events:` line; an
+/// event the file does not have counts nothing).
+fn functions_by(text: &str, wanted: &[&str]) -> Vec<(String, u64)> {
+    let columns: Vec<usize> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("events:"))
+        .map(|names| {
+            let names: Vec<&str> = names.split_whitespace().collect();
+            wanted
+                .iter()
+                .filter_map(|w| names.iter().position(|n| n == w))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut own: BTreeMap<String, u64> = BTreeMap::new();
     let mut positions = 1;
@@ -436,12 +510,13 @@ pub fn functions(text: &str) -> Vec<(String, u64)> {
             if std::mem::take(&mut after_calls) {
                 continue; // the inclusive cost of the call just named
             }
-            let ir = line
-                .split_whitespace()
-                .nth(positions)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-            *own.entry(current.clone()).or_default() += ir;
+            let values: Vec<&str> = line.split_whitespace().skip(positions).collect();
+            // A cost line may leave out trailing zero events.
+            let cost: u64 = columns
+                .iter()
+                .filter_map(|&c| values.get(c).and_then(|v| v.parse::<u64>().ok()))
+                .sum();
+            *own.entry(current.clone()).or_default() += cost;
         }
     }
     let mut v: Vec<_> = own.into_iter().filter(|(_, ir)| *ir > 0).collect();
@@ -511,6 +586,9 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
             );
         }
     }
+    if counts.iter().any(|c| c.misses.is_some()) {
+        cache_misses(&mut s, counts);
+    }
     s.push_str("\n## Where they go\n");
     for c in counts {
         let total = c.instructions.max(1) as f64;
@@ -529,21 +607,66 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
         );
         s.push_str("| function | instructions/request | share |\n|---|---:|---:|\n");
         for (f, ir) in c.functions.iter().take(top) {
-            let shown: String = if f.chars().count() > 110 {
-                f.chars().take(107).chain("...".chars()).collect()
-            } else {
-                f.clone()
-            };
             let _ = writeln!(
                 s,
                 "| `{}` | {:.0} | {:.1}% |",
-                shown.replace('|', "\\|"),
+                short(f),
                 *ir as f64 / n,
                 *ir as f64 * 100.0 / total
             );
         }
     }
     s
+}
+
+/// The simulated caches' misses per request, and the functions whose data accesses
+/// missed the last level most.
+fn cache_misses(s: &mut String, counts: &[Count]) {
+    let _ = writeln!(
+        s,
+        "\n## Cache misses per request (simulated: {})\n",
+        CACHE_GEOMETRY.join(" ")
+    );
+    s.push_str("| target | L1 instruction | L1 data | last level, data |\n|---|---:|---:|---:|\n");
+    for c in counts {
+        if let Some(m) = &c.misses {
+            let n = c.requests.max(1) as f64;
+            let _ = writeln!(
+                s,
+                "| {} | {:.1} | {:.1} | {:.1} |",
+                c.target,
+                m.l1_instructions as f64 / n,
+                m.l1_data as f64 / n,
+                m.last_level_data as f64 / n
+            );
+        }
+    }
+    for c in counts {
+        let Some(m) = &c.misses else { continue };
+        let n = c.requests.max(1) as f64;
+        let top: Vec<String> = m
+            .functions
+            .iter()
+            .take(6)
+            .map(|(f, v)| format!("`{}` {:.1}", short(f), *v as f64 / n))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n{}: last-level data misses per request by function: {}.",
+            c.target,
+            top.join(", ")
+        );
+    }
+}
+
+/// A function's name cut to 110 characters, for a table.
+fn short(f: &str) -> String {
+    let shown: String = if f.chars().count() > 110 {
+        f.chars().take(107).chain("...".chars()).collect()
+    } else {
+        f.to_owned()
+    };
+    shown.replace('|', "\\|")
 }
 
 #[cfg(test)]
@@ -610,10 +733,54 @@ fn=(5176)
             failed: 0,
             har: None,
             per_worker: Vec::new(),
+            misses: Misses::read(dump),
         };
+        assert_eq!(c.misses, None, "no cache events, no misses");
         assert_eq!(c.by_origin()[0], ("hyper", 35_184));
         assert_eq!(c.by_origin()[1], ("allocator", 1_600));
         assert_eq!(c.by_origin()[2], ("std", 10));
+    }
+
+    #[test]
+    fn simulated_cache_misses_are_read_by_event_name() {
+        let dump = "\
+events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+positions: line
+fl=(1) src/a.rs
+fn=(1) a::hot
+10 100 40 20 5 3 2 1 7 6
++1 50 10 10 1 1 1
+fn=(2) b::cold
+cfn=(1)
+calls=1 10
+10 150 50 30 6 4 3 1 7 6
+20 30 5 5 0 2 2 0 9 1
+totals: 180 55 35 6 6 5 1 16 7
+";
+        let m = Misses::read(dump).expect("cache events");
+        assert_eq!(m.l1_instructions, 6);
+        assert_eq!(m.l1_data, 11, "reads and writes");
+        assert_eq!(m.last_level_data, 23);
+        assert_eq!(
+            m.functions,
+            vec![("a::hot".to_owned(), 13), ("b::cold".to_owned(), 10)],
+            "a short cost line counts its events present; a call's inclusive cost is not the caller's own"
+        );
+        assert_eq!(functions(dump)[0], ("a::hot".to_owned(), 150));
+        let c = Count {
+            target: "with-remedy".into(),
+            requests: 2,
+            instructions: 180,
+            functions: functions(dump),
+            failed: 0,
+            har: None,
+            per_worker: Vec::new(),
+            misses: Some(m),
+        };
+        let mut s = String::new();
+        cache_misses(&mut s, &[c]);
+        assert!(s.contains("| with-remedy | 3.0 | 5.5 | 11.5 |"), "{s}");
+        assert!(s.contains("`a::hot` 6.5, `b::cold` 5.0"), "{s}");
     }
 
     #[test]
