@@ -222,9 +222,20 @@ pub struct Chain {
     pub fallback: Option<Arc<dyn Fallback>>,
     /// The bound on the whole exchange (`timeouts.total`).
     pub total: Option<Duration>,
+    /// Sent [`Once`], with no attempt stack, fallback or total timeout (see
+    /// [`Chain::plain`]).
+    plain: bool,
 }
 
 impl Chain {
+    /// Whether the chain is its request stack, one attempt and its response phases, with
+    /// none of the layers between them (retry, an attempt stack, a fallback, a bound on
+    /// the whole exchange): such a chain runs in the request's own future
+    /// (`engine::run_plain`), not on a boxed one of its own.
+    pub fn plain(&self) -> bool {
+        self.plain
+    }
+
     /// A copy whose policy name is an allocation of its own, with the stages that keep
     /// per-worker state ([`Remedy::for_worker`]) made anew (the others stay shared): see
     /// [`crate::policy::Engine::for_worker`].
@@ -242,15 +253,17 @@ impl Chain {
 
     /// The chain of `built` (in registry order) for `policy`.
     pub fn new(policy: &str, built: Vec<Built>, names: Vec<&'static str>) -> Self {
+        let layer = built.iter().find_map(|b| b.attempts.clone());
+        let attempt: Vec<_> = built.iter().filter_map(|b| b.attempt.clone()).collect();
+        let fallback = built.iter().find_map(|b| b.fallback.clone());
+        let total = built.iter().find_map(|b| b.total);
         Self {
             policy: Arc::from(policy),
-            attempt: built.iter().filter_map(|b| b.attempt.clone()).collect(),
-            attempts: built
-                .iter()
-                .find_map(|b| b.attempts.clone())
-                .unwrap_or_else(|| Arc::new(Once)),
-            fallback: built.iter().find_map(|b| b.fallback.clone()),
-            total: built.iter().find_map(|b| b.total),
+            plain: layer.is_none() && attempt.is_empty() && fallback.is_none() && total.is_none(),
+            attempts: layer.unwrap_or_else(|| Arc::new(Once)),
+            attempt,
+            fallback,
+            total,
             names,
             remedies: built.into_iter().map(|b| b.remedy).collect(),
         }

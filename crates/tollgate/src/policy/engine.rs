@@ -1,14 +1,17 @@
 //! Runs a matched request through its policy's chain: the request stack in the registry's
 //! order, then the attempts (sent by the chain's [`super::chain::Attempts`] layer, each
-//! through the attempt stack), then the response phases in reverse. Only matched requests come here, on a boxed
-//! future; unmatched traffic never does.
+//! through the attempt stack), then the response phases in reverse. Only matched requests
+//! come here; unmatched traffic never does. A chain with layers ([`run`]) runs on a boxed
+//! future; a plain chain ([`super::chain::Chain::plain`]: one attempt, and no attempt
+//! stack, fallback or total timeout) runs in the request's own future ([`run_plain`]),
+//! whose send is the same future an unmatched request's is.
 
 use super::chain::{Attempt, Exchange, Flow};
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
 use crate::upstream::{AttemptSettings, Sender};
-use http::Response;
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use std::pin::Pin;
 use std::task::Context;
@@ -38,6 +41,85 @@ pub async fn run<S: Sender>(
         },
         None => phases(&mut x, client, timer).await,
     };
+    finish(x, result, deadline, diag)
+}
+
+/// [`run`] for a plain chain ([`super::chain::Chain::plain`]): the same phases in the
+/// same order, the one attempt sent here rather than through `attempt` and the attempts
+/// layer. Its future is small enough to be awaited in the request's own future instead of
+/// a box: what it holds across the send is the send's future and a few words.
+///
+/// A plain function returning an `async` block: an `async fn` keeps each argument twice
+/// in its state (the argument, and the local it becomes: rust-lang/rust#62958).
+#[allow(clippy::manual_async_fn)]
+pub fn run_plain<'a, S: Sender>(
+    mut x: Box<Exchange>,
+    client: &'a S,
+    timer: &'a ResponseTimer,
+    diag: &'a mut Option<Box<crate::diagnosis::RequestDiag>>,
+) -> impl Future<Output = Result<Done, ProxyError>> + Send + 'a {
+    debug_assert!(x.chain.plain(), "a chain with layers runs through `run`");
+    async move {
+        // What this future holds across the send is the send's future and a few words: no
+        // value of the steps before it is a local in scope there (a local's storage lives
+        // to the end of its scope, moved or not: rust-lang/rust#59123).
+        match request_stack(&mut x).await {
+            Ok(None) => {}
+            Ok(Some((resp, ran))) => {
+                let resp = respond(&mut x, resp, ran);
+                return finish(x, Ok((resp, None)), None, diag);
+            }
+            Err(e) => return finish(x, Err(e), None, diag),
+        }
+        let sent;
+        let result = {
+            let (request, settings, at) = match ready_once(&mut x, client) {
+                Ok(ready) => ready,
+                Err(e) => return finish(x, Err(e), None, diag),
+            };
+            sent = at;
+            client.send_attempt(request, &x.target, timer, at, settings)
+        }
+        .await;
+        let upstream = answered(&mut x, &result, sent);
+        let result = result.map(|resp| {
+            let ran = x.chain.remedies.len();
+            (respond(&mut x, resp, ran), upstream)
+        });
+        finish(x, result, None, diag)
+    }
+}
+
+/// A plain chain's one attempt, ready to leave: its request (noted in the diagnosis),
+/// its settings, and the moment it leaves.
+fn ready_once<S: Sender>(
+    x: &mut Exchange,
+    client: &S,
+) -> Result<(Request<Body>, AttemptSettings, Instant), ProxyError> {
+    let mut request = x.attempt_request(false).ok_or_else(body_gone)?;
+    let sent = sending(x, &mut request, 0);
+    Ok((request, settings(x, client), sent))
+}
+
+/// An attempt's settings before the attempt stack changes them: the upstream's response
+/// timeout, its connect timeout, and whether the pool may resend a request a stale
+/// connection lost (as the attempts layer says).
+fn settings<S: Sender>(x: &Exchange, client: &S) -> AttemptSettings {
+    AttemptSettings {
+        response_timeout: client.response_timeout(),
+        connect_timeout: None,
+        resend_lost: x.chain.attempts.resend_lost(),
+    }
+}
+
+/// The end of an exchange, either way it ran: the diagnosis back to the request, an error
+/// told as the attempts layer tells it, and the response's body given the exchange.
+fn finish(
+    mut x: Box<Exchange>,
+    result: Result<(Response<Body>, Option<Duration>), ProxyError>,
+    deadline: Option<Instant>,
+    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
+) -> Result<Done, ProxyError> {
     *diag = x.diag.take();
     let (response, upstream) = result.map_err(|e| x.chain.attempts.answer(&x, e))?;
     let (parts, body) = response.into_parts();
@@ -62,17 +144,31 @@ fn total_timeout(x: &Exchange) -> ProxyError {
     }
 }
 
+fn body_gone() -> ProxyError {
+    ProxyError::Internal("the request body was already sent and cannot be replayed")
+}
+
+/// The request stack: each remedy's request phase, in the registry's order. `Some`: the
+/// response of the stage that answered, and how many stages ran.
+async fn request_stack(x: &mut Exchange) -> Result<Option<(Response<Body>, usize)>, ProxyError> {
+    let chain = x.chain.clone();
+    for (i, r) in chain.remedies.iter().enumerate() {
+        x.started(i);
+        if let Flow::Answer(resp) = r.request(x).await? {
+            return Ok(Some((resp, i + 1)));
+        }
+    }
+    Ok(None)
+}
+
 async fn phases<S: Sender>(
     x: &mut Exchange,
     client: &S,
     timer: &ResponseTimer,
 ) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
     let chain = x.chain.clone();
-    for (i, r) in chain.remedies.iter().enumerate() {
-        x.started(i);
-        if let Flow::Answer(resp) = r.request(x).await? {
-            return Ok((respond(x, resp, i + 1), None));
-        }
+    if let Some((resp, ran)) = request_stack(x).await? {
+        return Ok((respond(x, resp, ran), None));
     }
     // The attempts: sent by the chain's layer (once, or as retry decides), each
     // through the attempt stack.
@@ -119,14 +215,8 @@ async fn attempt<S: Sender>(
 ) -> Result<Response<Body>, ProxyError> {
     let chain = x.chain.clone();
     let keep = chain.attempts.keeps(x) || chain.fallback.is_some();
-    let request = x.attempt_request(keep).ok_or(ProxyError::Internal(
-        "the request body was already sent and cannot be replayed",
-    ))?;
-    let settings = AttemptSettings {
-        response_timeout: client.response_timeout(),
-        connect_timeout: None,
-        resend_lost: chain.attempts.resend_lost(),
-    };
+    let request = x.attempt_request(keep).ok_or_else(body_gone)?;
+    let settings = settings(x, client);
     // Without an attempt stack the request goes straight to the send (not moved into an
     // `Attempt` held across the hooks' awaits and out again).
     let (mut request, settings) = if chain.attempt.is_empty() {
@@ -142,33 +232,12 @@ async fn attempt<S: Sender>(
         }
         (a.request, a.settings)
     };
-    let sent = Instant::now();
-    if let Some(d) = &mut x.diag {
-        // Each attempt its own span, named in the `traceparent` the provider gets.
-        if let Some(t) = &mut d.trace {
-            request
-                .headers_mut()
-                .insert(crate::diagnosis::trace::TRACEPARENT, t.attempt());
-        }
-        // The capture shows the request as the provider got it (redacted when written).
-        if let Some(h) = &mut d.har {
-            h.url = crate::target::url(&x.target, request.uri());
-            h.request_headers = request.headers().clone();
-        }
-        d.sent_at = Some(sent);
-        d.retries = number;
-    }
+    let sent = sending(x, &mut request, number);
     let result = client
         .send_attempt(request, &x.target, timer, sent, settings)
         .await;
-    if result.is_ok() {
-        *upstream = Some(sent.elapsed());
-    }
-    if let Some(t) = x.diag.as_mut().and_then(|d| d.trace.as_mut()) {
-        t.attempt_done(match &result {
-            Ok(r) => Ok(r.status().as_u16()),
-            Err(e) => Err(e.to_string()),
-        });
+    if let Some(took) = answered(x, &result, sent) {
+        *upstream = Some(took);
     }
     if chain.attempt.is_empty() {
         // No remedy of the attempt stack to show the head to: the response is not taken
@@ -190,6 +259,44 @@ async fn attempt<S: Sender>(
         (Err(e), _) => Err(e),
         (Ok(_), None) => unreachable!("a response always has its body"),
     }
+}
+
+/// An attempt leaves: the moment it is sent, and its diagnosis (its span named in the
+/// request, the HAR capture's copy of the request as the provider gets it).
+fn sending(x: &mut Exchange, request: &mut Request<Body>, number: u32) -> Instant {
+    let sent = Instant::now();
+    if let Some(d) = &mut x.diag {
+        // Each attempt its own span, named in the `traceparent` the provider gets.
+        if let Some(t) = &mut d.trace {
+            request
+                .headers_mut()
+                .insert(crate::diagnosis::trace::TRACEPARENT, t.attempt());
+        }
+        // The capture shows the request as the provider got it (redacted when written).
+        if let Some(h) = &mut d.har {
+            h.url = crate::target::url(&x.target, request.uri());
+            h.request_headers = request.headers().clone();
+        }
+        d.sent_at = Some(sent);
+        d.retries = number;
+    }
+    sent
+}
+
+/// An attempt answered (its response head, or the error), told to its span; the time it
+/// waited for a response head when it got one.
+fn answered(
+    x: &mut Exchange,
+    result: &Result<Response<Body>, ProxyError>,
+    sent: Instant,
+) -> Option<Duration> {
+    if let Some(t) = x.diag.as_mut().and_then(|d| d.trace.as_mut()) {
+        t.attempt_done(match result {
+            Ok(r) => Ok(r.status().as_u16()),
+            Err(e) => Err(e.to_string()),
+        });
+    }
+    result.is_ok().then(|| sent.elapsed())
 }
 
 /// Watches the response body of a matched request: it owns the exchange, dropped

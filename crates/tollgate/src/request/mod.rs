@@ -100,15 +100,14 @@ pub fn handle(
                 resp.map(Forwarded::Upstream)
             }
             Ok(Step::Policy(req, target, gate, i)) => {
-                // §11 send: a matched request through its policy's chain, on a boxed
-                // future of its own.
+                // §11 send: a matched request through its policy's chain.
                 let out = outbound::Leaving {
                     rt: &rt,
                     timer: ctx.in_flight.response_timer(),
                     give_up: &worker.local().give_up,
                     diag: &mut ctx.diag,
                 };
-                let done = Box::pin(outbound::through_policy(out, i, req, target)).await;
+                let done = outbound::through_chain(out, i, req, target).await;
                 if let Some(g) = gate {
                     g.final_response();
                 }

@@ -12,6 +12,7 @@ use crate::state::Runtime;
 use crate::target::{Target, upstream_uri};
 use crate::upstream::AttemptSettings;
 use crate::upstream::deadline::ResponseTimer;
+use futures_util::future::Either;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri, header};
 use std::time::Duration;
@@ -92,20 +93,52 @@ pub async fn send(
     }
 }
 
-/// Sends the request through the chain of the policy at index `i`.
+/// Sends a request the proxy listener took through the chain of the policy at index `i`:
+/// a plain chain ([`crate::policy::chain::Chain::plain`]) in the request's own future,
+/// whose send is the one an unmatched request's is; a chain with layers on a boxed
+/// future of its own.
+pub fn through_chain<'a>(
+    out: Leaving<'a>,
+    i: usize,
+    req: http::Request<Body>,
+    target: Target,
+) -> impl Future<Output = Result<engine::Done, ProxyError>> + Send + 'a {
+    if out.rt.engine.chains[i].plain() {
+        let x = exchange(out.rt, out.give_up, out.diag, i, req, target);
+        Either::Left(engine::run_plain(x, &*out.rt.client, out.timer, out.diag))
+    } else {
+        Either::Right(Box::pin(through_policy(out, i, req, target)))
+    }
+}
+
+/// Sends the request through the chain of the policy at index `i` (any chain).
 pub async fn through_policy(
     out: Leaving<'_>,
     i: usize,
     req: http::Request<Body>,
     target: Target,
 ) -> Result<engine::Done, ProxyError> {
-    // Boxed here, where it is made: the engine's future holds a pointer (an exchange
-    // passed by value is stored twice in it, rust-lang/rust#62958), and the response's
-    // body takes the same box when the engine is done.
-    let mut x = Box::new(Exchange::new(out.rt.engine.chains[i].clone(), req, target));
-    x.diag = out.diag.take();
-    x.give_up = Some(out.give_up.clone());
+    let x = exchange(out.rt, out.give_up, out.diag, i, req, target);
     engine::run(x, &*out.rt.client, out.timer, out.diag).await
+}
+
+/// The exchange of a request the policy at index `i` matched, with the request's
+/// diagnosis and the worker's drain token. Boxed here, where it is made: the engine's
+/// future holds a pointer (an exchange passed by value is stored twice in it,
+/// rust-lang/rust#62958), and the response's body takes the same box when the engine is
+/// done.
+pub fn exchange(
+    rt: &Runtime,
+    give_up: &std::sync::Arc<CancellationToken>,
+    diag: &mut Option<Box<RequestDiag>>,
+    i: usize,
+    req: http::Request<Body>,
+    target: Target,
+) -> Box<Exchange> {
+    let mut x = Box::new(Exchange::new(rt.engine.chains[i].clone(), req, target));
+    x.diag = diag.take();
+    x.give_up = Some(give_up.clone());
+    x
 }
 
 /// The moment a plain request is sent, noted in its diagnosis.

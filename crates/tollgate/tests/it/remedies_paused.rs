@@ -82,20 +82,106 @@ fn engine(yaml: &str) -> tollgate::policy::Engine {
     )
 }
 
+/// The exchange of one GET the engine's first chain matched.
+fn exchange(e: &tollgate::policy::Engine) -> Box<Exchange> {
+    let req = Request::get("http://api.example.com/v1/x")
+        .body(tollgate::body::empty())
+        .unwrap();
+    let target = Target::parse(Scheme::Http, "api.example.com").unwrap();
+    Box::new(Exchange::new(e.chains[0].clone(), req, target))
+}
+
 /// One GET through the engine's first chain.
 async fn request(
     e: &tollgate::policy::Engine,
     script: &Script,
 ) -> Result<Response<Body>, ProxyError> {
-    let req = Request::get("http://api.example.com/v1/x")
-        .body(tollgate::body::empty())
-        .unwrap();
-    let target = Target::parse(Scheme::Http, "api.example.com").unwrap();
-    let x = Box::new(Exchange::new(e.chains[0].clone(), req, target));
     let timer = ResponseTimer::default();
-    engine::run(x, script, &timer, &mut None)
+    engine::run(exchange(e), script, &timer, &mut None)
         .await
         .map(|d| d.response)
+}
+
+/// One GET through the engine's first chain, sent as the proxy listener sends a plain
+/// chain's request: in the request's own future.
+async fn request_plain(
+    e: &tollgate::policy::Engine,
+    script: &Script,
+) -> Result<Response<Body>, ProxyError> {
+    let timer = ResponseTimer::default();
+    engine::run_plain(exchange(e), script, &timer, &mut None)
+        .await
+        .map(|d| d.response)
+}
+
+/// What a client sees of an outcome: the status (a proxy-made error's too) and the header
+/// fields, in order.
+fn seen(r: Result<Response<Body>, ProxyError>) -> (u16, Vec<(String, String)>) {
+    let r = r.unwrap_or_else(|e| e.to_response(&http::HeaderValue::from_static("id")));
+    let fields = r
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    (r.status().as_u16(), fields)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
+    let policy = |remedies: &str| format!("policies:\n  - name: p\n{remedies}");
+    // What makes a chain plain: no layer between its request stack and its one attempt.
+    for (remedies, plain) in [
+        ("    rate_limit: {limit: 1, window: minute}\n", true),
+        (
+            "    cache: {ttl: 1h}\n    rate_limit: {limit: 5, window: day}\n",
+            true,
+        ),
+        ("    retry: {statuses: ['503']}\n", false),
+        ("    timeouts: {total: 5s}\n", false),
+        ("    timeouts: {response: 5s}\n", false),
+        (
+            "    breaker: {consecutive_failures: 2, open_for: 30s}\n",
+            false,
+        ),
+    ] {
+        assert_eq!(
+            engine(&policy(remedies)).chains[0].plain(),
+            plain,
+            "{remedies}"
+        );
+    }
+    // The same requests through `run` and through `run_plain`, each on an engine of its
+    // own: the same answers, the same fields in the same order, the same attempts.
+    for remedies in [
+        "    rate_limit: {limit: 2, window: minute}\n",
+        "    cache: {ttl: 1h}\n    rate_limit: {limit: 5, window: day}\n",
+    ] {
+        let answers: &[(u16, &[(&str, &str)])] = &[
+            (200, &[("cache-control", "max-age=60")]),
+            (200, &[]),
+            (503, &[]),
+        ];
+        let (layered, plain) = (engine(&policy(remedies)), engine(&policy(remedies)));
+        let (s1, s2) = (Script::new(answers), Script::new(answers));
+        for i in 0..3 {
+            let a = seen(request(&layered, &s1).await);
+            let b = seen(request_plain(&plain, &s2).await);
+            assert_eq!(a, b, "{remedies}: request {i}");
+        }
+        let settings = |s: &Script| {
+            let sent = s.sent.lock().unwrap();
+            sent.iter()
+                .map(|(_, a)| (a.response_timeout, a.connect_timeout, a.resend_lost))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(settings(&s1), settings(&s2), "{remedies}");
+        assert!(
+            settings(&s2)
+                .iter()
+                .all(|s| *s == (Duration::from_secs(60), None, true)),
+            "a plain chain's attempt: the upstream's timeout, and the pool may resend a lost one"
+        );
+    }
 }
 
 fn header<'a>(r: &'a Response<Body>, name: &str) -> Option<&'a str> {
