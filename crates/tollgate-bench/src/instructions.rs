@@ -12,6 +12,11 @@
 //! included (the observer and HAR threads too). What it cannot see is the kernel: the
 //! syscalls themselves (natively each of these proxies makes about two reads and two
 //! writes per request; under valgrind the counts differ, so none is reported).
+//!
+//! `--cache-sim` adds callgrind's cache simulation on one fixed geometry
+//! (`CACHE_GEOMETRY`): the misses per request, and the functions whose data missed the
+//! last level most, so that what a request touches (and at many connections, finds
+//! cold) is counted the same on any machine.
 
 use crate::harness::{Harness, Layout, Placement, Target};
 use crate::loadgen::Mode;
