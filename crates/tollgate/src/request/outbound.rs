@@ -98,13 +98,13 @@ pub async fn send(
 /// whose send is the one an unmatched request's is; a chain with layers on a boxed
 /// future of its own.
 pub fn through_chain<'a>(
-    out: Leaving<'a>,
+    mut out: Leaving<'a>,
     i: usize,
     req: http::Request<Body>,
     target: Target,
 ) -> impl Future<Output = Result<engine::Done, ProxyError>> + Send + 'a {
     if out.rt.engine.chains[i].plain() {
-        let x = exchange(out.rt, out.give_up, out.diag, i, req, target);
+        let x = out.exchange(i, req, target);
         Either::Left(engine::run_plain(x, &*out.rt.client, out.timer, out.diag))
     } else {
         Either::Right(Box::pin(through_policy(out, i, req, target)))
@@ -113,32 +113,27 @@ pub fn through_chain<'a>(
 
 /// Sends the request through the chain of the policy at index `i` (any chain).
 pub async fn through_policy(
-    out: Leaving<'_>,
+    mut out: Leaving<'_>,
     i: usize,
     req: http::Request<Body>,
     target: Target,
 ) -> Result<engine::Done, ProxyError> {
-    let x = exchange(out.rt, out.give_up, out.diag, i, req, target);
+    let x = out.exchange(i, req, target);
     engine::run(x, &*out.rt.client, out.timer, out.diag).await
 }
 
-/// The exchange of a request the policy at index `i` matched, with the request's
-/// diagnosis and the worker's drain token. Boxed here, where it is made: the engine's
-/// future holds a pointer (an exchange passed by value is stored twice in it,
-/// rust-lang/rust#62958), and the response's body takes the same box when the engine is
-/// done.
-pub fn exchange(
-    rt: &Runtime,
-    give_up: &std::sync::Arc<CancellationToken>,
-    diag: &mut Option<Box<RequestDiag>>,
-    i: usize,
-    req: http::Request<Body>,
-    target: Target,
-) -> Box<Exchange> {
-    let mut x = Box::new(Exchange::new(rt.engine.chains[i].clone(), req, target));
-    x.diag = diag.take();
-    x.give_up = Some(give_up.clone());
-    x
+impl Leaving<'_> {
+    /// The exchange of a request the policy at index `i` matched, with the request's
+    /// diagnosis and the worker's drain token. Boxed here, where it is made: the engine's
+    /// future holds a pointer (an exchange passed by value is stored twice in it,
+    /// rust-lang/rust#62958), and the response's body takes the same box when the engine
+    /// is done.
+    fn exchange(&mut self, i: usize, req: http::Request<Body>, target: Target) -> Box<Exchange> {
+        let mut x = Box::new(Exchange::new(self.rt.engine.chains[i].clone(), req, target));
+        x.diag = self.diag.take();
+        x.give_up = Some(self.give_up.clone());
+        x
+    }
 }
 
 /// The moment a plain request is sent, noted in its diagnosis.
