@@ -471,7 +471,7 @@ pub fn functions(text: &str) -> Vec<(String, u64)> {
 }
 
 /// [`functions`] for the sum of the named events (columns of the `events:` line; an
-/// event the file does not have counts nothing).
+/// event the file does not have counts nothing; without that line, its first column).
 fn functions_by(text: &str, wanted: &[&str]) -> Vec<(String, u64)> {
     let columns: Vec<usize> = text
         .lines()
@@ -483,7 +483,7 @@ fn functions_by(text: &str, wanted: &[&str]) -> Vec<(String, u64)> {
                 .filter_map(|w| names.iter().position(|n| n == w))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_else(|| vec![0]);
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut own: BTreeMap<String, u64> = BTreeMap::new();
     let mut positions = 1;
@@ -772,6 +772,11 @@ totals: 180 55 35 6 6 5 1 16 7
             "a short cost line counts its events present; a call's inclusive cost is not the caller's own"
         );
         assert_eq!(functions(dump)[0], ("a::hot".to_owned(), 150));
+        assert_eq!(
+            functions("fn=(1) a\n1 5 2\n")[0],
+            ("a".to_owned(), 5),
+            "without an events line, the first column"
+        );
         let c = Count {
             target: "with-remedy".into(),
             requests: 2,
