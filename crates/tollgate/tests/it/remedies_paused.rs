@@ -96,22 +96,22 @@ async fn request(
     e: &tollgate::policy::Engine,
     script: &Script,
 ) -> Result<Response<Body>, ProxyError> {
-    let timer = ResponseTimer::default();
-    engine::run(exchange(e), script, &timer, &mut None)
-        .await
-        .map(|d| d.response)
+    request_as(e, script, false).await
 }
 
-/// One GET through the engine's first chain, sent as the proxy listener sends a plain
-/// chain's request: in the request's own future.
-async fn request_plain(
+/// One GET through the engine's first chain: `plain`, as the proxy listener sends a plain
+/// chain's request (in the request's own future, `engine::run_plain`), else as `run` does.
+async fn request_as(
     e: &tollgate::policy::Engine,
     script: &Script,
+    plain: bool,
 ) -> Result<Response<Body>, ProxyError> {
-    let timer = ResponseTimer::default();
-    engine::run_plain(exchange(e), script, &timer, &mut None)
-        .await
-        .map(|d| d.response)
+    let (x, timer) = (exchange(e), ResponseTimer::default());
+    let done = match plain {
+        true => engine::run_plain(x, script, &timer, &mut None).await,
+        false => engine::run(x, script, &timer, &mut None).await,
+    };
+    done.map(|d| d.response)
 }
 
 /// What a client sees of an outcome: the status (a proxy-made error's too) and the header
@@ -165,7 +165,7 @@ async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
         let (s1, s2) = (Script::new(answers), Script::new(answers));
         for i in 0..3 {
             let a = seen(request(&layered, &s1).await);
-            let b = seen(request_plain(&plain, &s2).await);
+            let b = seen(request_as(&plain, &s2, true).await);
             assert_eq!(a, b, "{remedies}: request {i}");
         }
         let settings = |s: &Script| {
