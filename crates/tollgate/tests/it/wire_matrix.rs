@@ -1,5 +1,6 @@
 //! Wire conformance, table-driven: every routing mode (header, forward proxy, route,
-//! aggregate no-op) × path (no policy, a matched policy that changes nothing) × upstream
+//! aggregate no-op) × path (no policy; a matched policy that changes nothing, with a
+//! layer, so on the engine's boxed path, or plain, so in the request's own future) × upstream
 //! (HTTP/1.1, HTTP/2 over TLS, HTTP/1.1 over TLS). For each, the provider must get the
 //! client's request as sent: method, path and query, the end-to-end headers in order
 //! (repeated ones too), the body byte for byte, and the declared trailers. One table of
@@ -178,13 +179,19 @@ async fn every_topology_relays_the_request_as_sent() {
                 "HTTP/1.1",
             ),
         };
-        for policy in [false, true] {
-            let policies = if policy {
-                // Matched, and changes nothing: the request takes the engine's path.
-                "policies:\n  - name: noop\n    timeouts: {response: 30s}\n"
-            } else {
-                ""
-            };
+        // Matched, and changing nothing: a chain with a layer (an attempt stack) runs on
+        // the engine's boxed future, a plain one (a limit never reached) in the request's.
+        for (path, policies) in [
+            ("no policy", ""),
+            (
+                "layered policy",
+                "policies:\n  - name: noop\n    timeouts: {response: 30s}\n",
+            ),
+            (
+                "plain policy",
+                "policies:\n  - name: noop\n    rate_limit: {limit: 1000000, window: second}\n",
+            ),
+        ] {
             let gw = gateway(&format!(
                 "upstream:\n  tls:\n    extra_ca_file: {ca}\nroutes:\n  - prefix: /r\n    upstream: {scheme}://{authority}\nendpoints:\n  - path: /agg\n    method: POST\n    encoding: no-op\n    headers: ['*']\n    query: ['*']\n    backends:\n      - url: {scheme}://{authority}/wire/p\n        method: POST\n{policies}",
                 ca = ca.path().display()
@@ -202,10 +209,7 @@ async fn every_topology_relays_the_request_as_sent() {
                     continue;
                 }
                 ran += 1;
-                let at = format!(
-                    "{mode:?} × {} × {up:?}",
-                    if policy { "policy" } else { "no policy" }
-                );
+                let at = format!("{mode:?} × {path} × {up:?}");
                 let seen = match exchange(&gw, mode, up, &authority).await {
                     Ok(s) => s,
                     Err(e) => {
@@ -249,7 +253,7 @@ async fn every_topology_relays_the_request_as_sent() {
             }
         }
     }
-    assert_eq!(ran, 20, "the matrix's size");
+    assert_eq!(ran, 30, "the matrix's size");
     assert!(
         mismatches.is_empty(),
         "{} of {ran} topologies differ:\n{}",
