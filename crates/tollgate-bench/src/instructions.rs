@@ -515,11 +515,13 @@ fn functions_by(text: &str, wanted: &[&str]) -> Vec<(String, u64)> {
             if std::mem::take(&mut after_calls) {
                 continue; // the inclusive cost of the call just named
             }
-            let values: Vec<&str> = line.split_whitespace().skip(positions).collect();
             // A cost line may leave out trailing zero events.
-            let cost: u64 = columns
-                .iter()
-                .filter_map(|&c| values.get(c).and_then(|v| v.parse::<u64>().ok()))
+            let cost: u64 = line
+                .split_whitespace()
+                .skip(positions)
+                .enumerate()
+                .filter(|(i, _)| columns.contains(i))
+                .filter_map(|(_, v)| v.parse::<u64>().ok())
                 .sum();
             *own.entry(current.clone()).or_default() += cost;
         }

@@ -6,7 +6,7 @@
 //! stack, fallback or total timeout) runs in the request's own future ([`run_plain`]),
 //! whose send is the same future an unmatched request's is.
 
-use super::chain::{Attempt, Exchange, Flow};
+use super::chain::{Attempt, Chain, Exchange, Flow};
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
@@ -63,7 +63,8 @@ pub fn run_plain<'a, S: Sender>(
         // What this future holds across the send is the send's future and a few words: no
         // value of the steps before it is a local in scope there (a local's storage lives
         // to the end of its scope, moved or not: rust-lang/rust#59123).
-        match request_stack(&mut x).await {
+        // The chain's reference, a temporary of this statement: gone before the send.
+        match request_stack(&x.chain.clone(), &mut x).await {
             Ok(None) => {}
             Ok(Some((resp, ran))) => {
                 let resp = respond(&mut x, resp, ran);
@@ -148,10 +149,13 @@ fn body_gone() -> ProxyError {
     ProxyError::Internal("the request body was already sent and cannot be replayed")
 }
 
-/// The request stack: each remedy's request phase, in the registry's order. `Some`: the
-/// response of the stage that answered, and how many stages ran.
-async fn request_stack(x: &mut Exchange) -> Result<Option<(Response<Body>, usize)>, ProxyError> {
-    let chain = x.chain.clone();
+/// The request stack of `chain` (the exchange's): each remedy's request phase, in the
+/// registry's order. `Some`: the response of the stage that answered, and how many
+/// stages ran.
+async fn request_stack(
+    chain: &Chain,
+    x: &mut Exchange,
+) -> Result<Option<(Response<Body>, usize)>, ProxyError> {
     for (i, r) in chain.remedies.iter().enumerate() {
         x.started(i);
         if let Flow::Answer(resp) = r.request(x).await? {
@@ -167,7 +171,7 @@ async fn phases<S: Sender>(
     timer: &ResponseTimer,
 ) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
     let chain = x.chain.clone();
-    if let Some((resp, ran)) = request_stack(x).await? {
+    if let Some((resp, ran)) = request_stack(&chain, x).await? {
         return Ok((respond(x, resp, ran), None));
     }
     // The attempts: sent by the chain's layer (once, or as retry decides), each
