@@ -5,7 +5,9 @@
 //! tokens, default `max_tokens` or 5), `x-stand-in-pace` (between events, e.g. `10ms`),
 //! `x-stand-in-cached` (cached prompt tokens), `x-stand-in-status` (answer with this
 //! error status in the provider's error shape), `x-stand-in-fail-models` (a
-//! comma-separated list of models answered 429). A path under `/pace/{d}` (`/pace/1ms/v1/
+//! comma-separated list of models answered 429), `x-stand-in-stall-after` (a stream sends
+//! this many events, then only `: keep-alive` comments at its pace until the reader goes,
+//! so what a cut stream relayed is bounded whatever the machine's speed). A path under `/pace/{d}` (`/pace/1ms/v1/
 //! chat/completions`) paces the events as `x-stand-in-pace: {d}` does, for clients that
 //! send no headers of their own (the gateways a benchmark compares). The prompt's tokens
 //! are the request body's bytes / 4.
@@ -37,6 +39,7 @@ struct Ask {
     cached: u64,
     tokens: u64,
     pace: Duration,
+    stall_after: Option<usize>,
 }
 
 /// Answers `path` if it is an LLM API's.
@@ -72,6 +75,7 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
         })
         .and_then(|s| parse_delay(&s))
         .unwrap_or_default();
+    let stall_after = header("x-stand-in-stall-after").and_then(|s| s.parse().ok());
     let cached = header("x-stand-in-cached")
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
@@ -112,6 +116,7 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
         cached,
         tokens: tokens.or(max).unwrap_or(5),
         pace,
+        stall_after,
         model,
     };
     Some(if ask.stream { stream(ask) } else { whole(&ask) })
@@ -302,10 +307,29 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
 fn stream(a: Ask) -> Response<Body> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let evs = events(&a);
-    let pace = a.pace;
+    let (pace, stall_after) = (a.pace, a.stall_after);
     tokio::spawn(async move {
         let start = Instant::now();
         for (i, (name, data)) in evs.into_iter().enumerate() {
+            if stall_after == Some(i) {
+                // A comment line (WHATWG HTML, server-sent events: a line starting with
+                // `:` is ignored) keeps writing, so a reader that went is noticed.
+                let beat = if pace.is_zero() {
+                    Duration::from_millis(5)
+                } else {
+                    pace
+                };
+                loop {
+                    timer::sleep_until(Instant::now() + beat).await;
+                    if tx
+                        .send(Bytes::from_static(b": keep-alive\n\n"))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
             if i > 0 && !pace.is_zero() {
                 timer::sleep_until(start + pace * i as u32).await;
             }
