@@ -416,8 +416,8 @@ impl Harness {
 
     /// Writes the built-in `with-remedy` config: one policy matching every request, with
     /// a rate limit that never rejects and a cache lookup that always misses (it stores
-    /// only a status the provider never sends), so every request runs the engine's boxed
-    /// path, two remedies and the provider call.
+    /// only a status the provider never sends), so every request runs the policy engine,
+    /// two remedies and the provider call.
     pub fn with_remedy_config(&self) -> Result<PathBuf, String> {
         let path = self.out.join("with-remedy.yaml");
         crate::report::write(
@@ -431,6 +431,28 @@ policies:
   - name: all
     rate_limit: {limit: 1000000000000, window: second}
     cache: {ttl: 1h, statuses: [299]}
+log:
+  level: warn
+",
+        )?;
+        Ok(path)
+    }
+
+    /// Writes the built-in `with-credentials` config: one policy matching every request
+    /// that sets an API key on each attempt (`credentials`, a remedy of the attempt stack),
+    /// as a policy that only holds a provider's key does.
+    pub fn with_credentials_config(&self) -> Result<PathBuf, String> {
+        let path = self.out.join("with-credentials.yaml");
+        crate::report::write(
+            &self.out,
+            "with-credentials.yaml",
+            "# Every request matched: an API key set on each attempt.
+routes:
+  - prefix: /
+    upstream: ${TOLLGATE_BENCH_PROVIDER}
+policies:
+  - name: all
+    credentials: {header: {name: x-api-key, value: bench-key}}
 log:
   level: warn
 ",

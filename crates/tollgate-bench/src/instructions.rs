@@ -49,9 +49,10 @@ pub struct InstructionsArgs {
     /// Functions listed per target, by instructions of their own.
     #[arg(long, default_value_t = 12)]
     pub top: usize,
-    /// tollgate scenarios to count (default: all): passthrough, with-remedy, cache-hit,
-    /// with-diagnosis, aggregate, dashboard-open (passthrough with the dashboard's live
-    /// view open and reading every call) (comma separated).
+    /// tollgate scenarios to count (default: all): passthrough, with-remedy,
+    /// with-credentials (a key set on each attempt), cache-hit, with-diagnosis,
+    /// aggregate, dashboard-open (passthrough with the dashboard's live view open and
+    /// reading every call) (comma separated).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Also simulate the caches and count their misses per request: callgrind's
@@ -67,9 +68,10 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 6] = [
+const SCENARIOS: [&str; 7] = [
     "passthrough",
     "with-remedy",
+    "with-credentials",
     "cache-hit",
     "with-diagnosis",
     "aggregate",
@@ -315,6 +317,7 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Stri
     let config = match name {
         "passthrough" | "dashboard-open" => h.passthrough_config()?,
         "with-remedy" => h.with_remedy_config()?,
+        "with-credentials" => h.with_credentials_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,
         _ => {
