@@ -222,16 +222,16 @@ pub struct Chain {
     pub fallback: Option<Arc<dyn Fallback>>,
     /// The bound on the whole exchange (`timeouts.total`).
     pub total: Option<Duration>,
-    /// Sent [`Once`], with no attempt stack, fallback or total timeout (see
-    /// [`Chain::plain`]).
+    /// Sent [`Once`], with no fallback or total timeout (see [`Chain::plain`]).
     plain: bool,
 }
 
 impl Chain {
-    /// Whether the chain is its request stack, one attempt and its response phases, with
-    /// none of the layers between them (retry, an attempt stack, a fallback, a bound on
-    /// the whole exchange): such a chain runs in the request's own future
-    /// (`engine::run_plain`), not on a boxed one of its own.
+    /// Whether the chain is its request stack, one attempt (through its attempt stack, if
+    /// it has one) and its response phases, with none of the layers that send, wait or
+    /// bound more than one attempt (retry, a fallback, a bound on the whole exchange):
+    /// such a chain runs in the request's own future (`engine::run_plain`), not on a
+    /// boxed one of its own.
     pub fn plain(&self) -> bool {
         self.plain
     }
@@ -259,7 +259,7 @@ impl Chain {
         let total = built.iter().find_map(|b| b.total);
         Self {
             policy: Arc::from(policy),
-            plain: layer.is_none() && attempt.is_empty() && fallback.is_none() && total.is_none(),
+            plain: layer.is_none() && fallback.is_none() && total.is_none(),
             attempts: layer.unwrap_or_else(|| Arc::new(Once)),
             attempt,
             fallback,

@@ -2,9 +2,10 @@
 //! order, then the attempts (sent by the chain's [`super::chain::Attempts`] layer, each
 //! through the attempt stack), then the response phases in reverse. Only matched requests
 //! come here; unmatched traffic never does. A chain with layers ([`run`]) runs on a boxed
-//! future; a plain chain ([`super::chain::Chain::plain`]: one attempt, and no attempt
-//! stack, fallback or total timeout) runs in the request's own future ([`run_plain`]),
-//! whose send is the same future an unmatched request's is.
+//! future; a plain chain ([`super::chain::Chain::plain`]: one attempt, and no retry,
+//! fallback or total timeout) runs in the request's own future ([`run_plain`]), whose
+//! send is the same future an unmatched request's is. Both run the attempt stack the
+//! same way (`before_attempt`, `after_attempt`).
 
 use super::chain::{Attempt, Chain, Exchange, Flow};
 use crate::body::{Body, BoxError};
@@ -47,7 +48,9 @@ pub async fn run<S: Sender>(
 /// [`run`] for a plain chain ([`super::chain::Chain::plain`]): the same phases in the
 /// same order, the one attempt sent here rather than through `attempt` and the attempts
 /// layer. Its future is small enough to be awaited in the request's own future instead of
-/// a box: what it holds across the send is the send's future and a few words.
+/// a box: what it holds across the send is the send's future and a few words (the
+/// attempt stack's hooks run before and after the send, their state not held across
+/// it).
 ///
 /// A plain function returning an `async` block: an `async fn` keeps each argument twice
 /// in its state (the argument, and the local it becomes: rust-lang/rust#62958).
@@ -72,18 +75,23 @@ pub fn run_plain<'a, S: Sender>(
             }
             Err(e) => return finish(x, Err(e), None, diag),
         }
-        let sent;
-        let result = {
-            let (request, settings, at) = match ready_once(&mut x, client) {
-                Ok(ready) => ready,
-                Err(e) => return finish(x, Err(e), None, diag),
-            };
-            sent = at;
-            client.send_attempt(request, &x.target, timer, at, settings)
-        }
-        .await;
-        let upstream = answered(&mut x, &result, sent);
-        let result = result.map(|resp| {
+        // The send's outcome is a local of this block, its storage gone before the attempt
+        // stack's `after` hooks are awaited.
+        let (after, upstream) = {
+            let sent;
+            let result = {
+                let (request, settings, at) = match ready_once(&mut x, client).await {
+                    Ok(ready) => ready,
+                    Err(e) => return finish(x, Err(e), None, diag),
+                };
+                sent = at;
+                client.send_attempt(request, &x.target, timer, at, settings)
+            }
+            .await;
+            let upstream = answered(&mut x, &result, sent);
+            (after_attempt(&mut x, result), upstream)
+        };
+        let result = after.await.map(|resp| {
             let ran = x.chain.remedies.len();
             (respond(&mut x, resp, ran), upstream)
         });
@@ -91,15 +99,78 @@ pub fn run_plain<'a, S: Sender>(
     }
 }
 
-/// A plain chain's one attempt, ready to leave: its request (noted in the diagnosis),
-/// its settings, and the moment it leaves.
-fn ready_once<S: Sender>(
+/// A plain chain's one attempt, ready to leave: through the attempt stack, its request
+/// (noted in the diagnosis), its settings, and the moment it leaves. A plain function
+/// returning an `async` block, for the reason [`run_plain`] is one.
+#[allow(clippy::manual_async_fn)]
+fn ready_once<'a, S: Sender>(
+    x: &'a mut Exchange,
+    client: &'a S,
+) -> impl Future<Output = Result<(Request<Body>, AttemptSettings, Instant), ProxyError>> + Send + 'a
+{
+    async move {
+        let a = Attempt {
+            number: 0,
+            request: x.attempt_request(false).ok_or_else(body_gone)?,
+            settings: settings(x, client),
+        };
+        let Attempt {
+            mut request,
+            settings,
+            ..
+        } = before_attempt(x, a).await?;
+        let sent = sending(x, &mut request, 0);
+        Ok((request, settings, sent))
+    }
+}
+
+/// The attempt stack before an attempt, in registry order: each remedy may refuse it, or
+/// change its request or settings. Without an attempt stack, ready at once.
+#[allow(clippy::manual_async_fn)]
+fn before_attempt(
     x: &mut Exchange,
-    client: &S,
-) -> Result<(Request<Body>, AttemptSettings, Instant), ProxyError> {
-    let mut request = x.attempt_request(false).ok_or_else(body_gone)?;
-    let sent = sending(x, &mut request, 0);
-    Ok((request, settings(x, client), sent))
+    mut a: Attempt,
+) -> impl Future<Output = Result<Attempt, ProxyError>> + Send + '_ {
+    async move {
+        if !x.chain.attempt.is_empty() {
+            let chain = x.chain.clone();
+            for r in &chain.attempt {
+                r.before(x, &mut a).await?;
+            }
+        }
+        Ok(a)
+    }
+}
+
+/// The attempt stack after an attempt, in registry order: each remedy sees the
+/// provider's response head, or the error. Without an attempt stack, the outcome as it
+/// was: not taken apart and put together again (each a move of the response).
+#[allow(clippy::manual_async_fn)]
+fn after_attempt(
+    x: &mut Exchange,
+    outcome: Result<Response<Body>, ProxyError>,
+) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + '_ {
+    async move {
+        if x.chain.attempt.is_empty() {
+            return outcome;
+        }
+        let chain = x.chain.clone();
+        let (head, body) = match outcome {
+            Ok(r) => {
+                let (parts, body) = r.into_parts();
+                (Ok(parts), Some(body))
+            }
+            Err(e) => (Err(e), None),
+        };
+        for r in &chain.attempt {
+            r.after(x, head.as_ref()).await;
+        }
+        match (head, body) {
+            (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body)),
+            (Err(e), _) => Err(e),
+            (Ok(_), None) => unreachable!("a response always has its body"),
+        }
+    }
 }
 
 /// An attempt's settings before the attempt stack changes them: the upstream's response
@@ -217,25 +288,17 @@ async fn attempt<S: Sender>(
     number: u32,
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
-    let chain = x.chain.clone();
-    let keep = chain.attempts.keeps(x) || chain.fallback.is_some();
-    let request = x.attempt_request(keep).ok_or_else(body_gone)?;
-    let settings = settings(x, client);
-    // Without an attempt stack the request goes straight to the send (not moved into an
-    // `Attempt` held across the hooks' awaits and out again).
-    let (mut request, settings) = if chain.attempt.is_empty() {
-        (request, settings)
-    } else {
-        let mut a = Attempt {
-            number,
-            request,
-            settings,
-        };
-        for r in &chain.attempt {
-            r.before(x, &mut a).await?;
-        }
-        (a.request, a.settings)
+    let keep = x.chain.attempts.keeps(x) || x.chain.fallback.is_some();
+    let a = Attempt {
+        number,
+        request: x.attempt_request(keep).ok_or_else(body_gone)?,
+        settings: settings(x, client),
     };
+    let Attempt {
+        mut request,
+        settings,
+        ..
+    } = before_attempt(x, a).await?;
     let sent = sending(x, &mut request, number);
     let result = client
         .send_attempt(request, &x.target, timer, sent, settings)
@@ -243,26 +306,7 @@ async fn attempt<S: Sender>(
     if let Some(took) = answered(x, &result, sent) {
         *upstream = Some(took);
     }
-    if chain.attempt.is_empty() {
-        // No remedy of the attempt stack to show the head to: the response is not taken
-        // apart and put together again (each a move of it).
-        return result;
-    }
-    let (result, body) = match result {
-        Ok(r) => {
-            let (parts, body) = r.into_parts();
-            (Ok(parts), Some(body))
-        }
-        Err(e) => (Err(e), None),
-    };
-    for r in &chain.attempt {
-        r.after(x, result.as_ref()).await;
-    }
-    match (result, body) {
-        (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body)),
-        (Err(e), _) => Err(e),
-        (Ok(_), None) => unreachable!("a response always has its body"),
-    }
+    after_attempt(x, result).await
 }
 
 /// An attempt leaves: the moment it is sent, and its diagnosis (its span named in the

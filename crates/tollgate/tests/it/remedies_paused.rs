@@ -26,6 +26,8 @@ struct Script {
     answers: Mutex<VecDeque<Answer>>,
     /// When each attempt was sent, and its settings.
     sent: Mutex<Vec<(Instant, AttemptSettings)>>,
+    /// Each attempt's request header fields, in order.
+    heads: Mutex<Vec<Vec<(String, String)>>>,
 }
 
 impl Script {
@@ -33,6 +35,7 @@ impl Script {
         Self {
             answers: Mutex::new(answers.iter().map(|(s, h)| (*s, h.to_vec())).collect()),
             sent: Mutex::default(),
+            heads: Mutex::default(),
         }
     }
 
@@ -44,13 +47,14 @@ impl Script {
 impl Sender for Script {
     fn send_attempt<'a>(
         &'a self,
-        _req: Request<Body>,
+        req: Request<Body>,
         _target: &'a Target,
         _timer: &'a ResponseTimer,
         _sent: Instant,
         settings: AttemptSettings,
     ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + 'a {
         self.sent.lock().unwrap().push((Instant::now(), settings));
+        self.heads.lock().unwrap().push(fields(req.headers()));
         let (status, headers) = self
             .answers
             .lock()
@@ -118,31 +122,36 @@ async fn request_as(
 /// fields, in order.
 fn seen(r: Result<Response<Body>, ProxyError>) -> (u16, Vec<(String, String)>) {
     let r = r.unwrap_or_else(|e| e.to_response(&http::HeaderValue::from_static("id")));
-    let fields = r
-        .headers()
-        .iter()
+    (r.status().as_u16(), fields(r.headers()))
+}
+
+/// Header fields as names and values, in order.
+fn fields(h: &http::HeaderMap) -> Vec<(String, String)> {
+    h.iter()
         .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
-    (r.status().as_u16(), fields)
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
     let policy = |remedies: &str| format!("policies:\n  - name: p\n{remedies}");
-    // What makes a chain plain: no layer between its request stack and its one attempt.
+    // What makes a chain plain: one attempt (through its attempt stack, if it has one),
+    // and nothing that sends, waits for or bounds more than one.
+    const CREDENTIALS: &str = "    credentials: {header: {name: x-api-key, value: k1}}\n";
+    const BREAKER: &str = "    breaker: {consecutive_failures: 2, open_for: 30s}\n";
+    const RESPONSE_TIMEOUT: &str = "    timeouts: {response: 5s}\n";
     for (remedies, plain) in [
         ("    rate_limit: {limit: 1, window: minute}\n", true),
         (
             "    cache: {ttl: 1h}\n    rate_limit: {limit: 5, window: day}\n",
             true,
         ),
+        (CREDENTIALS, true),
+        (BREAKER, true),
+        (RESPONSE_TIMEOUT, true),
         ("    retry: {statuses: ['503']}\n", false),
         ("    timeouts: {total: 5s}\n", false),
-        ("    timeouts: {response: 5s}\n", false),
-        (
-            "    breaker: {consecutive_failures: 2, open_for: 30s}\n",
-            false,
-        ),
+        ("    timeouts: {response: 5s, total: 9s}\n", false),
     ] {
         assert_eq!(
             engine(&policy(remedies)).chains[0].plain(),
@@ -151,16 +160,49 @@ async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
         );
     }
     // The same requests through `run` and through `run_plain`, each on an engine of its
-    // own: the same answers, the same fields in the same order, the same attempts.
-    for remedies in [
-        "    rate_limit: {limit: 2, window: minute}\n",
-        "    cache: {ttl: 1h}\n    rate_limit: {limit: 5, window: day}\n",
-    ] {
-        let answers: &[(u16, &[(&str, &str)])] = &[
-            (200, &[("cache-control", "max-age=60")]),
-            (200, &[]),
-            (503, &[]),
-        ];
+    // own: the same answers, the same fields in the same order, the same attempts with
+    // the same request fields and settings. A breaker's third request is refused without
+    // an attempt (the first two failed), as it is through `run`.
+    let credentials = || vec![("x-api-key".to_owned(), "k1".to_owned())];
+    let upstream_timeout = (Duration::from_secs(60), None, true);
+    let two_oks_and_a_503: &[(u16, &[(&str, &str)])] = &[
+        (200, &[("cache-control", "max-age=60")]),
+        (200, &[]),
+        (503, &[]),
+    ];
+    let cases: [(&str, &[(u16, &[(&str, &str)])], _, _); 5] = [
+        (
+            "    rate_limit: {limit: 2, window: minute}\n",
+            two_oks_and_a_503,
+            vec![upstream_timeout; 2],
+            vec![vec![]; 2],
+        ),
+        (
+            "    cache: {ttl: 1h}\n    rate_limit: {limit: 5, window: day}\n",
+            two_oks_and_a_503,
+            vec![upstream_timeout; 3],
+            vec![vec![]; 3],
+        ),
+        (
+            CREDENTIALS,
+            two_oks_and_a_503,
+            vec![upstream_timeout; 3],
+            vec![credentials(); 3],
+        ),
+        (
+            BREAKER,
+            &[(500, &[]), (500, &[])],
+            vec![upstream_timeout; 2],
+            vec![vec![]; 2],
+        ),
+        (
+            RESPONSE_TIMEOUT,
+            two_oks_and_a_503,
+            vec![(Duration::from_secs(5), None, true); 3],
+            vec![vec![]; 3],
+        ),
+    ];
+    for (remedies, answers, settings_sent, heads_sent) in cases {
         let (layered, plain) = (engine(&policy(remedies)), engine(&policy(remedies)));
         let (s1, s2) = (Script::new(answers), Script::new(answers));
         for i in 0..3 {
@@ -174,13 +216,11 @@ async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
                 .map(|(_, a)| (a.response_timeout, a.connect_timeout, a.resend_lost))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(settings(&s1), settings(&s2), "{remedies}");
-        assert!(
-            settings(&s2)
-                .iter()
-                .all(|s| *s == (Duration::from_secs(60), None, true)),
-            "a plain chain's attempt: the upstream's timeout, and the pool may resend a lost one"
-        );
+        let heads = |s: &Script| s.heads.lock().unwrap().clone();
+        for s in [&s1, &s2] {
+            assert_eq!(settings(s), settings_sent, "{remedies}");
+            assert_eq!(heads(s), heads_sent, "{remedies}");
+        }
     }
 }
 
