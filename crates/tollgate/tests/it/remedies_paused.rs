@@ -20,6 +20,9 @@ use tollgate::upstream::{AttemptSettings, Sender};
 /// A scripted answer: a status and its headers.
 type Answer = (u16, Vec<(&'static str, &'static str)>);
 
+/// Scripted answers as written in a test.
+type Answers = [(u16, &'static [(&'static str, &'static str)])];
+
 /// A provider that answers each attempt with the next scripted status and headers.
 #[derive(Default)]
 struct Script {
@@ -165,12 +168,12 @@ async fn a_plain_chain_runs_in_the_requests_own_future_as_the_engine_runs_it() {
     // an attempt (the first two failed), as it is through `run`.
     let credentials = || vec![("x-api-key".to_owned(), "k1".to_owned())];
     let upstream_timeout = (Duration::from_secs(60), None, true);
-    let two_oks_and_a_503: &[(u16, &[(&str, &str)])] = &[
+    let two_oks_and_a_503: &Answers = &[
         (200, &[("cache-control", "max-age=60")]),
         (200, &[]),
         (503, &[]),
     ];
-    let cases: [(&str, &[(u16, &[(&str, &str)])], _, _); 5] = [
+    let cases: [(&str, &Answers, _, _); 5] = [
         (
             "    rate_limit: {limit: 2, window: minute}\n",
             two_oks_and_a_503,
