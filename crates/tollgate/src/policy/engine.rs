@@ -75,12 +75,17 @@ pub fn run_plain<'a, S: Sender>(
             }
             Err(e) => return finish(x, Err(e), None, diag),
         }
-        // The send's outcome is a local of this block, its storage gone before the attempt
-        // stack's `after` hooks are awaited.
-        let (after, upstream) = {
+        // Without an attempt stack (a rate limit, a cache) no hook's future is made, and
+        // the request and the response are not moved through one.
+        let hooks = !x.chain.attempt.is_empty();
+        let (result, upstream) = {
             let sent;
             let result = {
-                let (request, settings, at) = match ready_once(&mut x, client).await {
+                let ready = match hooks {
+                    false => ready_once(&mut x, client),
+                    true => through_attempt_stack(&mut x, client).await,
+                };
+                let (request, settings, at) = match ready {
                     Ok(ready) => ready,
                     Err(e) => return finish(x, Err(e), None, diag),
                 };
@@ -89,9 +94,13 @@ pub fn run_plain<'a, S: Sender>(
             }
             .await;
             let upstream = answered(&mut x, &result, sent);
-            (after_attempt(&mut x, result), upstream)
+            (result, upstream)
         };
-        let result = after.await.map(|resp| {
+        let result = match hooks {
+            false => result,
+            true => after_attempt(&mut x, result).await,
+        };
+        let result = result.map(|resp| {
             let ran = x.chain.remedies.len();
             (respond(&mut x, resp, ran), upstream)
         });
@@ -99,11 +108,21 @@ pub fn run_plain<'a, S: Sender>(
     }
 }
 
-/// A plain chain's one attempt, ready to leave: through the attempt stack, its request
-/// (noted in the diagnosis), its settings, and the moment it leaves. A plain function
-/// returning an `async` block, for the reason [`run_plain`] is one.
+/// A plain chain's one attempt, ready to leave: its request (noted in the diagnosis), its
+/// settings, and the moment it leaves.
+fn ready_once<S: Sender>(
+    x: &mut Exchange,
+    client: &S,
+) -> Result<(Request<Body>, AttemptSettings, Instant), ProxyError> {
+    let mut request = x.attempt_request(false).ok_or_else(body_gone)?;
+    let sent = sending(x, &mut request, 0);
+    Ok((request, settings(x, client), sent))
+}
+
+/// [`ready_once`] through the chain's attempt stack. A plain function returning an
+/// `async` block, for the reason [`run_plain`] is one.
 #[allow(clippy::manual_async_fn)]
-fn ready_once<'a, S: Sender>(
+fn through_attempt_stack<'a, S: Sender>(
     x: &'a mut Exchange,
     client: &'a S,
 ) -> impl Future<Output = Result<(Request<Body>, AttemptSettings, Instant), ProxyError>> + Send + 'a
