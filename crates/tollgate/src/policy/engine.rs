@@ -144,35 +144,31 @@ fn through_attempt_stack<'a, S: Sender>(
 }
 
 /// The attempt stack before an attempt, in registry order: each remedy may refuse it, or
-/// change its request or settings. Without an attempt stack, ready at once.
+/// change its request or settings. Called only for a chain that has one: without, the
+/// request is not moved through this future.
 #[allow(clippy::manual_async_fn)]
 fn before_attempt(
     x: &mut Exchange,
     mut a: Attempt,
 ) -> impl Future<Output = Result<Attempt, ProxyError>> + Send + '_ {
     async move {
-        if !x.chain.attempt.is_empty() {
-            let chain = x.chain.clone();
-            for r in &chain.attempt {
-                r.before(x, &mut a).await?;
-            }
+        let chain = x.chain.clone();
+        for r in &chain.attempt {
+            r.before(x, &mut a).await?;
         }
         Ok(a)
     }
 }
 
 /// The attempt stack after an attempt, in registry order: each remedy sees the
-/// provider's response head, or the error. Without an attempt stack, the outcome as it
-/// was: not taken apart and put together again (each a move of the response).
+/// provider's response head, or the error. Called only for a chain that has one, as
+/// [`before_attempt`] is.
 #[allow(clippy::manual_async_fn)]
 fn after_attempt(
     x: &mut Exchange,
     outcome: Result<Response<Body>, ProxyError>,
 ) -> impl Future<Output = Result<Response<Body>, ProxyError>> + Send + '_ {
     async move {
-        if x.chain.attempt.is_empty() {
-            return outcome;
-        }
         let chain = x.chain.clone();
         let (head, body) = match outcome {
             Ok(r) => {
@@ -308,16 +304,23 @@ async fn attempt<S: Sender>(
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let keep = x.chain.attempts.keeps(x) || x.chain.fallback.is_some();
-    let a = Attempt {
-        number,
-        request: x.attempt_request(keep).ok_or_else(body_gone)?,
-        settings: settings(x, client),
+    let request = x.attempt_request(keep).ok_or_else(body_gone)?;
+    let settings = settings(x, client);
+    // Without an attempt stack the request goes straight to the send, and the response
+    // straight back (neither moved through a hook's future).
+    let hooks = !x.chain.attempt.is_empty();
+    let (mut request, settings) = match hooks {
+        false => (request, settings),
+        true => {
+            let a = Attempt {
+                number,
+                request,
+                settings,
+            };
+            let a = before_attempt(x, a).await?;
+            (a.request, a.settings)
+        }
     };
-    let Attempt {
-        mut request,
-        settings,
-        ..
-    } = before_attempt(x, a).await?;
     let sent = sending(x, &mut request, number);
     let result = client
         .send_attempt(request, &x.target, timer, sent, settings)
@@ -325,7 +328,10 @@ async fn attempt<S: Sender>(
     if let Some(took) = answered(x, &result, sent) {
         *upstream = Some(took);
     }
-    after_attempt(x, result).await
+    match hooks {
+        false => result,
+        true => after_attempt(x, result).await,
+    }
 }
 
 /// An attempt leaves: the moment it is sent, and its diagnosis (its span named in the
