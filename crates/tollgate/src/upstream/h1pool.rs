@@ -21,10 +21,13 @@ use super::Connector;
 use super::connector::{ConnectError, ConnectTimeout};
 use crate::body::{Body, BoxError};
 use bytes::Bytes;
+use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use http::uri::Authority;
 use http::{Request, Response, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use hyper::client::conn::http1::SendRequest;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -245,10 +248,10 @@ impl H1Pool {
     /// is an idempotent request without a body that a reused connection lost before any
     /// response byte arrived (the provider closed it while idle; RFC 9110 §9.2.2).
     ///
-    /// A plain function returning an `async` block: an `async fn` would keep the request
-    /// twice in its state (its argument, and the local the argument is moved into;
-    /// rust-lang/rust#62958).
-    #[allow(clippy::manual_async_fn)]
+    /// An idle connection ready at once (the usual case under load) takes the request
+    /// here, before any await: the future then holds what the send awaits and not the
+    /// request too (a captured value's storage is kept to the end, moved or not:
+    /// rust-lang/rust#59123). Waiting for a connection, or making one, is boxed.
     pub fn send<'a>(
         self: &'a Arc<Self>,
         req: Request<Body>,
@@ -260,37 +263,84 @@ impl H1Pool {
         // Found before the exchange starts: its state then holds the host, not the key too.
         let host = self.host(key);
         let lane = Lane::of(&req);
-        async move {
-            let (mut tx, reused) = self.ready(&host, lane, now, connect_timeout).await?;
-            let replay = if reused && resend_lost {
-                replay(&req)
-            } else {
-                None
-            };
-            let resp = match tx.try_send_request(req).await {
-                Ok(resp) => resp,
-                Err(refused) => {
-                    let (fresh, resp) = self
-                        .retry(refused, replay, &host.key, lane, connect_timeout.get())
-                        .await?;
-                    tx = fresh;
-                    resp
-                }
-            };
-            let (parts, body) = resp.into_parts();
-            let slot = Some(Slot { host, tx, lane });
-            Ok(Response::from_parts(
-                parts,
-                PooledBody { inner: body, slot },
-            ))
+        match host.take(lane, now, self.idle_timeout) {
+            Some(mut tx) if tx.is_ready() => {
+                let replay = if resend_lost { replay(&req) } else { None };
+                let sending = tx.try_send_request(req);
+                Either::Left(self.exchange(sending, tx, replay, host, lane, connect_timeout))
+            }
+            taken => Either::Right(Box::pin(self.send_waiting(
+                taken,
+                req,
+                host,
+                lane,
+                now,
+                resend_lost,
+                connect_timeout,
+            ))),
         }
+    }
+
+    /// [`H1Pool::send`] when no idle connection was ready at once: waits for the one
+    /// `taken` (if any) to be ready, else takes another or connects.
+    async fn send_waiting(
+        self: &Arc<Self>,
+        taken: Option<SendRequest<Body>>,
+        req: Request<Body>,
+        host: Arc<Host>,
+        lane: Lane,
+        now: Instant,
+        resend_lost: bool,
+        connect_timeout: impl ConnectTimeout,
+    ) -> Result<Response<PooledBody>, PoolError> {
+        let ready = match taken {
+            Some(mut tx) => tx.ready().await.is_ok().then_some(tx),
+            None => None,
+        };
+        let (mut tx, reused) = match ready {
+            Some(tx) => (tx, true),
+            None => self.ready(&host, lane, now, connect_timeout).await?,
+        };
+        let replay = if reused && resend_lost {
+            replay(&req)
+        } else {
+            None
+        };
+        let sending = tx.try_send_request(req);
+        self.exchange(sending, tx, replay, host, lane, connect_timeout)
+            .await
+    }
+
+    /// The request given to `tx`, answered: its response head, the body taking the
+    /// connection back to the pool when it ends. A request the connection refused or lost
+    /// goes once on a fresh one ([`H1Pool::retry`]). A combinator, not an `async` block:
+    /// a block awaiting a future it captured would hold that future twice (the captured
+    /// value and the copy the await pins; rust-lang/rust#59087).
+    fn exchange<'a>(
+        self: &'a Arc<Self>,
+        sending: impl Future<Output = Result<Response<Incoming>, TrySendError<Request<Body>>>>
+        + Send
+        + 'a,
+        tx: SendRequest<Body>,
+        replay: Option<Request<Body>>,
+        host: Arc<Host>,
+        lane: Lane,
+        connect_timeout: impl ConnectTimeout + 'a,
+    ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
+        sending.then(move |sent| match sent {
+            Ok(resp) => Either::Left(std::future::ready(Ok(pooled(resp, host, tx, lane)))),
+            Err(refused) => {
+                let again = self.retry(refused, replay, &host.key, lane, connect_timeout.get());
+                Either::Right(again.map(move |r| r.map(|(tx, resp)| pooled(resp, host, tx, lane))))
+            }
+        })
     }
 
     /// The rare path, boxed: the connection refused the request before sending any of
     /// it (hyper hands it back), or lost a replayable one before answering.
     fn retry(
         &self,
-        mut refused: hyper::client::conn::TrySendError<Request<Body>>,
+        mut refused: TrySendError<Request<Body>>,
         replay: Option<Request<Body>>,
         key: &Authority,
         lane: Lane,
@@ -315,6 +365,18 @@ impl H1Pool {
             Ok((tx, resp))
         })
     }
+}
+
+/// A response whose body gives `tx` back to `host`'s idle list when it ends.
+fn pooled(
+    resp: Response<Incoming>,
+    host: Arc<Host>,
+    tx: SendRequest<Body>,
+    lane: Lane,
+) -> Response<PooledBody> {
+    let (parts, body) = resp.into_parts();
+    let slot = Some(Slot { host, tx, lane });
+    Response::from_parts(parts, PooledBody { inner: body, slot })
 }
 
 /// A copy of a request that may be sent again: idempotent (RFC 9110 §9.2.2) and
