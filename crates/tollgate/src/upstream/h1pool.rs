@@ -21,7 +21,6 @@ use super::Connector;
 use super::connector::{ConnectError, ConnectTimeout};
 use crate::body::{Body, BoxError};
 use bytes::Bytes;
-use futures_util::FutureExt as _;
 use futures_util::future::Either;
 use http::uri::Authority;
 use http::{Request, Response, Uri};
@@ -31,7 +30,7 @@ use hyper::client::conn::TrySendError;
 use hyper::client::conn::http1::SendRequest;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tower_service::Service;
 
@@ -267,17 +266,25 @@ impl H1Pool {
             Some(mut tx) if tx.is_ready() => {
                 let replay = if resend_lost { replay(&req) } else { None };
                 let sending = tx.try_send_request(req);
-                Either::Left(self.exchange(sending, tx, replay, host, lane, connect_timeout))
+                let slot = Slot { host, tx, lane };
+                Either::Left(Answer::new(
+                    self,
+                    sending,
+                    slot,
+                    replay,
+                    connect_timeout.get(),
+                ))
             }
-            taken => Either::Right(Box::pin(self.send_waiting(
-                taken,
-                req,
-                host,
-                lane,
-                now,
-                resend_lost,
-                connect_timeout,
-            ))),
+            taken => {
+                let waiting = Waiting { taken, host, lane };
+                Either::Right(Box::pin(self.send_waiting(
+                    waiting,
+                    req,
+                    now,
+                    resend_lost,
+                    connect_timeout,
+                )))
+            }
         }
     }
 
@@ -285,10 +292,8 @@ impl H1Pool {
     /// `taken` (if any) to be ready, else takes another or connects.
     async fn send_waiting(
         self: &Arc<Self>,
-        taken: Option<SendRequest<Body>>,
+        Waiting { taken, host, lane }: Waiting,
         req: Request<Body>,
-        host: Arc<Host>,
-        lane: Lane,
         now: Instant,
         resend_lost: bool,
         connect_timeout: impl ConnectTimeout,
@@ -307,33 +312,8 @@ impl H1Pool {
             None
         };
         let sending = tx.try_send_request(req);
-        self.exchange(sending, tx, replay, host, lane, connect_timeout)
-            .await
-    }
-
-    /// The request given to `tx`, answered: its response head, the body taking the
-    /// connection back to the pool when it ends. A request the connection refused or lost
-    /// goes once on a fresh one ([`H1Pool::retry`]). A combinator, not an `async` block:
-    /// a block awaiting a future it captured would hold that future twice (the captured
-    /// value and the copy the await pins; rust-lang/rust#59087).
-    fn exchange<'a>(
-        self: &'a Arc<Self>,
-        sending: impl Future<Output = Result<Response<Incoming>, TrySendError<Request<Body>>>>
-        + Send
-        + 'a,
-        tx: SendRequest<Body>,
-        replay: Option<Request<Body>>,
-        host: Arc<Host>,
-        lane: Lane,
-        connect_timeout: impl ConnectTimeout + 'a,
-    ) -> impl Future<Output = Result<Response<PooledBody>, PoolError>> + Send + 'a {
-        sending.then(move |sent| match sent {
-            Ok(resp) => Either::Left(std::future::ready(Ok(pooled(resp, host, tx, lane)))),
-            Err(refused) => {
-                let again = self.retry(refused, replay, &host.key, lane, connect_timeout.get());
-                Either::Right(again.map(move |r| r.map(|(tx, resp)| pooled(resp, host, tx, lane))))
-            }
-        })
+        let slot = Slot { host, tx, lane };
+        Answer::new(self, sending, slot, replay, connect_timeout.get()).await
     }
 
     /// The rare path, boxed: the connection refused the request before sending any of
@@ -367,16 +347,91 @@ impl H1Pool {
     }
 }
 
-/// A response whose body gives `tx` back to `host`'s idle list when it ends.
-fn pooled(
-    resp: Response<Incoming>,
+/// The connection [`H1Pool::send`] took, not ready yet (or none), and where the request
+/// goes.
+struct Waiting {
+    taken: Option<SendRequest<Body>>,
     host: Arc<Host>,
-    tx: SendRequest<Body>,
     lane: Lane,
-) -> Response<PooledBody> {
-    let (parts, body) = resp.into_parts();
-    let slot = Some(Slot { host, tx, lane });
-    Response::from_parts(parts, PooledBody { inner: body, slot })
+}
+
+pin_project_lite::pin_project! {
+    /// A request given to its connection, answered: the response head, its body giving
+    /// the connection back to the pool when it ends. A request the connection refused or
+    /// lost goes once on a fresh one ([`H1Pool::retry`], boxed). Written by hand, not as
+    /// an `async` block: a block awaiting a future it captured holds that future twice
+    /// (the captured value and the copy the await pins; rust-lang/rust#59087), and the
+    /// response is handed out once, not moved through a combinator's states.
+    struct Answer<'a, F> {
+        #[pin]
+        sending: F,
+        pool: &'a Arc<H1Pool>,
+        slot: Option<Slot>,
+        replay: Option<Request<Body>>,
+        connect_timeout: Option<Duration>,
+        again: Option<Pin<Box<dyn Future<Output = RetryResult> + Send>>>,
+    }
+}
+
+impl<'a, F> Answer<'a, F> {
+    fn new(
+        pool: &'a Arc<H1Pool>,
+        sending: F,
+        slot: Slot,
+        replay: Option<Request<Body>>,
+        connect_timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            sending,
+            pool,
+            slot: Some(slot),
+            replay,
+            connect_timeout,
+            again: None,
+        }
+    }
+}
+
+impl<F> Future for Answer<'_, F>
+where
+    F: Future<Output = Result<Response<Incoming>, TrySendError<Request<Body>>>>,
+{
+    type Output = Result<Response<PooledBody>, PoolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let resp = loop {
+            if let Some(again) = this.again {
+                let (fresh, resp) = ready!(again.as_mut().poll(cx))?;
+                if let Some(s) = this.slot.as_mut() {
+                    s.tx = fresh;
+                }
+                break resp;
+            }
+            match ready!(this.sending.as_mut().poll(cx)) {
+                Ok(resp) => break resp,
+                Err(refused) => {
+                    let Some(slot) = this.slot.as_ref() else {
+                        return Poll::Ready(Err(PoolError::Http(refused.into_error())));
+                    };
+                    // Polled on the next turn of the loop.
+                    *this.again = Some(this.pool.retry(
+                        refused,
+                        this.replay.take(),
+                        &slot.host.key,
+                        slot.lane,
+                        *this.connect_timeout,
+                    ));
+                }
+            }
+        };
+        let (parts, body) = resp.into_parts();
+        let slot = this.slot.take();
+        Poll::Ready(Ok(Response::from_parts(
+            parts,
+            PooledBody { inner: body, slot },
+        )))
+    }
 }
 
 /// A copy of a request that may be sent again: idempotent (RFC 9110 §9.2.2) and
