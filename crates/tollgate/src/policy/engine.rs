@@ -82,8 +82,8 @@ pub fn run_plain<'a, S: Sender>(
             let sent;
             let result = {
                 let ready = match hooks {
-                    false => ready_once(&mut x, client),
-                    true => through_attempt_stack(&mut x, client).await,
+                    false => ready_once(&mut x, client, 0, false),
+                    true => through_attempt_stack(&mut x, client, 0, false).await,
                 };
                 let (request, settings, at) = match ready {
                     Ok(ready) => ready,
@@ -108,14 +108,20 @@ pub fn run_plain<'a, S: Sender>(
     }
 }
 
-/// A plain chain's one attempt, ready to leave: its request (noted in the diagnosis), its
-/// settings, and the moment it leaves.
+/// An attempt on its way out: its request (noted in the diagnosis), its settings, and
+/// the moment it leaves.
+type Outgoing = (Request<Body>, AttemptSettings, Instant);
+
+/// Attempt `number` (0 the first) of a chain without an attempt stack, ready to leave
+/// (`keep`: a copy of the request is kept for another attempt).
 fn ready_once<S: Sender>(
     x: &mut Exchange,
     client: &S,
-) -> Result<(Request<Body>, AttemptSettings, Instant), ProxyError> {
-    let mut request = x.attempt_request(false).ok_or_else(body_gone)?;
-    let sent = sending(x, &mut request, 0);
+    number: u32,
+    keep: bool,
+) -> Result<Outgoing, ProxyError> {
+    let mut request = x.attempt_request(keep).ok_or_else(body_gone)?;
+    let sent = sending(x, &mut request, number);
     Ok((request, settings(x, client), sent))
 }
 
@@ -125,12 +131,13 @@ fn ready_once<S: Sender>(
 fn through_attempt_stack<'a, S: Sender>(
     x: &'a mut Exchange,
     client: &'a S,
-) -> impl Future<Output = Result<(Request<Body>, AttemptSettings, Instant), ProxyError>> + Send + 'a
-{
+    number: u32,
+    keep: bool,
+) -> impl Future<Output = Result<Outgoing, ProxyError>> + Send + 'a {
     async move {
         let a = Attempt {
-            number: 0,
-            request: x.attempt_request(false).ok_or_else(body_gone)?,
+            number,
+            request: x.attempt_request(keep).ok_or_else(body_gone)?,
             settings: settings(x, client),
         };
         let Attempt {
@@ -138,7 +145,7 @@ fn through_attempt_stack<'a, S: Sender>(
             settings,
             ..
         } = before_attempt(x, a).await?;
-        let sent = sending(x, &mut request, 0);
+        let sent = sending(x, &mut request, number);
         Ok((request, settings, sent))
     }
 }
@@ -304,24 +311,13 @@ async fn attempt<S: Sender>(
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let keep = x.chain.attempts.keeps(x) || x.chain.fallback.is_some();
-    let request = x.attempt_request(keep).ok_or_else(body_gone)?;
-    let settings = settings(x, client);
     // Without an attempt stack the request goes straight to the send, and the response
     // straight back (neither moved through a hook's future).
     let hooks = !x.chain.attempt.is_empty();
-    let (mut request, settings) = match hooks {
-        false => (request, settings),
-        true => {
-            let a = Attempt {
-                number,
-                request,
-                settings,
-            };
-            let a = before_attempt(x, a).await?;
-            (a.request, a.settings)
-        }
+    let (request, settings, sent) = match hooks {
+        false => ready_once(x, client, number, keep)?,
+        true => through_attempt_stack(x, client, number, keep).await?,
     };
-    let sent = sending(x, &mut request, number);
     let result = client
         .send_attempt(request, &x.target, timer, sent, settings)
         .await;

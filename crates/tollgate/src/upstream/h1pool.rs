@@ -219,16 +219,20 @@ impl H1Pool {
     }
 
     /// An idle connection of `lane` that is ready for a request (`true`: reused), or a new
-    /// one.
+    /// one: `taken` first, when [`H1Pool::send`] took one that was not ready yet.
     async fn ready(
         &self,
+        mut taken: Option<SendRequest<Body>>,
         host: &Host,
         lane: Lane,
         now: Instant,
         connect_timeout: impl ConnectTimeout,
     ) -> Result<(SendRequest<Body>, bool), PoolError> {
         loop {
-            match host.take(lane, now, self.idle_timeout) {
+            match taken
+                .take()
+                .or_else(|| host.take(lane, now, self.idle_timeout))
+            {
                 Some(mut tx) => {
                     if tx.ready().await.is_ok() {
                         return Ok((tx, true));
@@ -263,17 +267,9 @@ impl H1Pool {
         let host = self.host(key);
         let lane = Lane::of(&req);
         match host.take(lane, now, self.idle_timeout) {
-            Some(mut tx) if tx.is_ready() => {
-                let replay = if resend_lost { replay(&req) } else { None };
-                let sending = tx.try_send_request(req);
+            Some(tx) if tx.is_ready() => {
                 let slot = Slot { host, tx, lane };
-                Either::Left(Answer::new(
-                    self,
-                    sending,
-                    slot,
-                    replay,
-                    connect_timeout.get(),
-                ))
+                Either::Left(self.give(slot, req, resend_lost, connect_timeout.get()))
             }
             taken => {
                 let waiting = Waiting { taken, host, lane };
@@ -298,22 +294,32 @@ impl H1Pool {
         resend_lost: bool,
         connect_timeout: impl ConnectTimeout,
     ) -> Result<Response<PooledBody>, PoolError> {
-        let ready = match taken {
-            Some(mut tx) => tx.ready().await.is_ok().then_some(tx),
-            None => None,
-        };
-        let (mut tx, reused) = match ready {
-            Some(tx) => (tx, true),
-            None => self.ready(&host, lane, now, connect_timeout).await?,
-        };
-        let replay = if reused && resend_lost {
-            replay(&req)
-        } else {
-            None
-        };
-        let sending = tx.try_send_request(req);
+        let (tx, reused) = self.ready(taken, &host, lane, now, connect_timeout).await?;
         let slot = Slot { host, tx, lane };
-        Answer::new(self, sending, slot, replay, connect_timeout.get()).await
+        self.give(slot, req, reused && resend_lost, connect_timeout.get())
+            .await
+    }
+
+    /// Gives `req` to the slot's connection, ready for it: its answer. `replayable`: the
+    /// connection was reused and the pool may resend what it loses, so a request that
+    /// can be sent again is copied first ([`replay`]).
+    fn give(
+        self: &Arc<Self>,
+        mut slot: Slot,
+        req: Request<Body>,
+        replayable: bool,
+        connect_timeout: Option<Duration>,
+    ) -> Answer<'_, impl Future<Output = Sent> + use<>> {
+        let replay = if replayable { replay(&req) } else { None };
+        let sending = slot.tx.try_send_request(req);
+        Answer {
+            sending,
+            pool: self,
+            slot: Some(slot),
+            replay,
+            connect_timeout,
+            again: None,
+        }
     }
 
     /// The rare path, boxed: the connection refused the request before sending any of
@@ -373,29 +379,11 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<'a, F> Answer<'a, F> {
-    fn new(
-        pool: &'a Arc<H1Pool>,
-        sending: F,
-        slot: Slot,
-        replay: Option<Request<Body>>,
-        connect_timeout: Option<Duration>,
-    ) -> Self {
-        Self {
-            sending,
-            pool,
-            slot: Some(slot),
-            replay,
-            connect_timeout,
-            again: None,
-        }
-    }
-}
+/// What hyper's send of a request ends in: the response head, or the error with the
+/// request when hyper never started to write it.
+type Sent = Result<Response<Incoming>, TrySendError<Request<Body>>>;
 
-impl<F> Future for Answer<'_, F>
-where
-    F: Future<Output = Result<Response<Incoming>, TrySendError<Request<Body>>>>,
-{
+impl<F: Future<Output = Sent>> Future for Answer<'_, F> {
     type Output = Result<Response<PooledBody>, PoolError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
