@@ -217,6 +217,9 @@ fn range(a: usize, b: usize) -> String {
 
 pub struct Harness {
     pub bin: PathBuf,
+    /// What the measured binary says it is (`tollgate 0.1.0 (commit …)`): with
+    /// `--tollgate-bin` another build than the one driving the bench.
+    pub measured: String,
     pub out: PathBuf,
     pub placement: Placement,
     pub provider: SocketAddr,
@@ -348,6 +351,7 @@ impl Harness {
             Some(b) => b,
             None => std::env::current_exe().map_err(|e| e.to_string())?,
         };
+        let measured = measured_build(&bin)?;
         std::fs::create_dir_all(out)
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         // Absolute: peers (nginx) resolve relative paths against their own prefix.
@@ -365,10 +369,10 @@ impl Harness {
             procs::spawn_tollgate("provider", cmd, where_.clone(), "provider listening")?;
         let provider = *addrs.first().ok_or("provider printed no address")?;
         let plural = |n: usize| if n == 1 { "" } else { "s" };
-        let mut lines = vec![format!(
-            "provider: {provider} ({where_}, {pt} thread{})",
-            plural(pt)
-        )];
+        let mut lines = vec![
+            format!("gateway measured: {measured} ({})", bin.display()),
+            format!("provider: {provider} ({where_}, {pt} thread{})", plural(pt)),
+        ];
         let lt = placement.loadgen_threads();
         lines.push(format!(
             "load generator: {lt} thread{}, {}",
@@ -377,6 +381,7 @@ impl Harness {
         ));
         Ok(Harness {
             bin,
+            measured,
             out: out.to_owned(),
             placement,
             provider,
@@ -720,6 +725,23 @@ log:
         }
         Ok(results)
     }
+}
+
+/// The measured binary's own `--version` line: results name the build they measured,
+/// which `--tollgate-bin` makes another than the driver's.
+fn measured_build(bin: &Path) -> Result<String, String> {
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || version.is_empty() {
+        return Err(format!(
+            "{} --version answered nothing: is it a tollgate binary?",
+            bin.display()
+        ));
+    }
+    Ok(version)
 }
 
 #[cfg(test)]

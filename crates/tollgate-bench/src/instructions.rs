@@ -295,7 +295,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
         eprintln!("{l}");
     }
 
-    let summary = summary(&counts, &spec, args.top);
+    let summary = summary(&counts, &spec, &h.measured, args.top);
     print!("{summary}");
     report::write(&h.out, "summary.md", &summary)?;
     let meta = machine::metadata("instructions", &std::env::args().collect::<Vec<_>>());
@@ -534,7 +534,7 @@ fn functions_by(text: &str, wanted: &[&str]) -> Vec<(String, u64)> {
     v
 }
 
-fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
+fn summary(counts: &[Count], spec: &Spec, measured: &str, top: usize) -> String {
     let per = |name: &str| {
         counts
             .iter()
@@ -548,7 +548,7 @@ fn summary(counts: &[Count], spec: &Spec, top: usize) -> String {
     let mut s = String::from("# Instructions per request (callgrind)\n\n");
     let _ = writeln!(
         s,
-        "{} ({} cores), tollgate {}; {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, {}; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
+        "{} ({} cores), {measured} (the bench: commit {}); {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, {}; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
         machine::cpu_model(),
         machine::cores(),
         machine::git_commit(),

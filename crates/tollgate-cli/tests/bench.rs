@@ -346,7 +346,13 @@ fn correlation_and_capacity_tiny_runs() {
         "| Concurrency | Cores | Target | Requests | Requests/s | p50 ms | p99 ms | × direct | load-gen CPU | CPU µs/request (user + kernel) |"
     ));
     non_empty(&dir.path().join("capacity-1core.svg"));
-    summary_says(dir.path(), &["× hyper"]);
+    // The build measured is named by its own version line (with `--tollgate-bin`, another
+    // than the bench's).
+    let measured = format!(
+        "- gateway measured: tollgate {} (",
+        env!("CARGO_PKG_VERSION")
+    );
+    summary_says(dir.path(), &["× hyper", &measured]);
 }
 
 #[test]
@@ -678,9 +684,11 @@ fn instructions_counts_each_target_under_callgrind() {
         assert_eq!(cells[5], "0", "no failed requests: {row}");
         non_empty(&dir.path().join(format!("callgrind.{target}.out")));
     }
+    let measured = format!("), tollgate {} (", env!("CARGO_PKG_VERSION"));
     summary_says(
         dir.path(),
         &[
+            &measured,
             "| hyper | ",
             " | 1.00 | ",
             "### with-remedy",
