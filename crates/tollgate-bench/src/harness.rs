@@ -351,11 +351,14 @@ impl Harness {
             Some(b) => b,
             None => std::env::current_exe().map_err(|e| e.to_string())?,
         };
-        let measured = measured_build(&bin)?;
         std::fs::create_dir_all(out)
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         // Absolute: peers (nginx) resolve relative paths against their own prefix.
         let out = &std::fs::canonicalize(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        // Results name the build they measured: with `--tollgate-bin`, not the driver's.
+        // One that cannot say is still measured, and named as unknown.
+        let measured =
+            procs::version_of(&bin, out).unwrap_or_else(|e| format!("an unknown build ({e})"));
         let (mut cmd, where_) = procs::command(&bin, placement.provider.as_deref());
         let pt = placement.provider_threads.max(1);
         cmd.args([
@@ -725,23 +728,6 @@ log:
         }
         Ok(results)
     }
-}
-
-/// The measured binary's own `--version` line: results name the build they measured,
-/// which `--tollgate-bin` makes another than the driver's.
-fn measured_build(bin: &Path) -> Result<String, String> {
-    let out = std::process::Command::new(bin)
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if !out.status.success() || version.is_empty() {
-        return Err(format!(
-            "{} --version answered nothing: is it a tollgate binary?",
-            bin.display()
-        ));
-    }
-    Ok(version)
 }
 
 #[cfg(test)]

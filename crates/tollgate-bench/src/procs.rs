@@ -276,6 +276,41 @@ pub fn command(bin: &Path, cores: Option<&str>) -> (Command, String) {
     (cmd, placement)
 }
 
+/// What `bin --version` prints, run the way every child is: in a group of its own,
+/// stopped with all it forked once it has answered (a wrapper script's background job
+/// included), its output read from a file in `scratch` rather than a pipe, which such a
+/// job would hold open. Up to 10 s.
+pub fn version_of(bin: &Path, scratch: &Path) -> Result<String, String> {
+    let file = scratch.join(".tollgate-version");
+    let out = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut cmd = Command::new(bin);
+    grouped(&mut cmd);
+    cmd.arg("--version")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
+    let mut p = Proc::new("version", child, "unpinned".into());
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match p.child.try_wait() {
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            Ok(status) => break status,
+            Err(_) => break None,
+        }
+    };
+    drop(p);
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    match status {
+        Some(s) if s.success() && !text.trim().is_empty() => Ok(text.trim().to_owned()),
+        Some(s) => Err(format!("{} --version: {s}", bin.display())),
+        None => Err(format!("{} --version did not answer", bin.display())),
+    }
+}
+
 /// The child will lead a process group of its own: its group is what [`Proc`] kills,
 /// and a terminal's Ctrl-C reaches the bench alone, which stops it.
 fn grouped(cmd: &mut Command) {
