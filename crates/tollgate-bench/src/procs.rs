@@ -85,10 +85,7 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let pgid = self.child.id();
         signal_group(pgid, rustix::process::Signal::TERM);
-        let until = Instant::now() + GRACE;
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.exited_by(Instant::now() + GRACE);
         live().retain(|&p| p != pgid);
         kill_group(pgid);
         let _ = self.child.kill();
@@ -105,6 +102,18 @@ impl Proc {
             name: name.to_owned(),
             child,
             placement,
+        }
+    }
+
+    /// Its exit status once it has exited, waiting for that until `until` (None: still
+    /// running then, or not to be waited for).
+    fn exited_by(&mut self, until: Instant) -> Option<std::process::ExitStatus> {
+        loop {
+            match self.child.try_wait() {
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+                Ok(status) => return status,
+                Err(_) => return None,
+            }
         }
     }
 
@@ -293,14 +302,7 @@ pub fn version_of(bin: &Path, scratch: &Path) -> Result<String, String> {
         .spawn()
         .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
     let mut p = Proc::new("version", child, "unpinned".into());
-    let until = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        match p.child.try_wait() {
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
-            Ok(status) => break status,
-            Err(_) => break None,
-        }
-    };
+    let status = p.exited_by(Instant::now() + Duration::from_secs(10));
     drop(p);
     let text = std::fs::read_to_string(&file).unwrap_or_default();
     let _ = std::fs::remove_file(&file);
