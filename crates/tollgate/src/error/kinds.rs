@@ -73,6 +73,8 @@ kinds! {
     BAD_TARGET = "bad_target", BAD_REQUEST, Ours, true, "malformed `x-tollgate-host` / scheme / port";
     BAD_REQUEST = "bad_request", BAD_REQUEST, Ours, true,
         "malformed request: HTTP/1.1 without exactly one `Host`, broken chunked body; a JSON body a policy must edit (`json_set`/`json_remove`) that does not parse; a header a policy's `header_guard` requires is missing";
+    AMBIGUOUS_PATH = "ambiguous_path", BAD_REQUEST, Ours, false,
+        "a path spelled so that servers route it differently (`%2F`, `;` parameters, another case) which, read loosely, would be an LLM call or match an LLM policy of its host: refused rather than passed uncounted";
     MISDIRECTED = "misdirected_request", MISDIRECTED_REQUEST, Ours, true,
         "a request in a decrypted tunnel (`intercept.hosts`) for another host than the tunnel's";
     LOOP_DETECTED = "loop_detected", LOOP_DETECTED, Ours, true,
@@ -111,6 +113,7 @@ impl ProxyError {
             ProxyError::MissingTarget => &MISSING_TARGET,
             ProxyError::BadTarget(_) => &BAD_TARGET,
             ProxyError::BadRequest(_) => &BAD_REQUEST,
+            ProxyError::AmbiguousPath(_) => &AMBIGUOUS_PATH,
             ProxyError::Misdirected(_) => &MISDIRECTED,
             ProxyError::LoopDetected(_) => &LOOP_DETECTED,
             ProxyError::AddressDenied(_) => &ADDRESS_DENIED,

@@ -25,6 +25,10 @@ pub enum ProxyError {
     /// The client's request is malformed (RFC 9112 §3.2 Host rules, a broken chunked body).
     #[error("{0}")]
     BadRequest(String),
+    /// A path servers disagree on (an encoded slash, `;` parameters, its case) that would
+    /// escape an LLM policy's counting (policy::path).
+    #[error("{0}")]
+    AmbiguousPath(String),
     /// A request in a decrypted tunnel names another host than the tunnel's.
     #[error("{0}")]
     Misdirected(String),
@@ -130,6 +134,10 @@ pub struct Rejection {
     pub retry_after: Option<u64>,
     /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
     pub rate: Option<(u64, u64, u64)>,
+    /// Sending the request again cannot succeed (an estimate larger than the whole limit,
+    /// a blocked group): `x-should-retry: false`, so the OpenAI and Anthropic SDKs do not
+    /// retry it.
+    pub permanent: bool,
 }
 
 impl ProxyError {
@@ -175,6 +183,12 @@ impl ProxyError {
         if let ProxyError::Rejected(r) = self {
             if let Some(s) = r.retry_after {
                 h.insert(header::RETRY_AFTER, s.into());
+            }
+            if r.permanent {
+                h.insert(
+                    crate::headers::X_SHOULD_RETRY,
+                    HeaderValue::from_static("false"),
+                );
             }
             // draft-ietf-httpapi-ratelimit-headers: the limit, what is left, seconds to reset.
             if let Some((limit, remaining, reset)) = r.rate {

@@ -1,9 +1,12 @@
 //! The answer of an LLM call, relayed as it arrives while its usage is read: a complete
-//! JSON answer through [`Scan`], a server-sent-event stream event by event. Every byte
-//! goes on as it came, in the frame it came in; the one exception is the usage chunk
-//! tollgate asked OpenAI for (`include_usage: add`), which the client did not ask for and
-//! does not get: then the stream is relayed an event at a time.
+//! JSON answer through [`Scan`], a server-sent-event stream event by event, a compressed
+//! answer through a decoder ([`super::decode`]) feeding either. Every byte goes on as it
+//! came, in the frame it came in; the one exception is the usage chunk tollgate asked
+//! OpenAI for (`include_usage: add`), which the client did not ask for and does not get:
+//! then the stream is relayed an event at a time (an event longer than [`CAP`] passes as
+//! it comes, unread).
 
+use super::decode::{Decoder, Feed};
 use super::meter::Meter;
 use super::scan::Scan;
 use super::sse::{Event, Events};
@@ -18,16 +21,49 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 /// A kept value or event is at most this long (a usage object, a model's name, an
-/// event's data): longer ones are not read.
-const CAP: usize = 1 << 20;
+/// event's data): longer ones are not kept (a long `data:` line is scanned as it passes).
+pub const CAP: usize = 1 << 20;
 
-enum Reader {
+/// Reads an answer's plain bytes for usage, leaving them as they are.
+struct Reader {
+    kind: Plain,
+    meter: Arc<Meter>,
+}
+
+enum Plain {
     Json(Scan),
-    Sse {
+    Sse(Events),
+}
+
+impl Feed for Reader {
+    fn feed(&mut self, data: &[u8]) {
+        match &mut self.kind {
+            Plain::Json(scan) => {
+                scan.feed(data);
+                for (k, v) in scan.found.drain(..) {
+                    json_value(&self.meter, k, &v);
+                }
+            }
+            Plain::Sse(events) => {
+                let meter = &*self.meter;
+                events.feed(data, |e| {
+                    sse_event(meter, &e);
+                });
+            }
+        }
+    }
+}
+
+enum Mode {
+    /// Read as it passes.
+    Plain(Reader),
+    /// Decoded as it passes, and read.
+    Coded(Decoder<Reader>),
+    /// `include_usage` was added: the usage chunk is removed, and bytes after the last
+    /// whole event wait for the rest of it (at most [`CAP`] of them).
+    Strip {
         events: Events,
-        /// `include_usage` was added: the usage chunk is removed, and bytes after the last
-        /// whole event wait for the rest of it.
-        strip: Option<BytesMut>,
+        pending: BytesMut,
     },
 }
 
@@ -36,11 +72,26 @@ pin_project_lite::pin_project! {
     pub struct Metered {
         #[pin]
         inner: Body,
-        reader: Reader,
+        mode: Mode,
         meter: Arc<Meter>,
         started: Instant,
         first: bool,
     }
+}
+
+/// The events of an answer of `api`, long `data:` lines scanned for its usage and model.
+fn events(api: Api) -> Events {
+    Events::new(CAP).scanning(Box::new(move |name| {
+        let nested = match api {
+            Api::OpenAiResponses => name.starts_with(b"response."),
+            Api::Anthropic => name == b"message_start",
+            _ => false,
+        };
+        Some(match nested {
+            true => Scan::nested(keys(api), CAP),
+            false => Scan::new(keys(api), CAP),
+        })
+    }))
 }
 
 /// The answer `resp` of `call`, its body read for usage. An answer that is not a success
@@ -56,23 +107,53 @@ pub fn meter(call: &Call, resp: http::Response<Body>) -> http::Response<Body> {
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-    let reader = if sse {
-        Reader::Sse {
-            events: Events::new(CAP),
-            strip: call.strip_usage.then(BytesMut::new),
+    // RFC 9110 §8.4: the codings applied, in order; `identity` is none.
+    let coding = resp
+        .headers()
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+        .collect::<Vec<_>>()
+        .join(",");
+    meter.update(|m| m.relayed = true);
+    let reader = |meter: &Arc<Meter>| Reader {
+        kind: match sse {
+            true => Plain::Sse(events(meter.api)),
+            false => Plain::Json(Scan::new(keys(meter.api), CAP)),
+        },
+        meter: meter.clone(),
+    };
+    let mode = if !coding.is_empty() {
+        // A compressed stream cannot have the chunk tollgate asked for removed (tollgate
+        // asks for `identity` when it adds `include_usage`; a provider may compress
+        // anyway): it is relayed as it came, the chunk with it.
+        match Decoder::new(&coding, reader(&meter)) {
+            Ok(d) => Mode::Coded(d),
+            Err(_) => {
+                tracing::debug!("an LLM answer in `{coding}`: its usage cannot be read");
+                meter.update(|m| m.unread = true);
+                return resp;
+            }
+        }
+    } else if call.strip_usage && sse {
+        Mode::Strip {
+            events: events(meter.api),
+            pending: BytesMut::new(),
         }
     } else {
-        Reader::Json(Scan::new(keys(meter.api), CAP))
+        Mode::Plain(reader(&meter))
     };
-    meter.update(|m| m.relayed = true);
     let (mut parts, body) = resp.into_parts();
-    if call.strip_usage && sse {
+    if matches!(mode, Mode::Strip { .. }) {
         // Its length changes when the usage chunk is removed.
         parts.headers.remove(http::header::CONTENT_LENGTH);
     }
     let body = Metered {
         inner: body,
-        reader,
+        mode,
         meter,
         started: call.started,
         first: true,
@@ -105,12 +186,10 @@ impl HttpBody for Metered {
                     // chunk repeats the whole count).
                     this.meter
                         .update(|m| m.whole |= m.reported.output.is_some());
-                    if let Reader::Sse {
-                        strip: Some(rest), ..
-                    } = this.reader
-                        && !rest.is_empty()
+                    if let Mode::Strip { pending, .. } = this.mode
+                        && !pending.is_empty()
                     {
-                        let rest = std::mem::take(rest).freeze();
+                        let rest = std::mem::take(pending).freeze();
                         return Poll::Ready(Some(Ok(Frame::data(rest))));
                     }
                     return Poll::Ready(None);
@@ -124,27 +203,22 @@ impl HttpBody for Metered {
                 let at = this.started.elapsed();
                 this.meter.update(|m| m.first_byte = Some(at));
             }
-            match this.reader {
-                Reader::Json(scan) => {
-                    scan.feed(data);
-                    for (k, v) in scan.found.drain(..) {
-                        json_value(this.meter, k, &v);
+            match this.mode {
+                Mode::Plain(reader) => {
+                    reader.feed(data);
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Mode::Coded(decoder) => {
+                    if !decoder.failed() {
+                        decoder.feed(data);
+                        if decoder.failed() {
+                            tracing::debug!("an LLM answer stopped decoding: its usage is estimated");
+                            this.meter.update(|m| m.unread = true);
+                        }
                     }
                     return Poll::Ready(Some(Ok(frame)));
                 }
-                Reader::Sse {
-                    events,
-                    strip: None,
-                } => {
-                    events.feed(data, |e| {
-                        sse_event(this.meter, &e);
-                    });
-                    return Poll::Ready(Some(Ok(frame)));
-                }
-                Reader::Sse {
-                    events,
-                    strip: Some(pending),
-                } => {
+                Mode::Strip { events, pending } => {
                     let data = frame.into_data().unwrap_or_default();
                     let start = events_offset(events, pending);
                     pending.extend_from_slice(&data);
@@ -159,6 +233,11 @@ impl HttpBody for Metered {
                         kept = upto as u64;
                     });
                     let _ = pending.split_to(kept as usize);
+                    if pending.len() > CAP {
+                        // An event longer than the cap passes as it comes (it is no usage
+                        // chunk, which is small): what waits stays bounded.
+                        out.extend_from_slice(&std::mem::take(pending));
+                    }
                     if !out.is_empty() {
                         return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
                     }
@@ -170,12 +249,12 @@ impl HttpBody for Metered {
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
-            && !matches!(&self.reader, Reader::Sse { strip: Some(p), .. } if !p.is_empty())
+            && !matches!(&self.mode, Mode::Strip { pending, .. } if !pending.is_empty())
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.reader {
-            Reader::Sse { strip: Some(_), .. } => SizeHint::default(),
+        match &self.mode {
+            Mode::Strip { .. } => SizeHint::default(),
             _ => self.inner.size_hint(),
         }
     }
@@ -223,10 +302,71 @@ fn json_value(meter: &Meter, key: usize, v: &[u8]) {
     }
 }
 
+/// An event longer than [`CAP`]: what the scan of its long line found (its usage and
+/// model), else it passed unread and the call is charged its estimate.
+fn long_event(meter: &Meter, e: &Event) {
+    if e.found.is_empty() {
+        meter.update(|m| m.unread = true);
+        return;
+    }
+    // Which events tell the final usage: not Gemini's chunks (each tells the count so
+    // far), Anthropic's `message_start` or a Responses `response.created`.
+    let whole = match meter.api {
+        Api::Gemini => false,
+        Api::Anthropic => e.name == b"message_delta",
+        Api::OpenAiResponses => e.name != b"response.created",
+        _ => true,
+    };
+    for (k, v) in &e.found {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(v) else {
+            continue;
+        };
+        match k {
+            0 => meter.usage_value(&v, whole),
+            _ => meter.model_value(&v),
+        }
+    }
+}
+
+/// Counts a chat chunk that carries generated text (a token's worth, about): the role
+/// chunk (`"content":""`) and the finish chunk (`"delta":{}`) carry none.
+fn count_content(meter: &Meter, data: &[u8]) {
+    if has_text(data) {
+        meter.update(|m| m.chunks += 1);
+    }
+}
+
+/// Whether a chunk holds a non-empty string under a key that carries generated text:
+/// `content`, `text` (legacy completions), `arguments` (tool calls), `reasoning_content`,
+/// `reasoning`, `refusal`. Read on the bytes: such a key inside a string would have its
+/// quotes escaped.
+fn has_text(data: &[u8]) -> bool {
+    const KEYS: [&[u8]; 6] = [
+        b"\"content\"",
+        b"\"text\"",
+        b"\"arguments\"",
+        b"\"reasoning_content\"",
+        b"\"reasoning\"",
+        b"\"refusal\"",
+    ];
+    KEYS.iter().any(|k| {
+        memchr::memmem::find_iter(data, k).any(|i| {
+            let mut rest = data[i + k.len()..].iter().skip_while(|c| c.is_ascii_whitespace());
+            rest.next() == Some(&b':')
+                && rest.find(|c| !c.is_ascii_whitespace()) == Some(&b'"')
+                && rest.next().is_some_and(|&c| c != b'"')
+        })
+    })
+}
+
 /// One event of a stream, read for usage; whether it is the usage chunk tollgate asked
 /// for (removed when `include_usage` was added).
 fn sse_event(meter: &Meter, e: &Event) -> bool {
     let data = &e.data[..];
+    if e.long {
+        long_event(meter, e);
+        return false;
+    }
     if data.is_empty() || data == b"[DONE]" {
         return false;
     }
@@ -236,7 +376,7 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
                 && memchr::memmem::find(data, b"\"usage\":null").is_none();
             let need_model = !meter.knows_model();
             if !has_usage && !need_model {
-                meter.update(|m| m.chunks += 1);
+                count_content(meter, data);
                 return false;
             }
             let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
@@ -255,14 +395,16 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
                         .is_some_and(|c| c.is_empty())
                 }
                 None => {
-                    meter.update(|m| m.chunks += 1);
+                    count_content(meter, data);
                     false
                 }
             }
         }
         Api::OpenAiResponses => {
             match &e.name[..] {
-                b"response.output_text.delta" => meter.update(|m| m.chunks += 1),
+                b"response.output_text.delta"
+                | b"response.function_call_arguments.delta"
+                | b"response.reasoning_summary_text.delta" => meter.update(|m| m.chunks += 1),
                 b"response.created"
                 | b"response.completed"
                 | b"response.incomplete"
@@ -327,6 +469,24 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_chunks_with_text_are_counted() {
+        let text = |e: &str| super::has_text(e.as_bytes());
+        assert!(!text(
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#
+        ));
+        assert!(!text(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#
+        ));
+        assert!(text(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#));
+        assert!(text(r#"{"choices":[{"delta": {"content" : "Hi"}}]}"#));
+        assert!(text(r#"{"choices":[{"text":"Hi","index":0}]}"#));
+        assert!(text(
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\""}}]}}]}"#
+        ));
+        assert!(!text(r#"{"choices":[{"delta":{"content":null}}]}"#));
+    }
+
     #[test]
     fn the_null_usage_openai_adds_is_removed() {
         let strip = |e: &[u8]| {

@@ -22,6 +22,13 @@ pub struct Metered {
     /// The answer's own usage arrived whole (a complete JSON answer, a stream's final
     /// usage): nothing is estimated.
     pub whole: bool,
+    /// Part of the answer could not be read (a coding tollgate does not decode, a
+    /// decompression bomb, an event past the cap): unless its final usage was read, the
+    /// call is charged what was reserved for its output.
+    pub unread: bool,
+    /// The output reserved on admission: its cap (or `llm.output_estimate`) for each
+    /// choice.
+    pub output_reserve: u64,
     /// Content events streamed (about a token each): the output of a stream cut before
     /// its usage arrived.
     pub chunks: u64,
@@ -46,6 +53,7 @@ impl Metered {
         let r = &self.reported;
         let output = match (self.whole, r.output) {
             (true, Some(o)) => o,
+            (_, o) if self.unread => o.unwrap_or(0).max(self.chunks).max(self.output_reserve),
             (_, o) => o.unwrap_or(0).max(self.chunks),
         };
         Usage {
@@ -57,9 +65,12 @@ impl Metered {
         }
     }
 
-    /// Whether any of it is estimated rather than told by the provider.
+    /// Whether any of it is estimated rather than told by the provider: a relayed answer
+    /// whose final usage never arrived. A stream's early events tell partial counts
+    /// (Anthropic's `message_start` says `output_tokens: 1`), so a count seen is not
+    /// the final one until the answer says so.
     pub fn estimated(&self) -> bool {
-        !self.whole && (self.reported.input.is_none() || self.reported.output.is_none())
+        self.relayed && !self.whole
     }
 
     /// What the usage cost, in nano-dollars, priced as the answer's model, else the

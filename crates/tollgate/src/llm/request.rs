@@ -17,6 +17,10 @@ pub struct Call {
     /// `max_tokens`, `max_completion_tokens`, `max_output_tokens` or Gemini's
     /// `generationConfig.maxOutputTokens`.
     pub max_output: Option<u64>,
+    /// Answers generated per call: OpenAI's `n` (or `best_of`, which generates that many
+    /// and returns the best), Gemini's `generationConfig.candidateCount`; 1 when unset.
+    /// Each is billed its own output, so the reservation holds the cap this many times.
+    pub choices: u64,
     /// The prompt's tokens, estimated ([`tokens`]).
     pub input_estimate: u64,
     /// `include_usage` was added: the usage chunk is removed from what the client gets.
@@ -34,11 +38,12 @@ pub struct Call {
 
 impl Call {
     /// The usage to reserve on admission: the prompt's estimate and the output cap (or
-    /// `llm.output_estimate` when the request sets none).
+    /// `llm.output_estimate` when the request sets none) for each of its choices.
     pub fn reserve(&self) -> super::Usage {
+        let cap = self.max_output.unwrap_or(self.output_estimate);
         super::Usage {
             input: self.input_estimate,
-            output: self.max_output.unwrap_or(self.output_estimate),
+            output: cap.saturating_mul(self.choices),
             ..Default::default()
         }
     }
@@ -80,6 +85,19 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
                 .and_then(|g| g.get("maxOutputTokens"))
                 .and_then(|n| n.as_u64())
         });
+    // `best_of` generates that many server-side (billed) whatever `n` returns.
+    let choices = match api {
+        Api::Gemini => v
+            .get("generationConfig")
+            .and_then(|g| g.get("candidateCount"))
+            .and_then(|n| n.as_u64()),
+        _ => ["n", "best_of"]
+            .iter()
+            .filter_map(|k| v.get(k).and_then(|n| n.as_u64()))
+            .max(),
+    }
+    .unwrap_or(1)
+    .max(1);
     let input_estimate = tokens::estimate(model.as_deref().filter(|_| tokenizer), &v);
     let asks_usage = v
         .get("stream_options")
@@ -102,6 +120,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
             model,
             stream,
             max_output,
+            choices,
             input_estimate,
             strip_usage: new_body.is_some(),
             meter,
@@ -195,5 +214,32 @@ mod tests {
         assert_eq!(r.call.model.as_deref(), Some("gemini-2.5-flash"));
         assert!(r.call.stream && !r.call.strip_usage);
         assert_eq!(r.call.max_output, Some(64));
+    }
+
+    #[test]
+    fn every_choice_reserves_its_output_cap() {
+        let read_one = |api, path, body: &'static [u8]| {
+            read(api, path, Some(&Bytes::from_static(body)), true, false).call
+        };
+        let c = read_one(
+            Api::OpenAiChat,
+            "/v1/chat/completions",
+            br#"{"model":"m","n":50,"max_tokens":20}"#,
+        );
+        assert_eq!((c.choices, c.reserve().output), (50, 1000));
+        let c = read_one(
+            Api::OpenAiChat,
+            "/v1/completions",
+            br#"{"model":"m","n":2,"best_of":5,"max_tokens":10}"#,
+        );
+        assert_eq!(c.reserve().output, 50, "best_of generates 5");
+        let c = read_one(
+            Api::Gemini,
+            "/v1beta/models/g:generateContent",
+            br#"{"generationConfig":{"candidateCount":3,"maxOutputTokens":7}}"#,
+        );
+        assert_eq!(c.reserve().output, 21);
+        let c = read_one(Api::OpenAiChat, "/v1/chat/completions", br#"{"n":0}"#);
+        assert_eq!(c.choices, 1, "n: 0 is still one answer");
     }
 }

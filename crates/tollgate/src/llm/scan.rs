@@ -43,6 +43,16 @@ impl Scan {
         }
     }
 
+    /// Keeps the values of `wanted` keys of the objects one level inside a top-level
+    /// object (`{"response":{"usage":…}}`: a Responses event, Anthropic's
+    /// `message_start`).
+    pub fn nested(wanted: &'static [&'static str], cap: usize) -> Self {
+        Self {
+            base: 2,
+            ..Self::new(wanted, cap)
+        }
+    }
+
     pub fn feed(&mut self, data: &[u8]) {
         let mut i = 0;
         while i < data.len() {

@@ -1,7 +1,12 @@
 //! Server-sent events as they pass: lines split across pieces are joined, and each event
 //! (its `event:` name and its `data:`, lines joined by `\n`) is handed on when the blank
 //! line ending it arrives, with where it ends in the stream (WHATWG HTML §9.2.6, the
-//! `text/event-stream` interpretation; lines end in `\n` or `\r\n`).
+//! `text/event-stream` interpretation; lines end in `\n` or `\r\n`). A `data:` line
+//! longer than the cap is not kept: it is watched as it passes by a [`Scan`] for the few
+//! values wanted of it (a Responses `response.completed` that echoes a long prompt still
+//! tells its usage).
+
+use super::scan::Scan;
 
 /// One event.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -10,13 +15,23 @@ pub struct Event {
     pub data: Vec<u8>,
     /// Where the event (its blank line included) ends, in bytes from the stream's start.
     pub end: u64,
+    /// A line of it was longer than the cap and not kept (`data` lacks it).
+    pub long: bool,
+    /// What the scan of a long `data:` line found: the wanted key's index, its value.
+    pub found: Vec<(usize, Vec<u8>)>,
 }
 
+/// Which values to look for in a long `data:` line of an event named so (`None`: none).
+pub type Scanner = Box<dyn Fn(&[u8]) -> Option<Scan> + Send>;
+
 /// The splitter. A line or an event's data longer than the cap is dropped (the event is
-/// still handed on, its data empty), so a hostile stream cannot grow it.
+/// still handed on, its data empty and `long` set), so a hostile stream cannot grow it.
 pub struct Events {
     line: Vec<u8>,
     line_long: bool,
+    /// The scan of the long `data:` line being read.
+    scan: Option<Scan>,
+    scanner: Option<Scanner>,
     event: Event,
     /// Bytes fed so far.
     offset: u64,
@@ -28,10 +43,18 @@ impl Events {
         Self {
             line: Vec::new(),
             line_long: false,
+            scan: None,
+            scanner: None,
             event: Event::default(),
             offset: 0,
             cap,
         }
+    }
+
+    /// Long `data:` lines are scanned for what `scanner` says of their event.
+    pub fn scanning(mut self, scanner: Scanner) -> Self {
+        self.scanner = Some(scanner);
+        self
     }
 
     /// Bytes fed so far.
@@ -56,6 +79,10 @@ impl Events {
                 line.pop();
             }
             let long = std::mem::take(&mut self.line_long);
+            if let Some(scan) = self.scan.take() {
+                self.event.found.extend(scan.found);
+            }
+            self.event.long |= long;
             if line.is_empty() && !long {
                 let mut e = std::mem::take(&mut self.event);
                 e.end = self.offset;
@@ -69,8 +96,22 @@ impl Events {
     }
 
     fn keep(&mut self, part: &[u8]) {
-        if self.line_long || self.line.len() + part.len() > self.cap {
+        if let Some(scan) = &mut self.scan {
+            scan.feed(part);
+        } else if self.line_long {
+        } else if self.line.len() + part.len() > self.cap {
             self.line_long = true;
+            // The field's name, joined from this piece when the line starts in it.
+            let take = 5usize.saturating_sub(self.line.len()).min(part.len());
+            self.line.extend_from_slice(&part[..take]);
+            let rest = &part[take..];
+            let scan = self.line.strip_prefix(b"data:").and_then(|value| {
+                let mut scan = (self.scanner.as_ref()?)(&self.event.name)?;
+                scan.feed(value);
+                scan.feed(rest);
+                Some(scan)
+            });
+            self.scan = scan;
             self.line.clear();
         } else {
             self.line.extend_from_slice(part);
@@ -92,6 +133,7 @@ impl Events {
                 }
                 self.event.data.extend_from_slice(value);
             }
+            b"data" => self.event.long = true,
             b"event" => self.event.name = value.to_vec(),
             _ => {}
         }
@@ -125,6 +167,33 @@ mod tests {
             );
             assert_eq!(got[0].end, 39);
             assert_eq!(got[3].end, stream.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_long_data_line_is_scanned_for_what_its_event_needs() {
+        let usage = r#"{"input_tokens":320050,"output_tokens":20000}"#;
+        let event = format!(
+            "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"instructions\":\"{}\",\"usage\":{usage}}}}}\n\n",
+            "x".repeat(5000)
+        );
+        for piece in [1, 7, 100, 10_000] {
+            let mut ev = Events::new(64).scanning(Box::new(|name| {
+                (name == b"response.completed").then(|| Scan::nested(&["usage", "model"], 1024))
+            }));
+            let mut got = Vec::new();
+            for c in event.as_bytes().chunks(piece) {
+                ev.feed(c, |e| got.push(e));
+            }
+            assert_eq!(got.len(), 1);
+            assert!(got[0].long && got[0].data.is_empty());
+            let found: Vec<_> = got[0]
+                .found
+                .iter()
+                .map(|(k, v)| (*k, String::from_utf8_lossy(v).trim().to_owned()))
+                .collect();
+            assert_eq!(found, vec![(0, usage.to_owned())], "pieces of {piece}");
+            assert!(ev.line.capacity() <= 64 * 2, "the long line was not kept");
         }
     }
 

@@ -22,8 +22,10 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Prompt and output together; a provider's absurd counts (2^63 each) saturate at
+    /// `u64::MAX` rather than wrapping to a small number.
     pub fn total(&self) -> u64 {
-        self.input + self.output
+        self.input.saturating_add(self.output)
     }
 }
 
@@ -68,7 +70,10 @@ impl Reported {
                 Reported {
                     // Anthropic's `input_tokens` leaves out the cache's reads and writes.
                     input: n(u, &["input_tokens"])
-                        .map(|i| i + read.unwrap_or(0) + write.unwrap_or(0)),
+                        .map(|i| {
+                            i.saturating_add(read.unwrap_or(0))
+                                .saturating_add(write.unwrap_or(0))
+                        }),
                     output: n(u, &["output_tokens"]),
                     cached: read,
                     cache_write: write,
@@ -83,7 +88,7 @@ impl Reported {
                     // Gemini counts thinking apart from the answer; both are billed as output.
                     output: match (candidates, thoughts) {
                         (None, None) => None,
-                        (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+                        (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
                     },
                     cached: n(u, &["cachedContentTokenCount"]),
                     cache_write: None,
@@ -143,5 +148,24 @@ mod tests {
             (Some(8), Some(25), Some(2), Some(5))
         );
         assert!(Reported::read(Api::OpenAiChat, &Value::Null).is_none());
+    }
+
+    #[test]
+    fn absurd_counts_saturate_rather_than_wrap() {
+        let huge = 1u64 << 63;
+        let chat = json!({"prompt_tokens": huge, "completion_tokens": huge});
+        let r = Reported::read(Api::OpenAiChat, &chat).unwrap();
+        let u = Usage {
+            input: r.input.unwrap(),
+            output: r.output.unwrap(),
+            ..Usage::default()
+        };
+        assert_eq!(u.total(), u64::MAX);
+        let anthropic = json!({"input_tokens": huge, "cache_read_input_tokens": huge,
+            "cache_creation_input_tokens": huge, "output_tokens": 1});
+        let r = Reported::read(Api::Anthropic, &anthropic).unwrap();
+        assert_eq!(r.input, Some(u64::MAX));
+        let gemini = json!({"candidatesTokenCount": huge, "thoughtsTokenCount": huge});
+        assert_eq!(Reported::read(Api::Gemini, &gemini).unwrap().output, Some(u64::MAX));
     }
 }

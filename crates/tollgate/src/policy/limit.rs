@@ -380,6 +380,7 @@ pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
         message,
         retry_after: (!r.blocked).then_some(retry_after),
         rate: Some((r.limit, 0, retry_after)),
+        permanent: false,
     })
 }
 

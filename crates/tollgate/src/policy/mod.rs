@@ -16,6 +16,7 @@ pub mod group;
 pub mod kind;
 pub mod limit;
 pub mod matcher;
+pub mod path;
 pub mod provider_hints;
 pub mod queue;
 pub mod remedies;
@@ -45,22 +46,72 @@ pub struct Policy {
     pub spec: remedies::PolicySpec,
 }
 
+impl Policy {
+    /// Whether it counts or reads LLM calls (`llm`, `token_limit`, `budget`).
+    pub fn reads_llm(&self) -> bool {
+        self.spec.llm.is_some() || self.spec.token_limit.is_some() || self.spec.budget.is_some()
+    }
+}
+
 /// Policies in file order; the first match applies.
 #[derive(Debug, Clone, Default)]
 pub struct PolicySet {
     pub policies: Vec<Policy>,
+    /// Some policy reads LLM calls: ambiguous spellings of paths are looked for.
+    pub reads_llm: bool,
 }
 
 impl PolicySet {
-    /// The index of the first policy matching the upstream request.
-    #[inline]
-    pub fn find(&self, host: &str, method: &Method, path: &str) -> Option<usize> {
-        if self.policies.is_empty() {
-            return None;
+    pub fn new(policies: Vec<Policy>) -> Self {
+        let reads_llm = policies.iter().any(Policy::reads_llm);
+        Self {
+            policies,
+            reads_llm,
         }
-        self.policies
+    }
+
+    /// The index of the first policy matching the upstream request, its path as origin
+    /// servers route it ([`path::normalized`]); an ambiguous spelling of a path that an
+    /// LLM policy of the host would count is refused ([`path::loosened`]).
+    #[inline]
+    pub fn find(
+        &self,
+        host: &str,
+        method: &Method,
+        path: &str,
+    ) -> Result<Option<usize>, crate::error::ProxyError> {
+        if self.policies.is_empty() {
+            return Ok(None);
+        }
+        let path = path::normalized(path);
+        if self.reads_llm
+            && let Some(i) = self.ambiguous(host, method, &path)
+        {
+            return Err(crate::error::ProxyError::AmbiguousPath(format!(
+                "the path `{path}` is spelled so that servers route it differently (an encoded `/`, `;` parameters or another case) and, read loosely, policy `{}` would count it: write the path as the provider documents it",
+                self.policies[i].name
+            )));
+        }
+        Ok(self
+            .policies
             .iter()
-            .position(|p| p.matcher.matches(host, method, path))
+            .position(|p| p.matcher.matches(host, method, &path)))
+    }
+
+    /// The LLM policy of `host` that `path`, loosened, would count (an LLM call it
+    /// recognises, or its `match.path`) when `path` as written escapes it.
+    fn ambiguous(&self, host: &str, method: &Method, path: &str) -> Option<usize> {
+        let loose = path::loosened(path)?;
+        let call = *method == Method::POST
+            && crate::llm::Api::of_path(path).is_none()
+            && crate::llm::Api::of_path(&loose).is_some();
+        self.policies.iter().position(|p| {
+            p.reads_llm()
+                && p.matcher.host.as_ref().is_none_or(|h| h.matches(host))
+                && (call
+                    || (!p.matcher.matches(host, method, path)
+                        && p.matcher.matches(host, method, &loose)))
+        })
     }
 
     /// The first policy whose host pattern matches `host`, whatever the path and method

@@ -337,6 +337,7 @@ pub fn queue_outcome<A: QueueAction>(
         message,
         retry_after: Some(retry_after()),
         rate: None,
+        permanent: false,
     }))
 }
 

@@ -153,6 +153,7 @@ pub fn refusal(
     unit: fn(u64) -> String,
 ) -> ProxyError {
     let secs = clock::secs_until(r.reset_ms);
+    let permanent = r.blocked || n > r.limit;
     let (message, retry_after) = if r.blocked {
         (
             format!("{what}: this consumer group is not allowed (default_group: block)"),
@@ -182,5 +183,6 @@ pub fn refusal(
         message,
         retry_after,
         rate: None,
+        permanent,
     })
 }

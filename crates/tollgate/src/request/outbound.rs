@@ -32,7 +32,7 @@ pub fn admit(
     if !rt.config.domains.permits(&target.host) {
         return Err(ProxyError::DomainDenied(target.host.to_string()));
     }
-    Ok(rt.config.policies.find(&target.host, method, path))
+    rt.config.policies.find(&target.host, method, path)
 }
 
 /// Stamps the request as leaving through this tollgate and gives its upstream URI.

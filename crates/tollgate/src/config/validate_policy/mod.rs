@@ -57,7 +57,7 @@ pub(super) fn policies(e: &mut Errors, raw: &RawConfig) -> PolicySet {
             spec,
         });
     }
-    PolicySet { policies }
+    PolicySet::new(policies)
 }
 
 /// The policies as `/config` shows them (secrets masked).

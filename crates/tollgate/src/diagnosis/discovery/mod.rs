@@ -70,10 +70,11 @@ impl LlmStats {
     }
 
     fn add(&mut self, l: &LlmSeen) {
+        // A provider's absurd count saturates rather than wrapping (docs/llm.md).
         self.calls += 1;
-        self.input += l.input;
-        self.output += l.output;
-        self.cost_nanos += l.cost_nanos.unwrap_or(0);
+        self.input = self.input.saturating_add(l.input);
+        self.output = self.output.saturating_add(l.output);
+        self.cost_nanos = self.cost_nanos.saturating_add(l.cost_nanos.unwrap_or(0));
         if let Some(us) = l.first_byte_us {
             record_us(&mut self.first_byte, us);
         }
@@ -81,9 +82,9 @@ impl LlmStats {
 
     fn merge(&mut self, o: LlmStats) {
         self.calls += o.calls;
-        self.input += o.input;
-        self.output += o.output;
-        self.cost_nanos += o.cost_nanos;
+        self.input = self.input.saturating_add(o.input);
+        self.output = self.output.saturating_add(o.output);
+        self.cost_nanos = self.cost_nanos.saturating_add(o.cost_nanos);
         let _ = self.first_byte.add(&o.first_byte);
     }
 

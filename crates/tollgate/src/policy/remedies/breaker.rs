@@ -141,6 +141,7 @@ impl BreakerResource {
                 message: format!("circuit breaker `{}` is {detail}", self.name),
                 retry_after: Some(retry_after),
                 rate: None,
+                permanent: false,
             })
         };
         match self.state().await {

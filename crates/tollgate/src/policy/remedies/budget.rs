@@ -110,7 +110,7 @@ impl Shared for Kind {
                 e.fail(
                     &format!("{path}.limit"),
                     format!(
-                        "`{}`: write an amount of US dollars above 0, e.g. \"$50\" or 0.5",
+                        "`{}`: write an amount of US dollars above 0 and at most $1000000000 (a billion), e.g. \"$50\" or 0.5",
                         def.limit
                     ),
                 );
@@ -188,6 +188,8 @@ impl Remedy for Budget {
                     ),
                     retry_after: None,
                     rate: None,
+                    // The same model stays unpriced until the config changes.
+                    permanent: true,
                 }));
             };
             let admission = reserve::Admission {
@@ -230,8 +232,12 @@ fn money(v: &serde_json::Value) -> Option<u64> {
         }
         _ => return None,
     };
-    (f.is_finite() && (0.0..1e9).contains(&f)).then(|| (f * 1e9).round() as u64)
+    (f.is_finite() && (0.0..=MAX_USD).contains(&f)).then(|| (f * 1e9).round() as u64)
 }
+
+/// The largest budget, in US dollars: counted in nano-dollars, 10^18, well inside the
+/// signed 64-bit counters Redis keeps (9.2 × 10^18), with room for the calls in flight.
+pub const MAX_USD: f64 = 1e9;
 
 // ---- config: as written, and its validation ----
 
@@ -311,5 +317,11 @@ mod tests {
         assert_eq!(super::money(&json!(12)), Some(12_000_000_000));
         assert_eq!(super::money(&json!("fifty")), None);
         assert_eq!(super::money(&json!(-1)), None);
+        assert_eq!(
+            super::money(&json!("$1000000000")),
+            Some(1_000_000_000_000_000_000),
+            "the bound the message states is taken"
+        );
+        assert_eq!(super::money(&json!(1e9 + 1.0)), None);
     }
 }

@@ -271,6 +271,7 @@ impl Remedy for Concurrency {
                     ),
                     retry_after: Some(1),
                     rate: None,
+                    permanent: false,
                 }));
             };
             self.actions.record(x, Action::Queued);

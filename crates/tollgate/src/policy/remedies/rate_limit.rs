@@ -65,6 +65,7 @@ fn not_in_time(kind: Reject, what: &str, limit: u64, q: &Queue, at: Instant) -> 
         message,
         retry_after: Some(secs),
         rate: Some((limit, 0, secs)),
+        permanent: false,
     })
 }
 

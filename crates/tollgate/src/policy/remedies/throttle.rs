@@ -70,6 +70,7 @@ impl Throttle {
             ),
             retry_after: Some(secs),
             rate: None,
+            permanent: false,
         }))
     }
 

@@ -37,6 +37,24 @@ return {g, c}",
     )
 });
 
+/// Adds `ARGV[1]` when the result stays within `ARGV[2]`, checked before adding, so the
+/// counter never shows more than the limit (another replica reading it meanwhile sees only
+/// what was admitted); expiry at `ARGV[3]` (unix ms, 0: none). Returns `{taken, count}`.
+/// Lua compares in doubles: exact up to 2^53 (tokens, and budgets up to $9 million in
+/// nano-dollars); above that an amount within a few units of the limit may be judged
+/// either way.
+static ADD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+local n = tonumber(ARGV[1])
+if c + n > tonumber(ARGV[2]) then return {0, c} end
+c = redis.call('INCRBY', KEYS[1], n)
+local e = tonumber(ARGV[3])
+if e > 0 then redis.call('PEXPIREAT', KEYS[1], e) end
+return {1, c}",
+    )
+});
+
 /// Takes `ARGV[1]` back, never below 0; a counter without expiry that reaches 0 is removed.
 static SUB: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -330,7 +348,12 @@ impl Redis {
         async move { cmd.query_async(&mut conn?).await.map_err(error) }
     }
 
-    /// Adds `n` when the result stays within `limit`: `INCRBY` (and `PEXPIREAT` for a
+    /// Adds `n` when the result stays within `limit`. An amount (`n` > 1: a token
+    /// limit's or a budget's reservation) is checked before it is added, in one script
+    /// ([`ADD`]): added first, a refused reservation would show the other replicas a
+    /// counter past the limit until it was taken back, and they would refuse calls that
+    /// fit. One request (`n` = 1), and a correction added whatever the limit: `INCRBY`
+    /// (and `PEXPIREAT` for a
     /// counter that expires) pipelined, one round trip of native commands, since a Lua
     /// script costs Redis 11 µs more per call in a tight loop and about 70 µs more when
     /// calls come apart (measured with `INFO commandstats`, Redis 7.0). A result over the
@@ -347,12 +370,21 @@ impl Redis {
     ) -> impl Future<Output = Result<Added, StoreError>> + Send + use<> {
         let conn = self.connection();
         let k = self.key(key);
+        let checked = (n > 1 && limit != u64::MAX)
+            .then(|| self.script::<(u8, u64)>(&ADD, key, &[n, limit, expires_ms]));
         let mut pipe = redis::pipe();
         pipe.cmd("INCRBY").arg(&k).arg(n);
         if expires_ms > 0 {
             pipe.cmd("PEXPIREAT").arg(&k).arg(expires_ms).ignore();
         }
         async move {
+            if let Some(run) = checked {
+                let (taken, count) = run.await?;
+                return Ok(Added {
+                    taken: taken == 1,
+                    count,
+                });
+            }
             let mut conn = conn?;
             let (count,): (u64,) = pipe.query_async(&mut conn).await.map_err(error)?;
             if count <= limit {

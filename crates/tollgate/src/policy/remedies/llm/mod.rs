@@ -149,13 +149,14 @@ pub const X_TOLLGATE_FALLBACK: http::HeaderName =
 /// `settings` into its locals; whether it is one.
 pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyError> {
     if x.locals.get::<Call>().is_none() {
+        // Recognised as the provider routes the path (`%63ompletions` is `completions`).
+        let path = crate::policy::path::normalized(x.parts.uri.path()).into_owned();
         let Some(api) = (x.method == Method::POST)
-            .then(|| Api::of_path(x.parts.uri.path()))
+            .then(|| Api::of_path(&path))
             .flatten()
         else {
             return Ok(false);
         };
-        let path = x.parts.uri.path().to_owned();
         let body = x.buffer(settings.max_body).await?;
         let read = request::read(
             api,
@@ -171,12 +172,22 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
             crate::headers::remove_in_order(&mut x.parts.headers, |n| {
                 n == header::TRANSFER_ENCODING
             });
+            // The usage chunk asked for is removed from the stream, which needs it
+            // uncompressed (RFC 9110 §12.5.3: identity is always acceptable).
+            x.parts.headers.insert(
+                header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("identity"),
+            );
             x.buffered = Some(b);
         }
         let mut call = read.call;
         call.output_estimate = settings.output_estimate;
         call.prices = settings.prices.clone();
-        call.meter.update(|m| m.prices = settings.prices.clone());
+        let output_reserve = call.reserve().output;
+        call.meter.update(|m| {
+            m.prices = settings.prices.clone();
+            m.output_reserve = output_reserve;
+        });
         if let Some(d) = &mut x.diag {
             d.llm = Some(call.meter.clone());
         }
