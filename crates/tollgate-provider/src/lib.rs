@@ -142,8 +142,9 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let mut segs = path.trim_start_matches('/').splitn(2, '/');
     let (head, rest) = (segs.next().unwrap_or(""), segs.next());
-    if req.method() == Method::POST && matches!(head, "v1" | "v1beta" | "pace") {
-        let path = path.clone();
+    if req.method() == Method::POST && matches!(head, "v1" | "v1beta" | "pace" | "compress") {
+        // Routed as Python's ASGI servers and Go's net/http route it: escapes decoded.
+        let path = llm::decoded_path(&path);
         return match llm::route(req, &path).await {
             Some(r) => r,
             None => not_found(

@@ -9,8 +9,12 @@
 //! this many events, then only `: keep-alive` comments at its pace until the reader goes,
 //! so what a cut stream relayed is bounded whatever the machine's speed). A path under `/pace/{d}` (`/pace/1ms/v1/
 //! chat/completions`) paces the events as `x-stand-in-pace: {d}` does, for clients that
-//! send no headers of their own (the gateways a benchmark compares). The prompt's tokens
-//! are the request body's bytes / 4.
+//! send no headers of their own (the gateways a benchmark compares). A path under
+//! `/compress/` (`/compress/v1/chat/completions`, `/compress/pace/1ms/v1/…`), or the
+//! header `x-stand-in-compress: 1`, compresses the answer as a provider behind a CDN does:
+//! with the first of `gzip`, `deflate`, `zstd` that the request's `Accept-Encoding`
+//! lists, a stream flushed event by event. The prompt's tokens are the request body's
+//! bytes / 4.
 
 use crate::body::Body;
 use crate::{parse_delay, respond, timer};
@@ -40,6 +44,126 @@ struct Ask {
     tokens: u64,
     pace: Duration,
     stall_after: Option<usize>,
+    coding: Option<Coding>,
+    /// The Responses API's `instructions`, echoed in its response objects as OpenAI does.
+    instructions: Value,
+}
+
+/// A content coding the stand-in compresses with.
+#[derive(Clone, Copy, PartialEq)]
+enum Coding {
+    Gzip,
+    Deflate,
+    Zstd,
+}
+
+impl Coding {
+    /// The first the client accepts, of those the stand-in writes.
+    fn accepted(accept_encoding: &str) -> Option<Coding> {
+        let listed = |name: &str| {
+            accept_encoding.split(',').any(|c| {
+                c.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(name)
+            })
+        };
+        [
+            ("gzip", Coding::Gzip),
+            ("deflate", Coding::Deflate),
+            ("zstd", Coding::Zstd),
+        ]
+        .into_iter()
+        .find_map(|(name, c)| listed(name).then_some(c))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Deflate => "deflate",
+            Coding::Zstd => "zstd",
+        }
+    }
+}
+
+/// Compresses a stream's pieces as they go: each piece is flushed (gzip, deflate) or its
+/// own frame (zstd), so the reader gets every event when it is sent.
+enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Deflate(flate2::write::ZlibEncoder<Vec<u8>>),
+    Zstd,
+}
+
+impl Encoder {
+    fn new(c: Coding) -> Self {
+        let level = flate2::Compression::fast();
+        match c {
+            Coding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), level)),
+            Coding::Deflate => Encoder::Deflate(flate2::write::ZlibEncoder::new(Vec::new(), level)),
+            Coding::Zstd => Encoder::Zstd,
+        }
+    }
+
+    /// `data` compressed, flushed so that it can be decoded at once.
+    fn piece(&mut self, data: &[u8]) -> Bytes {
+        use std::io::Write;
+        let out = match self {
+            Encoder::Gzip(e) => {
+                let _ = e.write_all(data).and_then(|_| e.flush());
+                std::mem::take(e.get_mut())
+            }
+            Encoder::Deflate(e) => {
+                let _ = e.write_all(data).and_then(|_| e.flush());
+                std::mem::take(e.get_mut())
+            }
+            Encoder::Zstd => {
+                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+            }
+        };
+        Bytes::from(out)
+    }
+
+    /// What ends the stream (gzip's trailer).
+    fn finish(self) -> Bytes {
+        Bytes::from(match self {
+            Encoder::Gzip(e) => e.finish().unwrap_or_default(),
+            Encoder::Deflate(e) => e.finish().unwrap_or_default(),
+            Encoder::Zstd => Vec::new(),
+        })
+    }
+}
+
+/// `b` as the stream sends it: compressed when it is.
+fn encode(encoder: &mut Option<Encoder>, b: Bytes) -> Bytes {
+    match encoder {
+        Some(e) => e.piece(&b),
+        None => b,
+    }
+}
+
+/// `path` with its percent-escapes decoded, as an origin server routes it.
+pub fn decoded_path(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(c)) => {
+                out.push(c);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Answers `path` if it is an LLM API's.
@@ -79,6 +203,11 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
     let cached = header("x-stand-in-cached")
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    let compress = path.starts_with("/compress/") || header("x-stand-in-compress").is_some();
+    let coding = compress
+        .then(|| Coding::accepted(&header("accept-encoding").unwrap_or_default()))
+        .flatten();
+    let path = path.strip_prefix("/compress").unwrap_or(path);
     let body = req.into_body().collect().await.ok()?.to_bytes();
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = match api {
@@ -117,6 +246,8 @@ pub async fn route(req: Request<Incoming>, path: &str) -> Option<Response<Body>>
         tokens: tokens.or(max).unwrap_or(5),
         pace,
         stall_after,
+        coding,
+        instructions: v["instructions"].clone(),
         model,
     };
     Some(if ask.stream { stream(ask) } else { whole(&ask) })
@@ -195,7 +326,19 @@ fn whole(a: &Ask) -> Response<Body> {
             "role": "model"}, "finishReason": "STOP", "index": 0}], "usageMetadata": usage(a),
             "modelVersion": a.model}),
     };
-    respond(StatusCode::OK, "application/json", body.to_string())
+    let body = body.to_string();
+    match a.coding {
+        Some(c) => {
+            let mut e = Encoder::new(c);
+            let mut out = e.piece(body.as_bytes()).to_vec();
+            out.extend_from_slice(&e.finish());
+            let mut r = respond(StatusCode::OK, "application/json", out);
+            r.headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.name()));
+            r
+        }
+        None => respond(StatusCode::OK, "application/json", body),
+    }
 }
 
 /// The events of a stream, as `(event name, data)`.
@@ -231,7 +374,8 @@ fn events(a: &Ask) -> Vec<(Option<&'static str>, String)> {
         }
         Api::Responses => {
             let r = json!({"id": "resp_standin", "object": "response", "created_at": 1_700_000_000,
-                "status": "in_progress", "model": snapshot(&a.model), "output": [], "usage": null});
+                "status": "in_progress", "model": snapshot(&a.model), "instructions": a.instructions,
+                "output": [], "usage": null});
             out.push((
                 Some("response.created"),
                 json!({"type": "response.created", "sequence_number": 0, "response": r})
@@ -308,6 +452,8 @@ fn stream(a: Ask) -> Response<Body> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let evs = events(&a);
     let (pace, stall_after) = (a.pace, a.stall_after);
+    let mut encoder = a.coding.map(Encoder::new);
+    let coding = a.coding;
     tokio::spawn(async move {
         let start = Instant::now();
         for (i, (name, data)) in evs.into_iter().enumerate() {
@@ -322,7 +468,10 @@ fn stream(a: Ask) -> Response<Body> {
                 loop {
                     timer::sleep_until(Instant::now() + beat).await;
                     if tx
-                        .send(Bytes::from_static(b": keep-alive\n\n"))
+                        .send(encode(
+                            &mut encoder,
+                            Bytes::from_static(b": keep-alive\n\n"),
+                        ))
                         .await
                         .is_err()
                     {
@@ -342,9 +491,12 @@ fn stream(a: Ask) -> Response<Body> {
             e.push_str("data: ");
             e.push_str(&data);
             e.push_str("\n\n");
-            if tx.send(Bytes::from(e)).await.is_err() {
+            if tx.send(encode(&mut encoder, Bytes::from(e))).await.is_err() {
                 return;
             }
+        }
+        if let Some(e) = encoder {
+            let _ = tx.send(e.finish()).await;
         }
     });
     let mut r = Response::new(crate::streams::streamed(rx));
@@ -354,5 +506,9 @@ fn stream(a: Ask) -> Response<Body> {
     );
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Some(c) = coding {
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.name()));
+    }
     r
 }

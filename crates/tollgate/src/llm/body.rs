@@ -61,10 +61,7 @@ enum Mode {
     Coded(Decoder<Reader>),
     /// `include_usage` was added: the usage chunk is removed, and bytes after the last
     /// whole event wait for the rest of it (at most [`CAP`] of them).
-    Strip {
-        events: Events,
-        pending: BytesMut,
-    },
+    Strip { events: Events, pending: BytesMut },
 }
 
 pin_project_lite::pin_project! {
@@ -212,7 +209,9 @@ impl HttpBody for Metered {
                     if !decoder.failed() {
                         decoder.feed(data);
                         if decoder.failed() {
-                            tracing::debug!("an LLM answer stopped decoding: its usage is estimated");
+                            tracing::debug!(
+                                "an LLM answer stopped decoding: its usage is estimated"
+                            );
                             this.meter.update(|m| m.unread = true);
                         }
                     }
@@ -351,7 +350,9 @@ fn has_text(data: &[u8]) -> bool {
     ];
     KEYS.iter().any(|k| {
         memchr::memmem::find_iter(data, k).any(|i| {
-            let mut rest = data[i + k.len()..].iter().skip_while(|c| c.is_ascii_whitespace());
+            let mut rest = data[i + k.len()..]
+                .iter()
+                .skip_while(|c| c.is_ascii_whitespace());
             rest.next() == Some(&b':')
                 && rest.find(|c| !c.is_ascii_whitespace()) == Some(&b'"')
                 && rest.next().is_some_and(|&c| c != b'"')

@@ -173,7 +173,9 @@ impl<F: Feed> Zstd<F> {
             if self.pending.len() < used {
                 return true;
             }
-            if frame.decode_from_to(&self.pending[..used], &mut []).is_err()
+            if frame
+                .decode_from_to(&self.pending[..used], &mut [])
+                .is_err()
                 || frame.collect_to_writer(&mut self.sink).is_err()
             {
                 return false;
@@ -219,7 +221,9 @@ mod tests {
     fn text() -> Vec<u8> {
         let mut t = Vec::new();
         for i in 0..4000 {
-            t.extend_from_slice(format!("data: {{\"i\":{i},\"content\":\"hello\"}}\n\n").as_bytes());
+            t.extend_from_slice(
+                format!("data: {{\"i\":{i},\"content\":\"hello\"}}\n\n").as_bytes(),
+            );
         }
         t
     }
@@ -238,8 +242,7 @@ mod tests {
             e.finish().unwrap()
         };
         let raw = {
-            let mut e =
-                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+            let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
             e.write_all(&t).unwrap();
             e.finish().unwrap()
         };
@@ -250,7 +253,8 @@ mod tests {
             drop(e);
             out
         };
-        let zstd = ruzstd::encoding::compress_to_vec(&t[..], ruzstd::encoding::CompressionLevel::Fastest);
+        let zstd =
+            ruzstd::encoding::compress_to_vec(&t[..], ruzstd::encoding::CompressionLevel::Fastest);
         for (coding, body) in [
             ("gzip", &gz),
             ("deflate", &zlib),
@@ -261,7 +265,11 @@ mod tests {
             for piece in [1, 13, 4096, 1 << 20] {
                 let (got, failed) = decoded(coding, body, piece);
                 assert!(!failed, "{coding} in pieces of {piece}");
-                assert!(got == t, "{coding} in pieces of {piece}: {} bytes", got.len());
+                assert!(
+                    got == t,
+                    "{coding} in pieces of {piece}: {} bytes",
+                    got.len()
+                );
             }
         }
     }

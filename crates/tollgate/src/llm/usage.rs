@@ -69,11 +69,10 @@ impl Reported {
                 let write = n(u, &["cache_creation_input_tokens"]);
                 Reported {
                     // Anthropic's `input_tokens` leaves out the cache's reads and writes.
-                    input: n(u, &["input_tokens"])
-                        .map(|i| {
-                            i.saturating_add(read.unwrap_or(0))
-                                .saturating_add(write.unwrap_or(0))
-                        }),
+                    input: n(u, &["input_tokens"]).map(|i| {
+                        i.saturating_add(read.unwrap_or(0))
+                            .saturating_add(write.unwrap_or(0))
+                    }),
                     output: n(u, &["output_tokens"]),
                     cached: read,
                     cache_write: write,
@@ -166,6 +165,9 @@ mod tests {
         let r = Reported::read(Api::Anthropic, &anthropic).unwrap();
         assert_eq!(r.input, Some(u64::MAX));
         let gemini = json!({"candidatesTokenCount": huge, "thoughtsTokenCount": huge});
-        assert_eq!(Reported::read(Api::Gemini, &gemini).unwrap().output, Some(u64::MAX));
+        assert_eq!(
+            Reported::read(Api::Gemini, &gemini).unwrap().output,
+            Some(u64::MAX)
+        );
     }
 }

@@ -69,15 +69,18 @@ mod tests {
 
     #[test]
     fn unreserved_escapes_are_decoded_and_the_rest_kept() {
-        assert_eq!(
-            normalized("/v1/chat/%63ompletions"),
-            "/v1/chat/completions"
-        );
+        assert_eq!(normalized("/v1/chat/%63ompletions"), "/v1/chat/completions");
         assert_eq!(normalized("/v1/%7Euser/%41%2d"), "/v1/~user/A-");
-        assert_eq!(normalized("/v1/chat%2Fcompletions"), "/v1/chat%2Fcompletions");
+        assert_eq!(
+            normalized("/v1/chat%2Fcompletions"),
+            "/v1/chat%2Fcompletions"
+        );
         assert_eq!(normalized("/a%20b/%zz/%"), "/a%20b/%zz/%");
         assert_eq!(normalized("/caf%C3%A9"), "/caf%C3%A9");
-        assert!(matches!(normalized("/v1/chat/completions"), Cow::Borrowed(_)));
+        assert!(matches!(
+            normalized("/v1/chat/completions"),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -204,11 +204,13 @@ fn sizes_durations_and_policies_parse() {
     let p = c
         .policies
         .find("api.example.com", &http::Method::GET, "/v1/users/7/posts")
+        .unwrap()
         .unwrap();
     assert_eq!(c.policies.policies[p].name, "users");
     assert!(
         c.policies
             .find("api.example.com", &http::Method::DELETE, "/v1/users/7")
+            .unwrap()
             .is_none()
     );
 }

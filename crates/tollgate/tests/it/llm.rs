@@ -9,12 +9,12 @@ use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tollgate_provider::Provider;
 
-async fn stand_in() -> Provider {
+pub(crate) async fn stand_in() -> Provider {
     Provider::start(local0()).await.unwrap()
 }
 
 /// A POST of `body` to `path` on the stand-in `up`, through `gw` (or directly).
-async fn post(
+pub(crate) async fn post(
     gw: Option<&tollgate::Gateway>,
     up: &Provider,
     path: &str,
@@ -35,7 +35,7 @@ async fn post(
     send(&client(), req.body(bytes_body(body.to_string())).unwrap()).await
 }
 
-fn chat(stream: bool, include_usage: bool, max_tokens: u64) -> Value {
+pub(crate) fn chat(stream: bool, include_usage: bool, max_tokens: u64) -> Value {
     let mut b = json!({"model": "gpt-4o-mini", "max_tokens": max_tokens,
         "messages": [{"role": "user", "content": "Say hello to the gateway, please."}]});
     if stream {
@@ -48,7 +48,7 @@ fn chat(stream: bool, include_usage: bool, max_tokens: u64) -> Value {
 }
 
 /// The usage the stand-in reported in a stream's events (OpenAI's final chunk).
-fn streamed_usage(body: &[u8]) -> Option<Value> {
+pub(crate) fn streamed_usage(body: &[u8]) -> Option<Value> {
     String::from_utf8_lossy(body)
         .split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
@@ -56,12 +56,12 @@ fn streamed_usage(body: &[u8]) -> Option<Value> {
         .find_map(|v| v.get("usage").filter(|u| u.is_object()).cloned())
 }
 
-fn llm_policy(extra: &str) -> String {
+pub(crate) fn llm_policy(extra: &str) -> String {
     format!("policies:\n  - name: ai\n    llm: {{}}\n{extra}")
 }
 
 /// `tollgate_llm_tokens_total` of `kind` for policy `ai` and `model`, once it shows `n`.
-async fn tokens_counted(gw: &tollgate::Gateway, model: &str, kind: &str, n: u64) {
+pub(crate) async fn tokens_counted(gw: &tollgate::Gateway, model: &str, kind: &str, n: u64) {
     let line = format!(
         "tollgate_llm_tokens_total{{policy=\"ai\",model=\"{model}\",kind=\"{kind}\"}} {n}\n"
     );

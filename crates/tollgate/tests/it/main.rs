@@ -33,6 +33,7 @@ mod intercept;
 mod intercept_clients;
 mod limits;
 mod llm;
+mod llm_accounting;
 mod llm_sdks;
 mod metric_labels;
 mod policies;
