@@ -19,8 +19,11 @@ const CALLS: &str = r#"
 import os, json, openai, anthropic
 base = os.environ["BASE"]
 msgs = [{"role": "user", "content": "Say hello to the gateway."}]
-oc = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-out = {}
+out = {"_codings": []}
+# What each answer came in (the SDKs' own clients and default headers, only watched).
+hooks = {"response": [lambda r: out["_codings"].append(r.headers.get("content-encoding"))]}
+oc = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0,
+    http_client=openai.DefaultHttpxClient(event_hooks=hooks))
 out["openai_stream"] = [c.model_dump() for c in oc.chat.completions.create(
     model="gpt-4o-mini", messages=msgs, stream=True, max_tokens=5)]
 out["openai_stream_usage"] = [c.model_dump() for c in oc.chat.completions.create(
@@ -29,7 +32,8 @@ out["openai_stream_usage"] = [c.model_dump() for c in oc.chat.completions.create
 out["openai_whole"] = oc.chat.completions.create(model="gpt-4o", messages=msgs, max_tokens=3).model_dump()
 out["openai_responses"] = [e.model_dump() for e in oc.responses.create(
     model="gpt-4.1", input="hi", stream=True, max_output_tokens=4)]
-ac = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0)
+ac = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0,
+    http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
 with ac.messages.stream(model="claude-sonnet-4-5", max_tokens=7, messages=msgs) as s:
     out["anthropic_text"] = list(s.text_stream)
     out["anthropic_final"] = s.get_final_message().model_dump()
@@ -63,6 +67,9 @@ async fn counted(gw: &tollgate::Gateway, model: &str, kind: &str, n: u64) {
 /// usage was counted as the stand-in reported it.
 async fn assert_same_and_counted(gw: &tollgate::Gateway, direct: &Value, through: &Value) {
     for k in direct.as_object().unwrap().keys() {
+        if k.starts_with('_') {
+            continue;
+        }
         assert_eq!(direct[k], through[k], "{k}: the SDK parsed something else");
     }
     let stream = direct["openai_stream_usage"].as_array().unwrap();
@@ -204,4 +211,61 @@ async fn the_openai_npm_package_sees_the_same_streams_and_tollgate_counts_them()
         whole["prompt_tokens"].as_u64().unwrap(),
     )
     .await;
+}
+
+/// The SDKs with their default headers (`Accept-Encoding: gzip, deflate`) against a
+/// provider that compresses (`/compress/`, as a CDN in front of one does): they parse
+/// the same answers, and tollgate counts every call's usage from the compressed bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_default_headers_get_compressed_answers_and_tollgate_counts_them() {
+    let up = Provider::start(local0()).await.unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /llm\n    upstream: http://{}\npolicies:\n  - name: ai\n    llm: {{}}\n    token_limit: {{limit: 1000000, window: minute}}\n",
+        up.addr
+    ))
+    .await;
+    let direct = run(&format!("http://{}/compress", up.addr), &[]).await;
+    let through = run(&format!("http://{}/llm/compress", gw.proxy_addr), &[]).await;
+    // Compressed as the provider sent them, but for the one stream tollgate asked usage
+    // of itself (asked uncompressed: its added chunk is removed).
+    let codings = |v: &Value| v["_codings"].as_array().unwrap().clone();
+    assert_eq!(codings(&direct), vec![Value::from("gzip"); 6]);
+    assert_eq!(codings(&through).iter().filter(|c| *c == "gzip").count(), 5);
+    assert_same_and_counted(&gw, &direct, &through).await;
+}
+
+/// `n: 50` under a 600-token limit can never fit: the OpenAI SDK, retrying twice by
+/// default, sends it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_can_never_fit_is_sent_once_by_the_sdk() {
+    let up = Provider::start(local0()).await.unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /llm\n    upstream: http://{}\npolicies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    token_limit: {{limit: 600, window: hour}}\n",
+        up.addr
+    ))
+    .await;
+    let script = r#"
+import os, json, httpx, openai
+sent = []
+http = httpx.Client(event_hooks={"request": [lambda r: sent.append(1)]})
+oc = openai.OpenAI(base_url=os.environ["BASE"] + "/v1", api_key="sk-test", http_client=http)
+try:
+    oc.chat.completions.create(model="gpt-4o-mini", n=50, max_tokens=20,
+        messages=[{"role": "user", "content": "hi"}])
+    out = "admitted"
+except openai.RateLimitError as e:
+    out = e.response.headers.get("x-tollgate-error")
+print(json.dumps({"sent": len(sent), "out": out}))
+"#;
+    let path = tokio::task::spawn_blocking(sdks).await.unwrap();
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", path)
+        .env("BASE", format!("http://{}/llm", gw.proxy_addr))
+        .args(["-c", script]);
+    let got: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
+    assert_eq!(got["out"], "token_limited", "{got}");
+    assert_eq!(
+        got["sent"], 1,
+        "the SDK retried a call that can never fit: {got}"
+    );
 }
