@@ -13,6 +13,7 @@ mod architecture;
 mod cache;
 mod client_contract;
 mod clients;
+mod collector_bounds;
 mod config;
 mod config_files;
 mod config_properties;

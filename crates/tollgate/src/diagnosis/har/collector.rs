@@ -8,6 +8,7 @@ use crate::body::{Body, full};
 use crate::diagnosis::settings::{Batching, Collector as Settings};
 use crate::target::Scheme;
 use crate::upstream::Connector;
+use bytes::Buf;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, header};
 use hyper_util::client::legacy::Client;
@@ -122,8 +123,8 @@ impl Poster {
         let send = async {
             let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
             let status = resp.status();
-            // Read the answer so the connection can be reused.
-            let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+            // Read the answer so the connection can be reused (a few KiB at most).
+            let _ = read_answer(resp.into_body()).await;
             if status.is_success() {
                 Ok(())
             } else {
@@ -134,6 +135,32 @@ impl Poster {
             .await
             .map_err(|_| format!("no answer within {:?}", self.timeout))?
     }
+}
+
+/// The most of a collector's answer that is read (HAR's, OTLP's): only its status
+/// matters, and a collector that answers on and on must not grow the gateway's memory.
+pub const MAX_ANSWER: usize = 4 << 10;
+
+/// A collector's answer, up to [`MAX_ANSWER`]: past it the rest is not read and the
+/// connection is dropped with the body (it cannot be reused).
+pub async fn read_answer<B>(body: B) -> bytes::Bytes
+where
+    B: http_body::Body + Unpin,
+{
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut out = bytes::BytesMut::new();
+    while let Some(Ok(f)) = body.frame().await {
+        if let Some(d) = f.data_ref() {
+            let d: &[u8] = d.chunk();
+            let room = MAX_ANSWER - out.len();
+            out.extend_from_slice(&d[..d.len().min(room)]);
+            if out.len() >= MAX_ANSWER {
+                break;
+            }
+        }
+    }
+    out.freeze()
 }
 
 /// Where batches go.

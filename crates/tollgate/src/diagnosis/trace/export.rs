@@ -11,7 +11,6 @@ use crate::diagnosis::har::collector::Sender;
 use crate::diagnosis::settings::{OtlpProtocol, TraceExport};
 use crate::upstream::Connector;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use opentelemetry::trace::{
     Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
@@ -301,7 +300,7 @@ impl opentelemetry_http::HttpClient for OtlpHttp {
             .request(http::Request::from_parts(parts, full(body)))
             .await?;
         let (parts, body) = resp.into_parts();
-        let body = body.collect().await?.to_bytes();
+        let body = crate::diagnosis::har::collector::read_answer(body).await;
         Ok(http::Response::from_parts(parts, body))
     }
 }
