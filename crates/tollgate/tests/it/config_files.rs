@@ -202,3 +202,20 @@ async fn a_conf_d_directory_is_read_in_name_order_and_a_new_file_joins_at_reload
         .collect();
     assert_eq!(prefixes, ["/one", "/two"]);
 }
+
+/// A file that is no config (a password file copied into the config directory) is
+/// refused without quoting its contents back: the error names its line.
+#[test]
+fn a_file_that_is_no_config_is_not_quoted_back() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", "listen: {address: '127.0.0.1:0'}\n");
+    let shadow = "root:$6$SALTsalt$Hash0123456789abcdefHASH:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n";
+    write(dir.path(), "shadow.yaml", shadow);
+    let e = ConfigFiles::new(vec![dir.path().to_path_buf()])
+        .load(true)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("SALTsalt") && !e.contains("Hash0123"), "{e}");
+    assert!(e.contains("shadow.yaml"), "the file is named: {e}");
+    assert!(e.contains("line 1"), "its line is named: {e}");
+}
