@@ -107,7 +107,7 @@ fn indent(text: &str, n: usize) -> String {
 /// renamed over it).
 pub fn append_to_file(file: &std::path::Path, entry: &serde_json::Value) -> Result<(), String> {
     let policy = crate::diagnosis::har::read::mock_policy(entry)?;
-    let config = match std::fs::read_to_string(file) {
+    let config = match super::read_text(file) {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(format!("{}: {e}", file.display())),

@@ -93,8 +93,8 @@ impl ConfigFiles {
         }
         let mut parts = Vec::new();
         for f in &files {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| whole(f, format!("cannot read file: {e}")))?;
+            let text =
+                super::read_text(f).map_err(|e| whole(f, format!("cannot read file: {e}")))?;
             // Each file alone: known keys and the right types, placed in that file.
             if let Err(errors) =
                 parse_all(&text).and_then(
@@ -142,7 +142,7 @@ impl ConfigFiles {
     pub fn reload(&self) -> Result<Config, Vec<ConfigError>> {
         let flat = |e: ConfigErrors| e.errors;
         for f in self.files().map_err(flat)? {
-            let text = std::fs::read_to_string(&f).map_err(|e| {
+            let text = super::read_text(&f).map_err(|e| {
                 vec![ConfigError {
                     path: String::new(),
                     message: format!("cannot read `{}`: {e}", f.display()),

@@ -124,7 +124,7 @@ impl Config {
 
     fn read(path: &Path, env_optional: bool) -> Result<(Config, Vec<String>), ConfigErrors> {
         let source = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        let text = read_text(path).map_err(|e| ConfigErrors {
             source: source.clone(),
             errors: vec![ConfigError {
                 path: String::new(),
@@ -182,6 +182,17 @@ fn placed(text: &str, mut errors: Vec<ConfigError>) -> Vec<ConfigError> {
         e.location = locate::locate(text, &e.path);
     }
     errors
+}
+
+/// A config file's text, without the UTF-8 byte order mark an editor on Windows may
+/// write first (YAML 1.2 §5.2 allows it; the parser would read it as a document of its
+/// own).
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    })
 }
 
 /// Parses YAML into the raw types, naming the failing field path and its line:column;

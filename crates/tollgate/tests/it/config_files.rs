@@ -219,3 +219,20 @@ fn a_file_that_is_no_config_is_not_quoted_back() {
     assert!(e.contains("shadow.yaml"), "the file is named: {e}");
     assert!(e.contains("line 1"), "its line is named: {e}");
 }
+
+/// A file an editor saved with a UTF-8 byte order mark, holding a block list, loads as
+/// it would without one, alone or in a directory.
+#[test]
+fn a_byte_order_mark_is_not_a_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\u{feff}domains:\n  deny:\n    - evil.example\n    - worse.example\n";
+    let f = write(dir.path(), "lists.yaml", text);
+    let (config, _) = ConfigFiles::new(vec![f.clone()]).load(true).unwrap();
+    assert!(!config.domains.permits("worse.example"));
+    assert!(config.domains.permits("fine.example"));
+    let (config, _) = ConfigFiles::new(vec![dir.path().to_path_buf()])
+        .load(true)
+        .unwrap();
+    assert!(!config.domains.permits("evil.example"));
+    assert!(tollgate::config::Config::load(&f).is_ok());
+}
