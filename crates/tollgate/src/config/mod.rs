@@ -320,12 +320,13 @@ fn conceal(path: &str, message: &str, location: Option<(usize, usize)>) -> (Stri
     let at = location.map_or_else(|| "in the file".to_owned(), |(l, _)| format!("at line {l}"));
     let path = path
         .split('.')
-        .map(
-            |seg| match looks_like_key(seg.split('[').next().unwrap_or(seg)) {
+        .map(|seg| {
+            let key = seg.split('[').next().unwrap_or(seg);
+            match key.is_empty() || looks_like_key(key) {
                 true => seg.to_owned(),
                 false => "(a key not shown)".to_owned(),
-            },
-        )
+            }
+        })
         .collect::<Vec<_>>()
         .join(".");
     let mut message = message.to_owned();
@@ -453,6 +454,11 @@ mod conceal_tests {
         assert_eq!(
             (path.as_str(), m.as_str()),
             ("listen.bogus", "unknown field `bogus`, expected `a`")
+        );
+        assert_eq!(super::conceal(".", "m", None).0, ".");
+        assert_eq!(
+            super::conceal("policies[0].name", "m", None).0,
+            "policies[0].name"
         );
         let (_, m) = super::conceal(
             ".",
