@@ -9,6 +9,13 @@ pub struct HostGlob {
     pieces: Vec<String>,
 }
 
+/// Two globs are the same pattern when their sources are (a reload compares configs).
+impl PartialEq for HostGlob {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
 impl HostGlob {
     pub fn new(pattern: &str) -> Result<Self, String> {
         let mut p = pattern.trim().trim_end_matches('.').to_ascii_lowercase();

@@ -98,6 +98,44 @@ fn same_origin(req: &Request<Incoming>) -> bool {
     }
 }
 
+/// Without a token, whether the request's `Host` names this listener: an IP address
+/// (DNS rebinding needs a name of the attacker's), `localhost` (RFC 6761 §6.3: it
+/// always resolves to loopback), or a name in `admin.hosts`. A request without `Host`
+/// (HTTP/1.0) comes from no browser. With a token, rebinding gains nothing: the page has
+/// neither the token nor this origin's cookie.
+fn host_allowed(admin: &crate::config::Admin, req: &Request<Incoming>) -> bool {
+    if admin.token.is_some() {
+        return true;
+    }
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{0}"))
+    else {
+        return true;
+    };
+    let Ok(authority) = host.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    let name = authority.host().trim_end_matches('.');
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || name.to_ascii_lowercase().ends_with(".localhost")
+        || admin.hosts.iter().any(|g| g.matches(name))
+}
+
+fn misdirected() -> Response<Body> {
+    text(
+        StatusCode::MISDIRECTED_REQUEST,
+        "application/json",
+        crate::error::body(
+            "unknown_host",
+            "this admin listener has no token and answers only to its address, `localhost` and the names in `admin.hosts` (a page rebinding its own name to this address must not reach it); add the name you use to `admin.hosts`, or set `admin.token`",
+        ),
+    )
+}
+
 fn unauthorised() -> Response<Body> {
     let mut r = text(
         StatusCode::UNAUTHORIZED,
@@ -142,6 +180,9 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     let path = req.uri().path();
     let probe = matches!(path, "/healthz" | "/readyz");
     let ui = path == "/ui" || path.starts_with("/ui/");
+    if !probe && !host_allowed(&shared.runtime.load().config.admin, &req) {
+        return misdirected();
+    }
     let auth = if probe {
         None
     } else {

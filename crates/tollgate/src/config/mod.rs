@@ -75,6 +75,8 @@ pub struct Listen {
 pub struct Admin {
     pub address: SocketAddr,
     pub token: Option<Secret>,
+    /// `admin.hosts`: names a request's `Host` may give without a token.
+    pub hosts: Vec<crate::glob::HostGlob>,
     pub ui: Ui,
 }
 

@@ -123,6 +123,8 @@ pub struct RawAdmin {
     pub address: String,
     /// Bearer token required by every endpoint but the probes: `/metrics`, `/config`, `/policies`, `/discover`, `/remedy-stats`, `/reload` and `/ui` (`Authorization: Bearer TOKEN`, or the dashboard's session cookie once logged in with the token; 401 otherwise); `/healthz` and `/readyz` stay open for probes. `${ENV}` allowed; `/config` shows a `${ENV}` reference as written and a literal token as `MASKED`. Without a token, starting with the admin listener on a non-loopback address prints a warning.
     pub token: Option<crate::fields::SecretText>,
+    /// Without `admin.token`: the names (besides `localhost` and IP addresses, which are always accepted) a request's `Host` may give for this listener, e.g. the Service name Prometheus scrapes (`tollgate-admin.monitoring.svc`). Any other name is refused (421), so a web page that rebinds its own DNS name to this address (DNS rebinding) cannot reach the API. A name matches with any port; `*.example.internal` matches its subdomains.
+    pub hosts: Vec<String>,
     /// The dashboard (`/ui`): live calls, endpoints, remedies, config.
     pub ui: RawUi,
 }
@@ -132,6 +134,7 @@ impl Default for RawAdmin {
         Self {
             address: "127.0.0.1:8081".into(),
             token: None,
+            hosts: Vec::new(),
             ui: RawUi::default(),
         }
     }

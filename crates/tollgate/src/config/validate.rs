@@ -211,6 +211,20 @@ fn admin(e: &mut Errors, raw: &RawConfig) -> Admin {
                 },
             )
         }),
+        hosts: raw
+            .admin
+            .hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                e.check(
+                    &format!("admin.hosts[{i}]"),
+                    crate::glob::HostGlob::new(h).map_err(|m| {
+                        format!("{m}: write a host name (`tollgate-admin.monitoring.svc`) or `*.example.internal`")
+                    }),
+                )
+            })
+            .collect(),
         ui: crate::config::Ui {
             enabled: raw.admin.ui.enabled,
             session_ttl: raw.admin.ui.session_ttl.get(),

@@ -187,3 +187,71 @@ async fn the_metrics_list_in_the_docs_is_complete() {
         "not in configuration.md's table of metrics: {missing:?}"
     );
 }
+
+/// Without a token, a page that rebinds its own name to the admin listener's address
+/// (DNS rebinding: `Host` and `Origin` are then the page's, and the browser calls it
+/// same-origin) is refused; the listener's address, `localhost` and the names in
+/// `admin.hosts` are answered.
+#[tokio::test]
+async fn a_rebound_name_does_not_reach_the_admin_api_without_a_token() {
+    let gw =
+        gateway("admin: {hosts: [tollgate-admin.monitoring.svc, '*.internal.example']}\n").await;
+    let port = gw.admin_addr.port();
+    let ask = |method: http::Method, path: &str, host: String| {
+        let addr = gw.admin_addr;
+        let path = path.to_owned();
+        async move {
+            let origin = format!("http://{host}");
+            send(
+                &client(),
+                Request::builder()
+                    .method(method)
+                    .uri(format!("http://{addr}{path}"))
+                    .header("host", host)
+                    .header("origin", origin)
+                    .header("sec-fetch-site", "same-origin")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let evil = format!("rebind.evil.example:{port}");
+    for (method, path) in [
+        (http::Method::POST, "/reload"),
+        (http::Method::GET, "/config"),
+        (http::Method::GET, "/ui/api/summary"),
+    ] {
+        let got = ask(method.clone(), path, evil.clone()).await;
+        assert_eq!(
+            got.status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "{method} {path}"
+        );
+        assert_eq!(got.json()["error"]["code"], "unknown_host");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("tollgate-admin.monitoring.svc:{port}"),
+        "prometheus.internal.example".to_owned(),
+    ] {
+        let got = ask(http::Method::GET, "/config", host.clone()).await;
+        assert_eq!(got.status, StatusCode::OK, "{host}");
+    }
+    // The probes answer whatever the name.
+    let got = ask(http::Method::GET, "/healthz", evil.clone()).await;
+    assert_eq!(got.status, StatusCode::OK);
+    // With a token, the token is the proof: any name.
+    let gw = gateway("admin: {token: t0ken}\n").await;
+    let got = send(
+        &client(),
+        Request::get(format!("http://{}/config", gw.admin_addr))
+            .header("host", "tollgate-admin.default.svc:8081")
+            .header("authorization", "Bearer t0ken")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+}
