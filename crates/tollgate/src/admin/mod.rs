@@ -22,13 +22,14 @@ use ui::Auth;
 
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
         let s = shared.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
+            let svc = service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(Client(peer.ip()));
                 let s = s.clone();
                 async move { Ok::<_, Infallible>(route(&s, req).await) }
             });
@@ -37,6 +38,35 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 .await;
         });
     }
+}
+
+/// The client's address, as the admin listener accepted it (what wrong tokens are
+/// counted by: [`crate::ui::throttle`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Client(pub std::net::IpAddr);
+
+/// The client address of `req` (unspecified when not set: a request made in-process).
+pub fn client(req: &Request<Incoming>) -> std::net::IpAddr {
+    req.extensions()
+        .get::<Client>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0)
+}
+
+/// 429 for an address sending too many wrong tokens, with `Retry-After`.
+pub fn throttled(wait: std::time::Duration) -> Response<Body> {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let mut r = text(
+        StatusCode::TOO_MANY_REQUESTS,
+        "application/json",
+        crate::error::body(
+            "login_throttled",
+            &format!(
+                "too many wrong admin tokens from this address: the next is checked in {secs}s"
+            ),
+        ),
+    );
+    r.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    r
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
@@ -71,7 +101,12 @@ fn authorised(shared: &Shared, req: &Request<Incoming>) -> Option<Auth> {
                 .or_else(|| v.strip_prefix("bearer "))
         });
     if let Some(given) = bearer {
-        return crate::ui::session::same_secret(given, token.expose()).then_some(Auth::Bearer);
+        let right = crate::ui::session::same_secret(given, token.expose());
+        shared
+            .ui
+            .logins
+            .checked(client(req), right, std::time::Instant::now());
+        return right.then_some(Auth::Bearer);
     }
     crate::ui::session::cookie(req.headers())
         .filter(|id| shared.ui.sessions.valid(id, token.expose()))
@@ -182,6 +217,17 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     let ui = path == "/ui" || path.starts_with("/ui/");
     if !probe && !host_allowed(&shared.runtime.load().config.admin, &req) {
         return misdirected();
+    }
+    // An address sending wrong tokens waits before its next one is checked.
+    let bearer = req.headers().contains_key(header::AUTHORIZATION);
+    if !probe
+        && bearer
+        && let Some(wait) = shared
+            .ui
+            .logins
+            .closed(client(&req), std::time::Instant::now())
+    {
+        return throttled(wait);
     }
     let auth = if probe {
         None

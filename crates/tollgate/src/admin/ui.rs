@@ -111,6 +111,19 @@ async fn login(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let Some(token) = &rt.config.admin.token else {
         return see_other("/ui", None);
     };
+    let from = super::client(&req);
+    let now = std::time::Instant::now();
+    if let Some(wait) = shared.ui.logins.closed(from, now) {
+        shared
+            .metrics
+            .ui_logins
+            .get_or_create(&crate::metrics::ResultLabels {
+                result: "throttled",
+            })
+            .inc();
+        tracing::warn!("dashboard login from {from} refused unchecked: too many wrong tokens");
+        return super::throttled(wait);
+    }
     let body = http_body_util::Limited::new(req.into_body(), MAX_FORM)
         .collect()
         .await
@@ -121,6 +134,7 @@ async fn login(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
     let ok = session::same_secret(given.trim(), token.expose());
+    shared.ui.logins.checked(from, ok, now);
     let result = if ok { "ok" } else { "error" };
     shared
         .metrics

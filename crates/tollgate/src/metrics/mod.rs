@@ -211,7 +211,7 @@ metrics! {
     events_dropped: Counter = "events_dropped", "Request events (access log, dashboard, diagnosis) dropped because the observer queue was full";
     ui_streams: Gauge = "ui_live_streams", "Open live-call streams of the dashboard (/ui/api/live)";
     ui_dropped: Counter = "ui_live_dropped", "Calls a dashboard live stream skipped because its browser read too slowly (the stream goes on from the newest)";
-    ui_logins: Family<ResultLabels, Counter> = "ui_logins", "Dashboard logins by result (ok, error)";
+    ui_logins: Family<ResultLabels, Counter> = "ui_logins", "Dashboard logins by result: ok, error (a wrong token), throttled (refused unchecked: too many wrong tokens from the address)";
     hosts_folded: sharded::ShardedCounter = "metric_hosts_folded", "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels";
     llm_calls: Family<LlmLabels, Counter> = "llm_calls", "LLM calls whose answers were read (policies with `llm`, `token_limit` or `budget`), by policy and model (the answer's; at most 100 names, then `other`)";
     llm_tokens: Family<LlmTokenLabels, Counter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";

@@ -7,6 +7,7 @@ pub mod assets;
 pub mod live;
 pub mod minute;
 pub mod session;
+pub mod throttle;
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,8 @@ pub struct Dashboard {
     /// The last minute, one per data-plane worker (each counts its own requests).
     minutes: Box<[WorkerMinute]>,
     pub sessions: session::Sessions,
+    /// Wrong admin tokens by client address (the form's and `Authorization`'s).
+    pub logins: throttle::Logins,
     started: SystemTime,
     /// When the gateway started, on the clock the minutes' seconds count from.
     started_at: Instant,
@@ -37,6 +40,7 @@ impl Dashboard {
                 .map(|_| WorkerMinute::default())
                 .collect(),
             sessions: session::Sessions::default(),
+            logins: throttle::Logins::default(),
             started: SystemTime::now(),
             started_at: Instant::now(),
             last_reload: Mutex::default(),

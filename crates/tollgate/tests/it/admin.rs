@@ -255,3 +255,68 @@ async fn a_rebound_name_does_not_reach_the_admin_api_without_a_token() {
     .await;
     assert_eq!(got.status, StatusCode::OK);
 }
+
+/// `request` sent from the loopback address `from` (the whole 127.0.0.0/8 is this
+/// machine's): the status line and headers of the answer.
+async fn from_address(from: &str, to: std::net::SocketAddr, request: &str) -> String {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut c = s.connect(to).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    c.write_all(request.as_bytes()).await.unwrap();
+    read_head(&mut c).await
+}
+
+fn login_form(host: std::net::SocketAddr, token: &str) -> String {
+    let body = format!("token={token}");
+    format!(
+        "POST /ui/login HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Wrong tokens slow their address down (the form and `Authorization` alike): past the
+/// first few, its next token is refused unchecked for a while, counted; the right token
+/// from another address is taken at once.
+#[tokio::test]
+async fn wrong_tokens_slow_their_address_down_and_only_theirs() {
+    let gw = gateway("admin: {token: right-token}\n").await;
+    let admin = gw.admin_addr;
+    for i in 0..6 {
+        let head = from_address("127.0.0.7", admin, &login_form(admin, "guess")).await;
+        assert!(head.starts_with("HTTP/1.1 303"), "wrong token {i}: {head}");
+    }
+    // Closed now: even the right token is not checked from this address.
+    let head = from_address("127.0.0.7", admin, &login_form(admin, "right-token")).await;
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    let api = format!(
+        "GET /config HTTP/1.1\r\nhost: {admin}\r\nauthorization: Bearer guess\r\nconnection: close\r\n\r\n"
+    );
+    let head = from_address("127.0.0.7", admin, &api).await;
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    // Another address is not affected.
+    let head = from_address("127.0.0.8", admin, &login_form(admin, "right-token")).await;
+    assert!(head.starts_with("HTTP/1.1 303"), "{head}");
+    assert!(head.contains("location: /ui\r\n"), "{head}");
+    let metrics = send(
+        &client(),
+        Request::get(format!("http://{admin}/metrics"))
+            .header("authorization", "Bearer right-token")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("tollgate_ui_logins_total{result=\"throttled\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_ui_logins_total{result=\"error\"} 6"),
+        "{text}"
+    );
+}
