@@ -33,12 +33,18 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 let s = s.clone();
                 async move { Ok::<_, Infallible>(route(&s, req).await) }
             });
+            // A live stream whose browser stalls holds what hyper buffers for it: keep
+            // that small (the admin API's requests are small too).
             let _ = http1::Builder::new()
+                .max_buf_size(ADMIN_BUFFER)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
     }
 }
+
+/// The most an admin connection buffers, each way.
+const ADMIN_BUFFER: usize = 64 << 10;
 
 /// The client's address, as the admin listener accepted it (what wrong tokens are
 /// counted by: [`crate::ui::throttle`]).

@@ -71,7 +71,13 @@ pub async fn route(
         (Method::GET, "/ui" | "/ui/") => assets::index_page(),
         (Method::GET, "/ui/api/summary") => json_response(StatusCode::OK, &summary(shared)),
         (Method::GET, "/ui/api/live") => {
-            let mut r = Response::new(shared.ui.live.stream());
+            let Ok(stream) = shared.ui.live.stream() else {
+                return json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": format!("{} live streams are open, the most at once: close a dashboard tab", crate::ui::live::MAX_STREAMS)}),
+                );
+            };
+            let mut r = Response::new(stream);
             let h = r.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,

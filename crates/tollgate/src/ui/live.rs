@@ -6,12 +6,14 @@
 //! watching?) and the observer a line per failed call. While someone watches, each call
 //! keeps its path for its event and the observer writes a JSON line per call, at most
 //! [`PER_DRAIN`] per 20 ms drain (1 250 a second: more than anyone reads, few enough to
-//! cost nothing measurable; the streams are told how many were left out), into a
-//! broadcast ring of [`RING`] lines shared by every stream. A browser that reads too
-//! slowly skips what was overwritten (counted in `tollgate_ui_live_dropped_total`, and
-//! told to it), so however many browsers watch and however stalled, memory is bounded.
-//! Each stream writes what has arrived since its last write at once: a write per batch,
-//! not per call.
+//! cost nothing measurable; the streams are told how many were left out), into each
+//! stream's own ring of [`RING`] lines (the lines shared, not copied). A browser that
+//! reads too slowly loses its oldest lines as new ones arrive: each is counted in
+//! `tollgate_ui_live_dropped_total` when it is dropped, and the stream is told how many
+//! when it next writes. At most [`MAX_STREAMS`] streams are open at once (another is
+//! answered 503), and the admin listener buffers little per connection, so however many
+//! browsers watch and however stalled, memory is bounded. Each stream writes what has
+//! arrived since its last write at once: a write per batch, not per call.
 
 use crate::body::Body;
 use crate::diagnosis::Watching;
@@ -25,10 +27,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
-/// Lines of the broadcast ring every stream reads.
+/// Lines each stream's ring holds.
 const RING: usize = 512;
+/// Live streams open at once.
+pub const MAX_STREAMS: usize = 64;
 /// Most calls published per drain of the observer (every 20 ms): 1 250 a second.
 pub const PER_DRAIN: u32 = 25;
 /// Most events one write of a stream carries.
@@ -118,7 +122,8 @@ enum Item {
 
 pub struct Live {
     watching: Watching,
-    tx: broadcast::Sender<Item>,
+    /// The open streams' rings.
+    streams_open: Mutex<Vec<Arc<Ring>>>,
     /// Calls published in this drain, and those left out past [`PER_DRAIN`].
     this_drain: AtomicU32,
     left_out: AtomicU64,
@@ -129,11 +134,39 @@ pub struct Live {
     dropped: Counter,
 }
 
+/// One stream's lines waiting for its browser: the newest [`RING`], how many older ones
+/// were dropped since its last write, and the stream's wake-up.
+#[derive(Default)]
+struct Ring {
+    items: Mutex<VecDeque<Item>>,
+    skipped: AtomicU64,
+    ready: Notify,
+}
+
+impl Ring {
+    /// Adds `item`, dropping the oldest when full (counted, here and on `dropped`).
+    fn push(&self, item: Item, dropped: &Counter) {
+        let mut q = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() == RING {
+            q.pop_front();
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            dropped.inc();
+        }
+        q.push_back(item);
+        drop(q);
+        self.ready.notify_one();
+    }
+}
+
+/// Why no stream was opened.
+#[derive(Debug)]
+pub struct TooMany;
+
 impl Live {
     pub fn new(watching: Watching, metrics: &Metrics) -> Self {
         Self {
             watching,
-            tx: broadcast::channel(RING).0,
+            streams_open: Mutex::default(),
             this_drain: AtomicU32::new(0),
             left_out: AtomicU64::new(0),
             pending: Mutex::default(),
@@ -147,18 +180,25 @@ impl Live {
         &self.watching
     }
 
+    /// `item` to every open stream.
+    fn send(&self, item: &Item) {
+        let rings = self.streams_open.lock().unwrap_or_else(|p| p.into_inner());
+        for r in rings.iter() {
+            r.push(item.clone(), &self.dropped);
+        }
+    }
+
     /// On the observer thread, after each drain: the drain's calls to the streams, all
     /// at once (a stream wakes once a drain, not once a call), and how many it left
     /// out; then a new allowance.
     pub fn drained(&self) {
         let calls = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
         for line in calls {
-            // No receiver left (the last stream just closed): nothing to do.
-            let _ = self.tx.send(Item::Call(line));
+            self.send(&Item::Call(line));
         }
         let n = self.left_out.swap(0, Ordering::Relaxed);
         if n > 0 && self.watching.any() {
-            let _ = self.tx.send(Item::LeftOut(n));
+            self.send(&Item::LeftOut(n));
         }
         self.this_drain.store(0, Ordering::Relaxed);
     }
@@ -205,57 +245,64 @@ impl Live {
 
     /// The event stream of one browser: `call` events as calls finish, a `left_out`
     /// event when a drain published only some, a `dropped` event when this stream
-    /// skipped some, a comment every [`HEARTBEAT`]. What has arrived since the last
-    /// write goes in one write.
-    pub fn stream(self: &Arc<Self>) -> Body {
-        let rx = self.tx.subscribe();
-        let guard = Watcher::new(self.clone());
+    /// lost some, a comment every [`HEARTBEAT`]. What has arrived since the last write
+    /// goes in one write. [`TooMany`] when [`MAX_STREAMS`] are open.
+    pub fn stream(self: &Arc<Self>) -> Result<Body, TooMany> {
+        let ring = Arc::new(Ring::default());
+        {
+            let mut open = self.streams_open.lock().unwrap_or_else(|p| p.into_inner());
+            if open.len() >= MAX_STREAMS {
+                return Err(TooMany);
+            }
+            open.push(ring.clone());
+        }
+        let guard = Watcher::new(self.clone(), ring);
         // The first bytes at once: the browser knows the stream is open.
         let hello = Bytes::from_static(b": tollgate live calls\nretry: 2000\n\n");
-        let state = (rx, guard, Some(hello));
-        let s = futures_util::stream::unfold(state, |(mut rx, guard, first)| async move {
+        let state = (guard, Some(hello));
+        let s = futures_util::stream::unfold(state, |(guard, first)| async move {
             if let Some(b) = first {
-                return Some((Ok(b), (rx, guard, None)));
+                return Some((Ok(b), (guard, None)));
             }
+            let ring = guard.ring.clone();
             let mut out = String::new();
-            let got = tokio::select! {
-                got = rx.recv() => got,
-                _ = tokio::time::sleep(HEARTBEAT) => {
-                    return Some((Ok(Bytes::from_static(b": heartbeat\n\n")), (rx, guard, None)));
+            loop {
+                let woke = tokio::time::timeout(HEARTBEAT, ring.ready.notified()).await;
+                let skipped = ring.skipped.swap(0, Ordering::Relaxed);
+                if skipped > 0 {
+                    out.push_str(&format!(
+                        "event: dropped\ndata: {{\"dropped\":{skipped}}}\n\n"
+                    ));
                 }
-            };
-            let mut next = Some(got);
-            let mut n = 0;
-            while let Some(got) = next.take() {
-                match got {
-                    Ok(item) => event(&mut out, &item),
-                    Err(broadcast::error::RecvError::Lagged(k)) => {
-                        guard.live.dropped.inc_by(k);
-                        out.push_str(&format!("event: dropped\ndata: {{\"dropped\":{k}}}\n\n"));
+                {
+                    let mut q = ring.items.lock().unwrap_or_else(|p| p.into_inner());
+                    let n = q.len().min(BATCH.saturating_sub(usize::from(skipped > 0)));
+                    for item in q.drain(..n) {
+                        event(&mut out, &item);
                     }
-                    Err(broadcast::error::RecvError::Closed) if out.is_empty() => return None,
-                    Err(broadcast::error::RecvError::Closed) => break,
+                    if !q.is_empty() {
+                        // More than a batch waits: the next poll takes it at once.
+                        ring.ready.notify_one();
+                    }
                 }
-                n += 1;
-                if n < BATCH {
-                    next = match rx.try_recv() {
-                        Ok(item) => Some(Ok(item)),
-                        Err(broadcast::error::TryRecvError::Lagged(k)) => {
-                            Some(Err(broadcast::error::RecvError::Lagged(k)))
-                        }
-                        Err(_) => None,
-                    };
+                if woke.is_err() && out.is_empty() {
+                    out.push_str(": heartbeat\n\n");
+                }
+                if !out.is_empty() {
+                    break;
                 }
             }
             Some((
                 Ok::<_, crate::body::BoxError>(Bytes::from(out)),
-                (rx, guard, None),
+                (guard, None),
             ))
         });
-        http_body_util::StreamBody::new(futures_util::StreamExt::map(s, |r| {
-            r.map(hyper::body::Frame::data)
-        }))
-        .boxed_unsync()
+        Ok(
+            http_body_util::StreamBody::new(futures_util::StreamExt::map(s, |r| {
+                r.map(hyper::body::Frame::data)
+            }))
+            .boxed_unsync(),
+        )
     }
 }
 
@@ -271,21 +318,28 @@ fn event(out: &mut String, item: &Item) {
     out.push_str("\n\n");
 }
 
-/// One open stream: counted while it lives.
+/// One open stream: counted while it lives, its ring taken from the streams when it
+/// ends.
 struct Watcher {
     live: Arc<Live>,
+    ring: Arc<Ring>,
 }
 
 impl Watcher {
-    fn new(live: Arc<Live>) -> Self {
+    fn new(live: Arc<Live>, ring: Arc<Ring>) -> Self {
         live.watching.opened();
         live.streams.inc();
-        Self { live }
+        Self { live, ring }
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        self.live
+            .streams_open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|r| !Arc::ptr_eq(r, &self.ring));
         self.live.watching.closed();
         self.live.streams.dec();
     }
@@ -331,7 +385,7 @@ mod tests {
     async fn a_slow_stream_skips_what_was_overwritten_and_says_so() {
         let metrics = Metrics::default();
         let live = Arc::new(Live::new(Watching::default(), &metrics));
-        let mut body = live.stream();
+        let mut body = live.stream().unwrap();
         assert!(live.watching().any());
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert!(first.starts_with(b": tollgate"));
@@ -339,6 +393,8 @@ mod tests {
             live.publish(false, || call(200));
             live.drained();
         }
+        // Counted as each was dropped, before the browser reads again.
+        assert_eq!(metrics.ui_dropped.get(), 10);
         // One write: the skip said first, then the calls still in the ring (a batch).
         let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
         let text = String::from_utf8_lossy(&next);
@@ -356,7 +412,7 @@ mod tests {
     #[tokio::test]
     async fn a_drain_publishes_its_allowance_and_says_how_many_it_left_out() {
         let live = Arc::new(Live::new(Watching::default(), &Metrics::default()));
-        let mut body = live.stream();
+        let mut body = live.stream().unwrap();
         body.frame().await.unwrap().unwrap();
         for _ in 0..PER_DRAIN + 5 {
             live.publish(false, || call(200));
@@ -372,5 +428,21 @@ mod tests {
             text.ends_with("event: left_out\ndata: {\"left_out\":5}\n\n"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn streams_are_bounded_and_a_closed_one_frees_its_place() {
+        let metrics = Metrics::default();
+        let live = Arc::new(Live::new(Watching::default(), &metrics));
+        let mut open: Vec<_> = (0..MAX_STREAMS).map(|_| live.stream().unwrap()).collect();
+        assert!(live.stream().is_err());
+        // Never read: the rings still drop, and count, what they cannot hold.
+        for _ in 0..RING + 3 {
+            live.publish(false, || call(200));
+            live.drained();
+        }
+        assert_eq!(metrics.ui_dropped.get(), 3 * MAX_STREAMS as u64);
+        open.pop();
+        assert!(live.stream().is_ok());
     }
 }

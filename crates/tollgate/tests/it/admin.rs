@@ -320,3 +320,32 @@ async fn wrong_tokens_slow_their_address_down_and_only_theirs() {
         "{text}"
     );
 }
+
+/// Live-call streams are bounded: past the most at once another is answered 503, and a
+/// browser gone frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_streams_are_bounded() {
+    let gw = gateway("").await;
+    let admin = gw.admin_addr;
+    let open_one = || async move {
+        let mut c = tokio::net::TcpStream::connect(admin).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        c.write_all(format!("GET /ui/api/live HTTP/1.1\r\nhost: {admin}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let head = read_head(&mut c).await;
+        (c, head)
+    };
+    let mut open = Vec::new();
+    for i in 0..tollgate::ui::live::MAX_STREAMS {
+        let (c, head) = open_one().await;
+        assert!(head.starts_with("HTTP/1.1 200"), "stream {i}: {head}");
+        open.push(c);
+    }
+    let (_, head) = open_one().await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    drop(open);
+    metrics_when(&gw, |t| t.contains("tollgate_ui_live_streams 0\n")).await;
+    let (_, head) = open_one().await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
