@@ -168,7 +168,7 @@ pub struct RawUpstream {
     pub connect_timeout: Dur<1, HOUR_MS>,
     /// From handing the request to the upstream client to the provider's response head, including connecting when no pooled connection is free (so keep it above `connect_timeout`, or a slow connect reports as a response timeout); past it: 504 `upstream_timeout`. The body then streams without a deadline.
     pub response_timeout: Dur<1, DAY_MS>,
-    /// The longest resolved addresses are kept: each answer is kept for its records' TTL, up to this, so a provider that moves its addresses is followed as soon as its records say (failures are not cached; concurrent lookups of one name are coalesced). Where the system's DNS configuration (`/etc/resolv.conf`) cannot be read, getaddrinfo answers and its addresses are kept this long.
+    /// The longest resolved addresses are kept: each answer is kept for its records' TTL, up to this, so a provider that moves its addresses is followed as soon as its records say (failures are not cached; concurrent lookups of one name are one lookup, which runs to its end on its own even when the caller that started it gives up at its connect deadline). Where the system's DNS configuration (`/etc/resolv.conf`) cannot be read, getaddrinfo answers and its addresses are kept this long.
     pub dns_ttl: Dur<0, DAY_MS>,
     /// DNS servers to ask, as `ip` or `ip:port` (port 53 by default), over UDP and TCP. Empty (the default): the servers, search domains and options of `/etc/resolv.conf`, and `/etc/hosts`.
     pub dns_servers: Vec<String>,

@@ -2,10 +2,15 @@
 //! (search domains, `/etc/hosts`) or from `upstream.dns_servers`. Each answer is kept
 //! for its records' TTL, up to `upstream.dns_ttl`, so a provider that moves its
 //! addresses is followed as soon as its records say (RFC 1035 §3.2.1, RFC 2181 §8).
-//! Concurrent lookups of one name are coalesced; failures are not cached. Where the
+//! Concurrent lookups of one name are coalesced into one, which runs on its own task:
+//! a caller that gives up (its connect deadline) leaves it running for the others and
+//! for the cache, rather than leaving the next waiter to ask again. Failures are not
+//! cached. Where the
 //! system's configuration cannot be read, the system's resolver (getaddrinfo) answers,
 //! kept for `dns_ttl`.
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{
     LookupIpStrategy, NameServerConfig, NameServerConfigGroup, ResolverConfig,
@@ -13,8 +18,9 @@ use hickory_resolver::config::{
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
 use moka::future::Cache;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The addresses of a name, and how long they may be used.
@@ -33,9 +39,14 @@ impl moka::Expiry<Arc<str>, Answer> for ByTtl {
     }
 }
 
+/// A lookup in flight, awaited by every caller of its name.
+type Lookup = Shared<BoxFuture<'static, Result<Answer, String>>>;
+
 #[derive(Clone)]
 pub struct Resolver {
     cache: Cache<Arc<str>, Answer>,
+    /// The lookups in flight, by name (removed when each ends).
+    inflight: Arc<Mutex<HashMap<Arc<str>, Lookup>>>,
     /// `None`: getaddrinfo (the system's configuration could not be read).
     dns: Option<Arc<TokioResolver>>,
     /// The longest an answer is kept (`upstream.dns_ttl`).
@@ -81,6 +92,7 @@ impl Resolver {
                 .max_capacity(10_000)
                 .expire_after(ByTtl)
                 .build(),
+            inflight: Arc::default(),
             dns,
             cap,
         }
@@ -91,26 +103,47 @@ impl Resolver {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        let name = host.clone();
-        let (dns, cap) = (self.dns.clone(), self.cap);
-        let answer = self
-            .cache
-            .try_get_with(host.clone(), async move {
-                match dns {
-                    // `localhost` is what the hosts file says, as getaddrinfo reads it:
-                    // hickory answers it with both 127.0.0.1 and ::1 (RFC 6761 §6.3)
-                    // where the file may name one.
-                    Some(dns) if !is_localhost(&name) => lookup(&dns, &name, cap).await,
-                    _ => system(&name, cap).await,
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+        let answer = match self.cache.get(host).await {
+            Some(a) => a,
+            None => self.lookup(host).await?,
+        };
         Ok(answer
             .ips
             .iter()
             .map(|ip| SocketAddr::new(*ip, port))
             .collect())
+    }
+}
+
+impl Resolver {
+    /// The lookup of `host` in flight, or a new one on its own task: it runs to its end
+    /// whoever stops waiting, and puts its answer in the cache.
+    fn lookup(&self, host: &Arc<str>) -> Lookup {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = inflight.get(host) {
+            return l.clone();
+        }
+        let (name, dns, cap) = (host.clone(), self.dns.clone(), self.cap);
+        let (cache, all) = (self.cache.clone(), self.inflight.clone());
+        let task = tokio::spawn(async move {
+            let found = match dns {
+                // `localhost` is what the hosts file says, as getaddrinfo reads it:
+                // hickory answers it with both 127.0.0.1 and ::1 (RFC 6761 §6.3)
+                // where the file may name one.
+                Some(dns) if !is_localhost(&name) => lookup(&dns, &name, cap).await,
+                _ => system(&name, cap).await,
+            };
+            if let Ok(a) = &found {
+                cache.insert(name.clone(), a.clone()).await;
+            }
+            all.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+            found.map_err(|e| e.to_string())
+        });
+        let l = async move { task.await.unwrap_or_else(|e| Err(e.to_string())) }
+            .boxed()
+            .shared();
+        inflight.insert(host.clone(), l.clone());
+        l
     }
 }
 

@@ -18,7 +18,12 @@ struct Dns {
 
 impl Dns {
     async fn start(address: Ipv4Addr, ttl: u32) -> Dns {
-        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        Self::answering_after(address, ttl, std::time::Duration::ZERO).await
+    }
+
+    /// A server that answers each question `delay` after it came (a slow resolver).
+    async fn answering_after(address: Ipv4Addr, ttl: u32, delay: std::time::Duration) -> Dns {
+        let socket = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let addr = socket.local_addr().unwrap();
         let (a, n) = (
             Arc::new(AtomicU32::new(address.into())),
@@ -32,7 +37,11 @@ impl Dns {
                     return;
                 };
                 if let Some(r) = reply(&buf[..len], &a2, ttl, &n2) {
-                    let _ = socket.send_to(&r, from).await;
+                    let socket = socket.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = socket.send_to(&r, from).await;
+                    });
                 }
             }
         });
@@ -178,4 +187,62 @@ fn a_dns_server_that_is_not_an_address_is_refused_at_its_path() {
 /// again (a pooled connection stays with the address it was opened to).
 fn answer_of(who: &str) -> http::Response<tollgate::body::Body> {
     answer(200, &[("connection", "close")], who)
+}
+
+/// Calls to a name whose DNS answers slowly, arriving one after another and each giving
+/// up at its connect deadline, share one lookup: it runs on past the first caller's
+/// deadline and answers the later ones from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lookups_of_a_slow_name_are_one() {
+    let up = upstream(|_req| async { answer_of("one") }).await;
+    let dns =
+        Dns::answering_after(Ipv4Addr::LOCALHOST, 300, std::time::Duration::from_secs(2)).await;
+    let gw = gateway(&format!(
+        "upstream:\n  dns_servers: [\"{}\"]\n  connect_timeout: 300ms\n",
+        dns.addr
+    ))
+    .await;
+    let name = "slow.provider.test";
+    let mut calls = Vec::new();
+    for _ in 0..30 {
+        let (proxy, port) = (gw.proxy_addr, up.addr.port());
+        calls.push(tokio::spawn(async move {
+            send(
+                &client(),
+                http::Request::get(format!("http://{proxy}/"))
+                    .header("x-tollgate-host", format!("{name}:{port}"))
+                    .header("x-tollgate-scheme", "http")
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+            .status
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for c in calls {
+        let _ = c.await.unwrap();
+    }
+    // The one lookup's answer lands in the cache: a later call connects without asking.
+    eventually("the slow answer arrived and was kept", || async {
+        let got = send(
+            &client(),
+            http::Request::get(format!("http://{}/", gw.proxy_addr))
+                .header("x-tollgate-host", format!("{name}:{}", up.addr.port()))
+                .header("x-tollgate-scheme", "http")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+        match got.status.as_u16() {
+            200 => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+    let asked = dns.asked.load(Ordering::SeqCst);
+    assert!(
+        asked <= 2,
+        "{asked} questions for one name (one lookup, a retry at most)"
+    );
 }
