@@ -10,8 +10,11 @@
 //! last complete entry. Entries are appended as calls complete; a closed file is put in
 //! start order (HAR viewers show entries as a timeline). A write that fails (a full disk) is undone: the file is cut back
 //! to the entries it held before, so what follows starts clean; if even that fails the
-//! file is left for the repair a later rotation runs.
+//! file is left for the repair a later rotation runs. A closed file is published, and
+//! the oldest deleted, on a thread of their own ([`super::publish`]): a rotation costs
+//! the writer the next file's creation only.
 
+use super::publish::{Closed, Publisher};
 use crate::diagnosis::settings::HarFile;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
@@ -33,6 +36,9 @@ pub struct FileSink {
     /// Files a failed write could not restore, repaired at the next rotation (once space
     /// may be back).
     abandoned: Vec<PathBuf>,
+    /// Publishes closed files (dropped after the file being written is closed: stopping
+    /// publishes it too).
+    publisher: Publisher,
 }
 
 struct Current {
@@ -63,12 +69,21 @@ impl FileSink {
     pub fn new(settings: HarFile) -> std::io::Result<Self> {
         ensure_dir(&settings.dir)?;
         repair_all(&settings.dir);
-        Ok(Self {
+        keep_newest(&settings.dir, settings.retain);
+        let (dir, retain) = (settings.dir.clone(), settings.retain);
+        let publisher = Publisher::start(Box::new(move |c| publish_closed(c, &dir, retain)));
+        Ok(Self::publishing_with(settings, publisher))
+    }
+
+    /// A sink whose closed files go to `publisher`.
+    fn publishing_with(settings: HarFile, publisher: Publisher) -> Self {
+        Self {
             settings,
             current: None,
             seq: 0,
             abandoned: Vec::new(),
-        })
+            publisher,
+        }
     }
 
     /// Appends entries (each a serialized JSON object on one line), closing the file and
@@ -123,12 +138,13 @@ impl FileSink {
         }
     }
 
-    /// Publishes the file being written under its `.har` name.
+    /// Hands the file being written to be published under its `.har` name.
     fn close(&mut self) {
-        if let Some(c) = self.current.take()
-            && let Err(e) = c.publish()
-        {
-            tracing::warn!("HAR file {}: {e}", c.path.display());
+        if let Some(c) = self.current.take() {
+            self.publisher.hand(Closed {
+                file: c.file,
+                path: c.path,
+            });
         }
     }
 
@@ -161,16 +177,33 @@ impl FileSink {
             entries: 0,
             opened: Instant::now(),
         });
-        self.retain()
-    }
-
-    /// Deletes the oldest files past the retention count (the current one included).
-    fn retain(&self) -> std::io::Result<()> {
-        let mut files = har_files(&self.settings.dir)?;
-        while files.len() > self.settings.retain {
-            let _ = std::fs::remove_file(files.remove(0));
-        }
         Ok(())
+    }
+}
+
+/// On the publishing thread: flushes a closed file to disk, publishes it, and deletes
+/// the oldest files past `retain` (the one being written included). A file retention
+/// deleted while it waited is gone as it would have been.
+fn publish_closed(c: Closed, dir: &Path, retain: usize) {
+    let published = c.file.sync_data().and_then(|_| publish(&c.path));
+    match published {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("HAR file {}: {e}", c.path.display()),
+        Ok(()) => {}
+    }
+    drop(c.file);
+    keep_newest(dir, retain);
+}
+
+/// Deletes the oldest files in `dir` past `retain` (the one being written included).
+fn keep_newest(dir: &Path, retain: usize) {
+    match har_files(dir) {
+        Ok(mut files) => {
+            while files.len() > retain {
+                let _ = std::fs::remove_file(files.remove(0));
+            }
+        }
+        Err(e) => tracing::warn!("HAR files in {}: {e}", dir.display()),
     }
 }
 
@@ -212,12 +245,6 @@ impl Current {
         }
         self.size = at + (chunk.len() + CLOSE.len()) as u64;
         Ok(())
-    }
-
-    /// Flushes to disk and renames to `.har`, its entries put in start order first.
-    fn publish(&self) -> std::io::Result<()> {
-        self.file.sync_data()?;
-        publish(&self.path)
     }
 }
 
@@ -487,6 +514,64 @@ mod tests {
         let fixed = format!("{}{CLOSE}", &cut[..at(cut).unwrap() as usize]);
         let doc: serde_json::Value = serde_json::from_str(&fixed).unwrap();
         assert_eq!(doc["log"]["entries"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_rotation_never_waits_for_a_file_to_be_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = HarFile {
+            dir: dir.path().into(),
+            max_bytes: 4 << 10,
+            max_age: std::time::Duration::from_secs(3600),
+            retain: 1000,
+        };
+        // Publishing held until the appends are done: a disk whose flushes never end.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = std::sync::Mutex::new(held);
+        let (d, retain) = (settings.dir.clone(), settings.retain);
+        let publisher = Publisher::start(Box::new(move |c| {
+            let _ = held.lock().unwrap().recv();
+            publish_closed(c, &d, retain);
+        }));
+        let mut sink = FileSink::publishing_with(settings, publisher);
+        let entry = |i: usize| {
+            format!(
+                r#"{{"startedDateTime":"2026-11-23T10:00:{:02}.000Z","n":{i},"pad":"{}"}}"#,
+                i % 60,
+                "x".repeat(900)
+            )
+        };
+        let entries: Vec<String> = (0..20).map(entry).collect();
+        // Four rotations and more: before, each waited for the held flush, and this
+        // never returned (the thread below would never answer).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let appender = std::thread::spawn(move || {
+            for chunk in entries.chunks(2) {
+                sink.append(chunk).unwrap();
+            }
+            tx.send(()).unwrap();
+            sink
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the appends returned while the publishing was held");
+        let sink = appender.join().unwrap();
+        for _ in 0..super::super::publish::QUEUE * 4 {
+            let _ = release.send(());
+        }
+        drop(release);
+        drop(sink);
+        let mut seen = 0;
+        for f in har_files(dir.path()).unwrap() {
+            assert!(
+                f.to_string_lossy().ends_with(SUFFIX),
+                "published: {}",
+                f.display()
+            );
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+            seen += doc["log"]["entries"].as_array().unwrap().len();
+        }
+        assert_eq!(seen, 20, "every entry in a published file");
     }
 
     #[test]
