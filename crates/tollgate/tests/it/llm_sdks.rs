@@ -269,3 +269,49 @@ print(json.dumps({"sent": len(sent), "out": out}))
         "the SDK retried a call that can never fit: {got}"
     );
 }
+
+/// Google's `google-genai` SDK (its default client and headers: `Accept-Encoding: gzip`)
+/// against a compressing Gemini stand-in, whole and streamed: it parses the same answers
+/// through tollgate, and tollgate counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_genai_sdk_gets_compressed_answers_and_tollgate_counts_them() {
+    let up = Provider::start(local0()).await.unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /llm\n    upstream: http://{}\npolicies:\n  - name: ai\n    llm: {{}}\n",
+        up.addr
+    ))
+    .await;
+    let script = r#"
+import os, json
+from google import genai
+from google.genai import types
+c = genai.Client(api_key="g-test", http_options=types.HttpOptions(base_url=os.environ["BASE"]))
+out = {}
+r = c.models.generate_content(model="gemini-2.5-flash", contents="hi",
+    config=types.GenerateContentConfig(max_output_tokens=5))
+out["whole"] = [r.text, r.usage_metadata.candidates_token_count]
+out["stream"] = [ch.text for ch in c.models.generate_content_stream(
+    model="gemini-2.5-flash", contents="hi", config=types.GenerateContentConfig(max_output_tokens=6))]
+print(json.dumps(out))
+"#;
+    let path = tokio::task::spawn_blocking(|| pip_once("python-genai", &["google-genai==3.6.1"]))
+        .await
+        .unwrap();
+    let run = |base: String| {
+        let path = path.clone();
+        async move {
+            let mut c = Command::new("python3");
+            c.env("PYTHONPATH", path)
+                .env("BASE", base)
+                .env_remove("NO_PROXY")
+                .env_remove("no_proxy")
+                .args(["-c", script]);
+            serde_json::from_str::<Value>(stdout_of(c).await.trim()).unwrap()
+        }
+    };
+    let direct = run(format!("http://{}/compress", up.addr)).await;
+    let through = run(format!("http://{}/llm/compress", gw.proxy_addr)).await;
+    assert_eq!(direct, through, "the SDK parsed something else");
+    assert_eq!(direct["whole"][1], 5);
+    counted(&gw, "gemini-2.5-flash", "output", 5 + 6).await;
+}
