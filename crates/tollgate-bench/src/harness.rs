@@ -266,9 +266,10 @@ impl Target {
     /// The target's `/metrics` (targets the bench started with an admin listener).
     pub fn metrics(&self) -> Option<String> {
         use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(self.admin?).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
-            .ok()?;
+        let admin = self.admin?;
+        let mut s = std::net::TcpStream::connect(admin).ok()?;
+        // Its address as `Host`: an admin listener without a token answers no other name.
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         Some(text)

@@ -127,6 +127,17 @@ const scenarios = {
     await page.waitForSelector('#har-url');
     out.harUrl = await page.textContent('#har-url');
     out.harJson = await page.textContent('#har-json');
+    // A call with a body: its entry shows the request body as text.
+    if (cfg.postBody) {
+      await viaProxy({ path: cfg.path, method: 'POST', body: cfg.postBody,
+        headers: { 'content-type': 'application/json', 'x-tollgate-request-id': cfg.requestId + '-post' } });
+      const post = `#calls tbody tr[data-id="${cfg.requestId}-post"]`;
+      await page.waitForSelector(post, { timeout: 5000 });
+      await page.click(post);
+      await page.waitForSelector('#har-request-body');
+      out.harRequestBody = await page.textContent('#har-request-body');
+      out.harBodyHeadings = await page.$$eval('#har-body h3', (hs) => hs.map((h) => h.textContent));
+    }
     for (const path of cfg.more || []) await viaProxy({ path });
     await page.waitForFunction((n) => document.querySelectorAll('#calls tbody tr').length >= n, 2 + (cfg.more || []).length);
     await page.evaluate(() => window.scrollTo(0, 0));

@@ -401,6 +401,7 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
         "live",
         &gw,
         json!({"upstream": up.addr.to_string(), "path": "/v1/users/42", "requestId": "live-call-1",
+            "postBody": r#"{"name":"ada <b>"}"#,
             "more": ["/v1/slow/report", "/v1/fail", "/v1/users/7", "/v1/fail", "/v1/users/42"]}),
     )
     .await;
@@ -426,6 +427,18 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
     let entry: Value = serde_json::from_str(v["harJson"].as_str().unwrap()).unwrap();
     assert_eq!(entry["response"]["status"], 200);
     assert!(entry.to_string().contains("live-call-1"), "{entry:#}");
+    // A request body is shown as its text (it was `[object HTMLHeadingElement],…`).
+    assert_eq!(v["harRequestBody"], r#"{"name":"ada <b>"}"#, "{v:#}");
+    assert_eq!(
+        v["harBodyHeadings"],
+        json!([
+            "Request headers",
+            "Request body",
+            "Response headers",
+            "Response body",
+            "Entry"
+        ])
+    );
     bless(&["live"]);
 }
 

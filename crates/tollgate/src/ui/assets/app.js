@@ -229,7 +229,7 @@ async function showHar(id) {
       el('dt', {}, 'started'), el('dd', {}, entry.startedDateTime),
       el('dt', {}, 'time'), el('dd', {}, `${fmtMs(entry.time)} ms (blocked ${fmtMs(t.blocked)}, wait ${fmtMs(t.wait)}, receive ${fmtMs(t.receive)})`)),
     el('h3', {}, 'Request headers'), headerTable(rq.headers),
-    rq.postData ? [el('h3', {}, 'Request body'), el('pre', {}, rq.postData.text || '')] : [],
+    ...(rq.postData ? [el('h3', {}, 'Request body'), el('pre', { id: 'har-request-body' }, rq.postData.text || '')] : []),
     el('h3', {}, 'Response headers'), headerTable(rs.headers),
     el('h3', {}, 'Response body'), el('pre', {}, (rs.content && rs.content.text) || ''),
     el('h3', {}, 'Entry'), el('pre', { id: 'har-json' }, JSON.stringify(entry, null, 2)));
