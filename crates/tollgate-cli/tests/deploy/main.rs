@@ -125,7 +125,8 @@ fn answers(port: u16, request: &str, expect: &str) -> bool {
 /// GET `path` on `port`: the status line and the body.
 fn get(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: probe\r\n\r\n").unwrap();
+    // The listener's address as `Host`: without a token it answers no other name.
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
