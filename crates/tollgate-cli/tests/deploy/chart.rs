@@ -326,10 +326,9 @@ fn the_values_schema_holds_tollgates_config_schema_and_refuses_a_wrong_key() {
     assert!(port.contains("service.port"), "{port}");
 }
 
-#[test]
-fn the_notes_say_how_to_reach_the_dashboard_and_trust_the_ca() {
-    // NOTES.txt is rendered only by install; a copy of the chart renders it as a
-    // template of its own.
+/// NOTES.txt as `helm install` would print it with `set` (it is rendered only by
+/// install: a copy of the chart renders it as a template of its own).
+fn notes(set: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("tollgate");
     let status = Command::new("cp")
@@ -358,10 +357,15 @@ fn the_notes_say_how_to_reach_the_dashboard_and_trust_the_ca() {
         "--show-only",
         "templates/notes.yaml",
     ];
-    args.extend(EVERYTHING);
+    args.extend(set);
     let text = helm(&args);
     let doc: Value = yaml_serde::from_str(&text).unwrap();
-    let notes = doc["notes"].as_str().unwrap();
+    doc["notes"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_notes_say_how_to_reach_the_dashboard_and_trust_the_ca() {
+    let notes = notes(&EVERYTHING);
     for expected in [
         "http://t-tollgate.default.svc:8000",
         "port-forward svc/t-tollgate 8081",
@@ -412,4 +416,190 @@ fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
         canonical.trim_end(),
         "the ConfigMap holds the dashboard as it is"
     );
+}
+
+/// What the "restricted" Pod Security Standard (Kubernetes 1.30–1.37) refuses in a pod
+/// spec, each rule as the admission controller checks it: host namespaces, privileged
+/// containers, capabilities beyond `NET_BIND_SERVICE` or without `drop: [ALL]`, host
+/// paths and ports, a non-default proc mount, an unconfined or missing seccomp profile,
+/// privilege escalation, running as root, sysctls and volume types outside its list.
+fn restricted_violations(spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for ns in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[ns].as_bool() == Some(true) {
+            out.push(format!("{ns}: true"));
+        }
+    }
+    let pod = &spec["securityContext"];
+    if pod["sysctls"].as_sequence().is_some_and(|s| !s.is_empty()) {
+        out.push("sysctls".into());
+    }
+    let allowed_volumes = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    for v in spec["volumes"].as_sequence().into_iter().flatten() {
+        let kinds: Vec<&str> = v
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .filter_map(|k| k.as_str())
+            .filter(|k| *k != "name")
+            .collect();
+        if kinds.iter().any(|k| !allowed_volumes.contains(k)) {
+            out.push(format!("volume {:?}", kinds));
+        }
+    }
+    let seccomp_ok = |v: &Value| {
+        matches!(
+            v["seccompProfile"]["type"].as_str(),
+            Some("RuntimeDefault" | "Localhost")
+        )
+    };
+    let containers = ["initContainers", "containers", "ephemeralContainers"];
+    for c in containers
+        .iter()
+        .flat_map(|k| spec[*k].as_sequence().into_iter().flatten())
+    {
+        let sc = &c["securityContext"];
+        let name = c["name"].as_str().unwrap_or("?");
+        if sc["privileged"].as_bool() == Some(true) {
+            out.push(format!("{name}: privileged"));
+        }
+        if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
+            out.push(format!("{name}: allowPrivilegeEscalation not false"));
+        }
+        let drops_all = sc["capabilities"]["drop"]
+            .as_sequence()
+            .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL")));
+        if !drops_all {
+            out.push(format!("{name}: capabilities.drop lacks ALL"));
+        }
+        let adds = sc["capabilities"]["add"]
+            .as_sequence()
+            .into_iter()
+            .flatten();
+        for a in adds {
+            if a.as_str() != Some("NET_BIND_SERVICE") {
+                out.push(format!("{name}: adds {a:?}"));
+            }
+        }
+        let non_root = sc["runAsNonRoot"]
+            .as_bool()
+            .or(pod["runAsNonRoot"].as_bool());
+        if non_root != Some(true) {
+            out.push(format!("{name}: runAsNonRoot not true"));
+        }
+        if sc["runAsUser"].as_u64() == Some(0) || pod["runAsUser"].as_u64() == Some(0) {
+            out.push(format!("{name}: runAsUser 0"));
+        }
+        if !(seccomp_ok(sc) || (sc["seccompProfile"].is_null() && seccomp_ok(pod))) {
+            out.push(format!(
+                "{name}: seccompProfile not RuntimeDefault or Localhost"
+            ));
+        }
+        if sc["procMount"].as_str().is_some_and(|p| p != "Default") {
+            out.push(format!("{name}: procMount"));
+        }
+        for p in c["ports"].as_sequence().into_iter().flatten() {
+            if p["hostPort"].as_u64().is_some_and(|h| h != 0) {
+                out.push(format!("{name}: hostPort"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_pods_pass_the_restricted_pod_security_standard() {
+    for set in [&[][..], &EVERYTHING[..]] {
+        let mut args = REDIS_SECRET.to_vec();
+        args.extend(set);
+        let docs = documents(&args);
+        let deployment = find(&docs, "Deployment").unwrap();
+        let spec = &deployment["spec"]["template"]["spec"];
+        assert_eq!(restricted_violations(spec), Vec::<String>::new(), "{set:?}");
+        assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(false));
+        let test_pod = rendered("templates/tests/healthz.yaml", &args);
+        assert_eq!(
+            restricted_violations(&test_pod["spec"]),
+            Vec::<String>::new(),
+            "the helm test pod"
+        );
+    }
+    // The check itself refuses what the standard refuses.
+    let loose: Value = yaml_serde::from_str(
+        "containers: [{name: c, securityContext: {privileged: true}}]\nhostNetwork: true",
+    )
+    .unwrap();
+    assert!(restricted_violations(&loose).len() >= 5);
+}
+
+#[test]
+fn the_service_monitor_scrapes_with_the_token_the_chart_holds() {
+    let docs = documents(&[
+        "--set",
+        "redis.enabled=false",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "adminToken.value=s3cret",
+    ]);
+    let sm = find(&docs, "ServiceMonitor").unwrap();
+    let bearer = &sm["spec"]["endpoints"][0]["bearerTokenSecret"];
+    assert_eq!(bearer["name"].as_str(), Some("t-tollgate-admin"));
+    assert_eq!(bearer["key"].as_str(), Some("token"));
+    let named = documents(&[
+        "--set",
+        "redis.enabled=false",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "adminToken.existingSecret=ops-admin",
+    ]);
+    let sm = find(&named, "ServiceMonitor").unwrap();
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["bearerTokenSecret"]["name"].as_str(),
+        Some("ops-admin")
+    );
+}
+
+#[test]
+fn a_changed_secret_rolls_the_pods() {
+    let annotation = |token: &str| {
+        let set = format!("adminToken.value={token}");
+        let mut args = REDIS_SECRET.to_vec();
+        args.extend(["--set", set.as_str()]);
+        let docs = documents(&args);
+        find(&docs, "Deployment").unwrap()["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/secret"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(annotation("one"), annotation("two"));
+    assert_eq!(annotation("one"), annotation("one"));
+}
+
+#[test]
+fn a_ca_secret_without_hosts_renders_and_says_so() {
+    // It failed lint, template and install: `nil pointer evaluating interface {}.hosts`.
+    let mut set = REDIS_SECRET.to_vec();
+    set.extend(["--set", "intercept.caSecret=tollgate-ca"]);
+    let notes = notes(&set);
+    assert!(
+        notes.contains("no host yet: set config.intercept.hosts"),
+        "{notes}"
+    );
+    let mut lint = vec!["lint", "--strict"];
+    let chart = chart();
+    lint.push(&chart);
+    lint.extend(&set);
+    helm(&lint);
 }
