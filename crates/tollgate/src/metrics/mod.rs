@@ -240,7 +240,38 @@ metrics! {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new(false)
+        let m = Self::new(false);
+        m.preset();
+        m
+    }
+}
+
+impl Metrics {
+    /// Every label set of the rare events that is known in advance, exported at 0 from
+    /// the start: a series that appeared only with its first event would start at 1,
+    /// and Prometheus's `increase()` and `rate()` would never see that event.
+    fn preset(&self) {
+        for kind in ["connection", "stream"] {
+            drop(self.stalls.get_or_create(&KindLabels { kind }));
+        }
+        for result in ["ok", "error"] {
+            drop(self.reloads.get_or_create(&ResultLabels { result }));
+        }
+        for result in ["ok", "error", "throttled"] {
+            drop(self.ui_logins.get_or_create(&ResultLabels { result }));
+        }
+        for sink in ["queue", "collector", "file"] {
+            drop(self.har_dropped.get_or_create(&SinkLabels { sink }));
+        }
+        for kind in ["timeout", "error", "circuit_open"] {
+            drop(self.store_errors.get_or_create(&KindLabels { kind }));
+        }
+        for kind in ["decrypted", "tunnelled"] {
+            drop(self.intercepted.get_or_create(&KindLabels { kind }));
+        }
+        for kind in ["refused", "handshake", "timeout", "leaf"] {
+            drop(self.intercept_failures.get_or_create(&KindLabels { kind }));
+        }
     }
 }
 
@@ -436,5 +467,29 @@ pub fn status_class(status: u16) -> &'static str {
         300..=399 => "3xx",
         400..=499 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A rare event's first occurrence is an increase from 0, not a new series at 1.
+    #[test]
+    fn the_rare_events_label_sets_are_exported_at_zero_from_the_start() {
+        let m = super::Metrics::default();
+        crate::policy::register_metrics(&m);
+        let text = m.encode();
+        for line in [
+            "tollgate_reloads_total{result=\"ok\"} 0",
+            "tollgate_reloads_total{result=\"error\"} 0",
+            "tollgate_stalls_total{kind=\"connection\"} 0",
+            "tollgate_stalls_total{kind=\"stream\"} 0",
+            "tollgate_ui_logins_total{result=\"error\"} 0",
+            "tollgate_har_dropped_total{sink=\"queue\"} 0",
+            "tollgate_errors_total{code=\"rate_limited\"} 0",
+            "tollgate_errors_total{code=\"upstream_timeout\"} 0",
+            "tollgate_errors_total{code=\"ambiguous_path\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
     }
 }

@@ -37,6 +37,18 @@ pub fn register_metrics(m: &crate::metrics::Metrics) {
     for s in remedies::STAGES {
         (s.register)(m);
     }
+    // Every `x-tollgate-error` code at 0 from the start (tollgate's own and each
+    // remedy's refusals), so the first error of a code is an increase Prometheus sees.
+    let refusals: Vec<crate::error::Reject> = remedies::STAGES
+        .iter()
+        .flat_map(|s| s.refusals.iter().copied())
+        .collect();
+    for k in crate::error::catalogue(&refusals) {
+        drop(
+            m.errors
+                .get_or_create(&crate::metrics::ErrorLabels { code: k.code }),
+        );
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -118,6 +118,17 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
         .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[("llm", "{}")])
         .yaml();
     let gw = gateway(&yaml).await;
+    // The rare events' series exist at 0 before they happen: the first reload, stall or
+    // error of a code is an increase() Prometheus sees, not a new series starting at 1.
+    let before = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
+    for line in [
+        "tollgate_reloads_total{result=\"ok\"} 0\n",
+        "tollgate_stalls_total{kind=\"connection\"} 0\n",
+        "tollgate_errors_total{code=\"rate_limited\"} 0\n",
+        "tollgate_har_dropped_total{sink=\"queue\"} 0\n",
+    ] {
+        assert!(before.contains(line), "{line} before any event:\n{before}");
+    }
     let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
         match req.uri().path() {
             "/v1/fail" => answer(503, &[], "down"),
@@ -159,7 +170,12 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     )
     .await
     .unwrap();
-    metrics_when(&gw, |m| m.contains("tollgate_stalls_total{")).await;
+    metrics_when(&gw, |m| {
+        m.contains("tollgate_stalls_total{kind=\"connection\"} 1\n")
+            // The reload of a gateway started without a file is refused: its first.
+            && m.contains("tollgate_reloads_total{result=\"error\"} 1\n")
+    })
+    .await;
     // Redis gone: the next admission's operation fails (tollgate_store_errors_total).
     redis.kill();
     get_via(&gw, up.addr, "/v1/users/9", &[]).await;
