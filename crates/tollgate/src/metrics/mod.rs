@@ -131,6 +131,10 @@ pub type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub code: &'static str,
+    /// The answer's status class (`4xx`, `5xx`): a code has one status, and the class
+    /// lets a query add tollgate's refusals to the provider's 5xx without counting
+    /// tollgate's own 5xx twice.
+    pub status_class: &'static str,
 }
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -189,7 +193,7 @@ metrics! {
     /// These four and `hosts_folded` are counted by each request's worker, in its shard
     /// ([`sharded`]; `observe/tally.rs`).
     requests: Family<RequestLabels, sharded::ShardedCounter> = "requests", "Requests by upstream host, method and status class";
-    errors: Family<ErrorLabels, sharded::ShardedCounter> = "errors", "Proxy-made error responses by x-tollgate-error code";
+    errors: Family<ErrorLabels, sharded::ShardedCounter> = "errors", "Proxy-made error responses by x-tollgate-error code and status class";
     request_duration: Family<HostLabels, LatencyHistogram> = "request_duration_seconds", "Total time from request head to end of the response body";
     upstream_duration: Family<HostLabels, LatencyHistogram> = "upstream_duration_seconds", "Time from sending upstream to the provider's response head";
     client_connections: Gauge = "client_connections", "Open client connections on the proxy listener";
@@ -485,9 +489,9 @@ mod tests {
             "tollgate_stalls_total{kind=\"stream\"} 0",
             "tollgate_ui_logins_total{result=\"error\"} 0",
             "tollgate_har_dropped_total{sink=\"queue\"} 0",
-            "tollgate_errors_total{code=\"rate_limited\"} 0",
-            "tollgate_errors_total{code=\"upstream_timeout\"} 0",
-            "tollgate_errors_total{code=\"ambiguous_path\"} 0",
+            "tollgate_errors_total{code=\"rate_limited\",status_class=\"4xx\"} 0",
+            "tollgate_errors_total{code=\"upstream_timeout\",status_class=\"5xx\"} 0",
+            "tollgate_errors_total{code=\"ambiguous_path\",status_class=\"4xx\"} 0",
         ] {
             assert!(text.contains(line), "{line} missing:\n{text}");
         }

@@ -114,12 +114,16 @@ impl Tally {
             }
         }
         if let Some(code) = ev.error {
+            let status = ev.status;
             h.errors
                 .entry(code)
                 .or_insert_with(|| {
                     self.metrics
                         .errors
-                        .get_or_create(&ErrorLabels { code })
+                        .get_or_create(&ErrorLabels {
+                            code,
+                            status_class: crate::metrics::status_class(status),
+                        })
                         .clone()
                 })
                 .inc();

@@ -44,10 +44,10 @@ pub fn register_metrics(m: &crate::metrics::Metrics) {
         .flat_map(|s| s.refusals.iter().copied())
         .collect();
     for k in crate::error::catalogue(&refusals) {
-        drop(
-            m.errors
-                .get_or_create(&crate::metrics::ErrorLabels { code: k.code }),
-        );
+        drop(m.errors.get_or_create(&crate::metrics::ErrorLabels {
+            code: k.code,
+            status_class: crate::metrics::status_class(k.status.as_u16()),
+        }));
     }
 }
 

@@ -46,7 +46,7 @@ async fn metrics_count_requests_errors_and_latency() {
         "{text}"
     );
     assert!(
-        text.contains("tollgate_errors_total{code=\"missing_target\"} 1"),
+        text.contains("tollgate_errors_total{code=\"missing_target\",status_class=\"4xx\"} 1"),
         "{text}"
     );
     assert!(

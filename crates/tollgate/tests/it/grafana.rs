@@ -124,7 +124,7 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     for line in [
         "tollgate_reloads_total{result=\"ok\"} 0\n",
         "tollgate_stalls_total{kind=\"connection\"} 0\n",
-        "tollgate_errors_total{code=\"rate_limited\"} 0\n",
+        "tollgate_errors_total{code=\"rate_limited\",status_class=\"4xx\"} 0\n",
         "tollgate_har_dropped_total{sink=\"queue\"} 0\n",
     ] {
         assert!(before.contains(line), "{line} before any event:\n{before}");
