@@ -45,7 +45,7 @@ async fn client_input_never_grows_the_label_set() {
     }
     let text = metrics_when(&gw, |t| {
         t.contains("tollgate_metric_hosts_folded_total 1")
-            && t.contains("code=\"domain_denied\"} 200")
+            && t.contains("code=\"domain_denied\",status_class=\"4xx\"} 200")
     })
     .await;
     assert!(
@@ -59,5 +59,8 @@ async fn client_input_never_grows_the_label_set() {
         text.contains("tollgate_metric_hosts_folded_total 1"),
         "{text}"
     );
-    assert!(text.contains("code=\"domain_denied\"} 200"), "{text}");
+    assert!(
+        text.contains("code=\"domain_denied\",status_class=\"4xx\"} 200"),
+        "{text}"
+    );
 }
