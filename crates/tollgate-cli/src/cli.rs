@@ -184,6 +184,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     block_on(Some(1), async move {
+        let given = args
+            .config
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         let files = (!args.config.is_empty()).then(|| ConfigFiles::new(args.config));
         let log_config = match &files {
             Some(f) => f
@@ -214,6 +220,11 @@ pub fn run(args: RunArgs) -> ExitCode {
             "tollgate listening: proxy http://{} admin http://{}",
             gateway.proxy_addr, gateway.admin_addr
         );
+        let ui = gateway.shared().runtime.load().config.admin.ui.enabled;
+        eprintln!(
+            "{}",
+            first_words(&given, gateway.proxy_addr, gateway.admin_addr, ui)
+        );
         spawn_sighup(gateway.shared().clone());
         shutdown_signal().await;
         tracing::info!("shutdown signal received: draining (a second one exits at once)");
@@ -226,6 +237,23 @@ pub fn run(args: RunArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// What a first run says after its addresses: which config it runs on, where the
+/// dashboard is, and one call to try.
+fn first_words(files: &str, proxy: SocketAddr, admin: SocketAddr, ui: bool) -> String {
+    let config = match files.is_empty() {
+        true => "built-in defaults (no --config): every call is forwarded as it is, no policy applies; docs/configuration.md says what to write".to_owned(),
+        false => format!("{files} (a change is picked up: POST /reload, SIGHUP or the file watcher)"),
+    };
+    let mut out = format!("  config: {config}\n");
+    if ui {
+        out.push_str(&format!("  dashboard: http://{admin}/ui\n"));
+    }
+    out.push_str(&format!(
+        "  metrics: http://{admin}/metrics\n  try: curl -x http://{proxy} http://httpbin.org/get   (or with x-tollgate-host: curl -H 'x-tollgate-host: api.github.com' http://{proxy}/zen)\n  stop: Ctrl-C (in-flight calls finish first)"
+    ));
+    out
 }
 
 #[cfg(unix)]

@@ -994,3 +994,49 @@ fn upstream_roots_from_the_system_store_trust_a_ca_installed_on_the_host() {
     assert!(err.contains("upstream.tls.roots"), "{err}");
     assert!(err.contains("roots: webpki"), "{err}");
 }
+
+/// A first run says what it runs on, where the dashboard is and one call to try.
+#[test]
+fn a_first_run_says_what_it_is_doing() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Should the words never come, the process is stopped and the reading ends.
+    let pid = child.id().to_string();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = read.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        if !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+        }
+    });
+    let mut said = Vec::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        let done = l.contains("stop: Ctrl-C");
+        said.push(l);
+        if done {
+            break;
+        }
+    }
+    read.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = said.join("\n");
+    assert!(text.contains("config: built-in defaults"), "{text}");
+    assert!(text.contains("/ui"), "{text}");
+    assert!(text.contains("try: curl -x http://127.0.0.1:"), "{text}");
+}
