@@ -75,12 +75,28 @@ impl Route {
 #[derive(Debug, Clone, Default)]
 pub struct RouteTable {
     routes: Vec<Route>,
+    /// Where each route as the file writes it is in `routes` (what `/config` and the
+    /// reload's diff show: `routes[0]` is the file's first).
+    written: Vec<usize>,
 }
 
 impl RouteTable {
-    pub fn new(mut routes: Vec<Route>) -> Self {
-        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-        Self { routes }
+    pub fn new(routes: Vec<Route>) -> Self {
+        let mut order: Vec<(usize, Route)> = routes.into_iter().enumerate().collect();
+        order.sort_by_key(|(_, r)| std::cmp::Reverse(r.prefix.len()));
+        let mut written = vec![0; order.len()];
+        for (at, (i, _)) in order.iter().enumerate() {
+            written[*i] = at;
+        }
+        Self {
+            routes: order.into_iter().map(|(_, r)| r).collect(),
+            written,
+        }
+    }
+
+    /// The routes in the file's order.
+    pub fn as_written(&self) -> impl Iterator<Item = &Route> {
+        self.written.iter().map(|&i| &self.routes[i])
     }
 
     /// The same table with detached targets (see [`Target::detached`]), for one worker.
@@ -94,6 +110,7 @@ impl RouteTable {
                     ..r.clone()
                 })
                 .collect(),
+            written: self.written.clone(),
         }
     }
 
@@ -127,6 +144,19 @@ impl RouteTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_routes_are_shown_in_the_files_order() {
+        let r = |p: &str| Route::new(p, "http://a.example", "http://a.example").unwrap();
+        let t = RouteTable::new(vec![r("/a"), r("/longer/b"), r("/c")]);
+        let written: Vec<&str> = t.as_written().map(|r| r.prefix.as_str()).collect();
+        assert_eq!(written, ["/a", "/longer/b", "/c"]);
+        assert_eq!(
+            t.iter().next().unwrap().prefix,
+            "/longer/b",
+            "matched longest first"
+        );
+    }
 
     #[test]
     fn longest_prefix_wins_and_prefix_is_stripped() {

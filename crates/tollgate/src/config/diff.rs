@@ -141,6 +141,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_appended_route_is_named_at_its_place_in_the_file() {
+        let old =
+            Config::from_yaml("routes:\n  - {prefix: /a, upstream: 'http://a.example'}\n").unwrap();
+        // Longer: matched first, but the file's second route.
+        let new = Config::from_yaml(
+            "routes:\n  - {prefix: /a, upstream: 'http://a.example'}\n  - {prefix: /longer, upstream: 'http://b.example'}\n",
+        )
+        .unwrap();
+        let d = diff(&old, &new);
+        assert!(
+            d.paths.iter().all(|p| p.starts_with("routes[1]")),
+            "{:?}",
+            d.paths
+        );
+    }
+
+    #[test]
     fn a_change_deep_in_a_policy_is_named_by_its_path() {
         let old = Config::from_yaml(
             "breakers:\n  gh: {consecutive_failures: 5}\npolicies:\n  - name: p\n    retry: {base_delay: 100ms}\n    breaker: gh\n",

@@ -249,12 +249,20 @@ impl Merge<'_> {
             }
             (existing, v) if *existing == v => {}
             (_, _) => {
+                // Where the first file wrote it: its path there, and its line.
                 let first = self
                     .origins
                     .iter()
                     .rev()
                     .find(|o| merged == o.merged || merged.starts_with(&format!("{}.", o.merged)))
-                    .map_or("another file", |o| self.parts[o.part].name.as_str());
+                    .map_or("another file".to_owned(), |o| {
+                        let part = &self.parts[o.part];
+                        let path = format!("{}{}", o.written, &merged[o.merged.len()..]);
+                        match locate::locate(&part.text, &path) {
+                            Some((line, _)) => format!("{} ({path}, line {line})", part.name),
+                            None => format!("{} ({path})", part.name),
+                        }
+                    });
                 let here = &self.parts[self.part];
                 self.errors.push(ConfigError {
                     path: format!("{}: {written}", here.name),
@@ -309,10 +317,12 @@ fn policy_names(merged: &Value, origins: &[Origin], parts: &[Part], errors: &mut
         }
         let here = &parts[b.0];
         let path = format!("{}.name", b.1);
+        let first_line = locate::locate(&parts[a.0].text, &format!("{}.name", a.1))
+            .map_or(String::new(), |(line, _)| format!(", line {line}"));
         errors.push(ConfigError {
             path: format!("{}: {path}", here.name),
             message: format!(
-                "a policy named `{name}` is already defined in {} ({}); give one of them another name",
+                "a policy named `{name}` is already defined in {} ({}{first_line}); give one of them another name",
                 parts[a.0].name, a.1
             ),
             location: locate::locate(&here.text, &path),

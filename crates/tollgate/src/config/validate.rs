@@ -178,7 +178,7 @@ pub(super) fn effective(c: &Config) -> serde_json::Value {
             "deny": c.egress.deny.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
             "connect_ports": c.egress.connect_ports.to_string(),
         },
-        "routes": c.routes.iter().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
+        "routes": c.routes.as_written().map(|r| json!({"prefix": r.prefix, "upstream": r.display})).collect::<Vec<_>>(),
         "endpoints": c.endpoints.effective(),
         "policies": super::validate_policy::effective(c),
     });

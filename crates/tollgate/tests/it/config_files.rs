@@ -82,13 +82,13 @@ fn a_policy_name_or_a_value_set_in_two_files_is_refused_naming_both() {
     let (a, b) = (a.display().to_string(), b.display().to_string());
     assert!(
         got.contains(&format!(
-            "{b}: listen.address: also set in {a}, to something else; set it in one file only (line 1, column 19)"
+            "{b}: listen.address: also set in {a} (listen.address, line 1), to something else; set it in one file only (line 1, column 19)"
         )),
         "{got:#?}"
     );
     assert!(
         got.contains(&format!(
-            "{b}: policies[1].name: a policy named `github` is already defined in {a} (policies[0]); give one of them another name (line 5, column 11)"
+            "{b}: policies[1].name: a policy named `github` is already defined in {a} (policies[0], line 3); give one of them another name (line 5, column 11)"
         )),
         "{got:#?}"
     );
