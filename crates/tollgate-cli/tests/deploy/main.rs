@@ -270,4 +270,17 @@ fn the_compose_replicas_config_is_one_tollgate_accepts() {
         .count();
     assert_eq!(replicas, 3, "three replicas");
     assert!(services.contains_key("redis"));
+    // A stop waits for the drain (30 s), and the admin token is the operator's own.
+    let t = &doc["x-tollgate"];
+    let grace: u64 = t["stop_grace_period"]
+        .as_str()
+        .and_then(|g| g.strip_suffix('s'))
+        .and_then(|g| g.parse().ok())
+        .unwrap();
+    assert!(
+        grace > 30,
+        "stop_grace_period {grace}s is shorter than the drain"
+    );
+    let token = t["environment"]["TOLLGATE_ADMIN_TOKEN"].as_str().unwrap();
+    assert!(token.contains(":?"), "no default token: {token}");
 }
