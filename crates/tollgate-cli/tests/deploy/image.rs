@@ -113,3 +113,19 @@ fn the_image_builds_starts_and_answers_healthz() {
     let _ = Command::new("buildah").args(["rm", &name]).status();
     assert!(up, "the image's tollgate never answered /healthz");
 }
+
+/// The user the image runs as (10001:10001) has a group of that id: `useradd --system
+/// --user-group` gave it the next free system id (999), leaving 10001 no group entry.
+#[test]
+fn the_images_user_and_group_are_one_id() {
+    let dockerfile = std::fs::read_to_string(format!("{ROOT}/deploy/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("groupadd --system --gid 10001 tollgate"),
+        "{dockerfile}"
+    );
+    assert!(
+        dockerfile.contains("useradd --system --uid 10001 --gid 10001"),
+        "{dockerfile}"
+    );
+    assert!(dockerfile.contains("USER 10001:10001"));
+}
