@@ -38,32 +38,30 @@ fn the_build_context_leaves_out_target_and_git() {
 /// Builds the image (as shipped: trained for profile-guided optimisation, three builds and
 /// the training), runs it on the host's network and probes `/healthz`. It needs
 /// buildah (Debian's package) and its base images (`rust:1-bookworm`,
-/// `debian:bookworm-slim`) from a registry; where either is missing the test says so
-/// and passes without building.
+/// `debian:bookworm-slim`) from a registry, so it is reported as ignored, with that
+/// reason, unless asked for; `scripts/test` asks for it where buildah can pull the base
+/// images. Asked for where either is missing, it fails saying which.
 #[test]
+#[ignore = "builds the image: needs buildah and its base images from a registry (scripts/test runs it where both are: cargo test -p tollgate-cli --test deploy -- --ignored image)"]
 fn the_image_builds_starts_and_answers_healthz() {
-    if Command::new("buildah").arg("--version").output().is_err() {
-        eprintln!(
-            "SKIPPED: the image is not built here: buildah is not installed (apt-get install buildah)"
-        );
-        return;
-    }
+    assert!(
+        Command::new("buildah").arg("--version").output().is_ok(),
+        "the image is not built here: buildah is not installed (apt-get install buildah)"
+    );
     let pull = Command::new("buildah")
         .args(["pull", "--quiet", "docker.io/library/debian:bookworm-slim"])
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    if !pull.status.success() {
-        eprintln!(
-            "SKIPPED: the image is not built here: buildah cannot pull its base images ({})",
-            String::from_utf8_lossy(&pull.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-                .trim()
-        );
-        return;
-    }
+    assert!(
+        pull.status.success(),
+        "the image is not built here: buildah cannot pull its base images ({})",
+        String::from_utf8_lossy(&pull.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+    );
     let built = Command::new("buildah")
         .args([
             "build",
