@@ -15,16 +15,15 @@ fn tollgate() -> Command {
 
 /// `tollgate run` on ephemeral ports, with `config`.
 fn run_on_ephemeral_ports(config: &std::path::Path) -> Command {
+    let mut c = run_on_ephemeral_ports_alone();
+    c.arg("--config").arg(config);
+    c
+}
+
+/// `tollgate run` on ports of the system's choosing, on built-in defaults.
+fn run_on_ephemeral_ports_alone() -> Command {
     let mut c = tollgate();
-    c.args([
-        "run",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--config",
-    ])
-    .arg(config);
+    c.args(["run", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]);
     c
 }
 
@@ -998,16 +997,8 @@ fn upstream_roots_from_the_system_store_trust_a_ca_installed_on_the_host() {
 /// A first run says what it runs on, where the dashboard is and one call to try.
 #[test]
 fn a_first_run_says_what_it_is_doing() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-        ])
+    let mut child = run_on_ephemeral_ports_alone()
+        .args(["--threads", "1"])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

@@ -98,8 +98,13 @@ impl Events {
     fn keep(&mut self, part: &[u8]) {
         if let Some(scan) = &mut self.scan {
             scan.feed(part);
-        } else if self.line_long {
-        } else if self.line.len() + part.len() > self.cap {
+            return;
+        }
+        if self.line_long {
+            // Past the cap with nothing to scan for: dropped as it comes.
+            return;
+        }
+        if self.line.len() + part.len() > self.cap {
             self.line_long = true;
             // The field's name, joined from this piece when the line starts in it.
             let take = 5usize.saturating_sub(self.line.len()).min(part.len());

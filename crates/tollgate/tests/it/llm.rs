@@ -56,6 +56,20 @@ pub(crate) fn streamed_usage(body: &[u8]) -> Option<Value> {
         .find_map(|v| v.get("usage").filter(|u| u.is_object()).cloned())
 }
 
+/// Sends `req` and reads its streamed answer until `needle` has come `n` times, then
+/// leaves (the connection dropped mid-stream, as a client that goes).
+pub(crate) async fn read_then_leave(req: Request<tollgate::body::Body>, needle: &str, n: usize) {
+    use http_body_util::BodyExt;
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut seen = String::new();
+    while seen.matches(needle).count() < n {
+        let f = body.frame().await.unwrap().unwrap();
+        if let Some(d) = f.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+}
+
 pub(crate) fn llm_policy(extra: &str) -> String {
     format!("policies:\n  - name: ai\n    llm: {{}}\n{extra}")
 }
@@ -325,17 +339,7 @@ async fn a_client_gone_mid_stream_is_charged_what_was_streamed() {
         .header("x-stand-in-stall-after", "20")
         .body(bytes_body(body.to_string()))
         .unwrap();
-    let resp = client().request(req).await.unwrap();
-    let mut body = resp.into_body();
-    let mut seen = String::new();
-    use http_body_util::BodyExt;
-    while seen.matches("\"content\":\"t").count() < 10 {
-        let f = body.frame().await.unwrap().unwrap();
-        if let Some(d) = f.data_ref() {
-            seen.push_str(&String::from_utf8_lossy(d));
-        }
-    }
-    drop(body);
+    read_then_leave(req, "\"content\":\"t", 10).await;
     // Charged for what went through: at least the 10 chunks the client read, at most the
     // stand-in's content chunks before it stalled, far from the 1000 the stream would have
     // had. The count appears only once the gateway has seen the client gone.

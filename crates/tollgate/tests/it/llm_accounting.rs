@@ -3,11 +3,13 @@
 //! choices, absurd counts, events past the cap, a refused reservation on Redis, a call
 //! that can never fit (docs/llm.md).
 
-use super::llm::{chat, llm_policy, post, stand_in, streamed_usage, tokens_counted};
+use super::llm::{
+    chat, llm_policy, post, read_then_leave, stand_in, streamed_usage, tokens_counted,
+};
 use crate::support::*;
 use http::StatusCode;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// Each coding the stand-in writes, and each provider's shape, whole and streamed: the
 /// client gets the provider's compressed bytes unchanged, and the usage is counted.
@@ -161,9 +163,7 @@ async fn each_choice_is_reserved_and_a_call_that_can_never_fit_says_so() {
 /// A raw provider answering `body` as JSON, whatever was asked.
 async fn answering(body: &'static str) -> Server {
     raw_upstream(move |mut s| async move {
-        let _ = read_head(&mut s).await;
-        let mut rest = [0u8; 4096];
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(50), s.read(&mut rest)).await;
+        let _ = read_request(&mut s).await;
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             body.len()
@@ -214,10 +214,7 @@ async fn an_event_past_the_cap_passes_as_it_comes() {
     let up = raw_upstream(move |mut s| {
         let mut wait = wait.clone();
         async move {
-            let _ = read_head(&mut s).await;
-            let mut rest = [0u8; 4096];
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), s.read(&mut rest))
-                .await;
+            let _ = read_request(&mut s).await;
             let _ = s
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
                 .await;
@@ -372,17 +369,7 @@ async fn a_cut_stream_is_marked_estimated() {
         .header("x-stand-in-stall-after", "8")
         .body(bytes_body(body.to_string()))
         .unwrap();
-    let resp = client().request(req).await.unwrap();
-    let mut body = resp.into_body();
-    use http_body_util::BodyExt;
-    let mut seen = String::new();
-    while seen.matches("event: content_block_delta").count() < 3 {
-        let f = body.frame().await.unwrap().unwrap();
-        if let Some(d) = f.data_ref() {
-            seen.push_str(&String::from_utf8_lossy(d));
-        }
-    }
-    drop(body);
+    read_then_leave(req, "event: content_block_delta", 3).await;
     let entries = har_entries_in(dir.path(), 1).await;
     let usage = &entries[0]["_tollgateUsage"];
     assert_eq!(usage["estimated"], true, "{usage}");

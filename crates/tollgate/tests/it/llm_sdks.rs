@@ -43,12 +43,18 @@ print(json.dumps(out))
 
 async fn run(base: &str, env: &[(&str, String)]) -> Value {
     let path = tokio::task::spawn_blocking(sdks).await.unwrap();
+    python(&path, CALLS, base, env).await
+}
+
+/// What `script` printed (one JSON value), run with the packages at `path` and the
+/// base URL `base` in `BASE`, the proxy variables as `env` sets them.
+async fn python(path: &std::path::Path, script: &str, base: &str, env: &[(&str, String)]) -> Value {
     let mut c = Command::new("python3");
     c.env("PYTHONPATH", path)
         .env("BASE", base)
         .env_remove("NO_PROXY")
         .env_remove("no_proxy")
-        .args(["-c", CALLS]);
+        .args(["-c", script]);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -258,11 +264,7 @@ except openai.RateLimitError as e:
 print(json.dumps({"sent": len(sent), "out": out}))
 "#;
     let path = tokio::task::spawn_blocking(sdks).await.unwrap();
-    let mut c = Command::new("python3");
-    c.env("PYTHONPATH", path)
-        .env("BASE", format!("http://{}/llm", gw.proxy_addr))
-        .args(["-c", script]);
-    let got: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
+    let got = python(&path, script, &format!("http://{}/llm", gw.proxy_addr), &[]).await;
     assert_eq!(got["out"], "token_limited", "{got}");
     assert_eq!(
         got["sent"], 1,
@@ -297,20 +299,14 @@ print(json.dumps(out))
     let path = tokio::task::spawn_blocking(|| pip_once("python-genai", &["google-genai==3.6.1"]))
         .await
         .unwrap();
-    let run = |base: String| {
-        let path = path.clone();
-        async move {
-            let mut c = Command::new("python3");
-            c.env("PYTHONPATH", path)
-                .env("BASE", base)
-                .env_remove("NO_PROXY")
-                .env_remove("no_proxy")
-                .args(["-c", script]);
-            serde_json::from_str::<Value>(stdout_of(c).await.trim()).unwrap()
-        }
-    };
-    let direct = run(format!("http://{}/compress", up.addr)).await;
-    let through = run(format!("http://{}/llm/compress", gw.proxy_addr)).await;
+    let direct = python(&path, script, &format!("http://{}/compress", up.addr), &[]).await;
+    let through = python(
+        &path,
+        script,
+        &format!("http://{}/llm/compress", gw.proxy_addr),
+        &[],
+    )
+    .await;
     assert_eq!(direct, through, "the SDK parsed something else");
     assert_eq!(direct["whole"][1], 5);
     counted(&gw, "gemini-2.5-flash", "output", 5 + 6).await;

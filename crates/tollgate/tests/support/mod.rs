@@ -501,6 +501,18 @@ pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
+/// Reads a request's head and its body (`content-length` bytes) off `s`: whether the
+/// whole of it came.
+pub async fn read_request(s: &mut tokio::net::TcpStream) -> bool {
+    let head = read_head(s).await.to_ascii_lowercase();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    s.read_exact(&mut vec![0u8; len]).await.is_ok()
+}
+
 /// An upstream that counts its requests and answers with `handler`.
 pub async fn counting_upstream<F, Fut>(handler: F) -> (Server, Arc<std::sync::atomic::AtomicUsize>)
 where
