@@ -45,6 +45,15 @@ async function rows(page, table) {
   })));
 }
 
+// axe-core's findings on the page as it is now: rule, impact and the elements it names.
+// Injected through the debugging protocol, which the page's CSP does not govern.
+async function axe(page) {
+  await page.evaluate(`if (typeof axe === 'undefined') { ${require('fs').readFileSync(cfg.axe, 'utf8')} }`);
+  return page.evaluate(async () => (await axe.run(document, { resultTypes: ['violations'] })).violations.map((v) => ({
+    id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(' ')),
+  })));
+}
+
 const scenarios = {
   // Each view against known traffic: what it rendered.
   async views(page) {
@@ -169,6 +178,44 @@ const scenarios = {
     await page.waitForURL(cfg.base + '/ui/login');
     out.afterLogout = await page.evaluate(async () => (await fetch('/ui/api/summary')).status);
     out.cookiesAfterLogout = await context.cookies();
+  },
+
+  // Every view, the login page and an open HAR entry through axe-core.
+  async axe(page) {
+    out.axe = {};
+    await page.goto(cfg.base + '/ui');
+    await page.waitForSelector('#token');
+    out.axe.login = await axe(page);
+    await login(page);
+    for (const path of ['/v1/users/1', '/v1/slow/report', '/v1/fail']) await viaProxy({ path });
+    await page.goto(cfg.base + '/ui#live');
+    await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
+    await viaProxy({ path: '/v1/users/2', method: 'POST', body: '{"name":"ada"}',
+      headers: { 'content-type': 'application/json', 'x-tollgate-request-id': 'axe-post' } });
+    await page.waitForSelector('#failures tbody tr');
+    await page.click('#calls tbody tr[data-id="axe-post"]');
+    await page.waitForSelector('#har-request-body');
+    out.axe.live = await axe(page);
+    await page.goto(cfg.base + '/ui#endpoints');
+    await page.waitForSelector('#endpoints tbody tr');
+    out.axe.endpoints = await axe(page);
+    await page.goto(cfg.base + '/ui#remedies');
+    await page.waitForSelector('#policies .policy .remedy');
+    out.axe.remedies = await axe(page);
+    await page.goto(cfg.base + '/ui#config');
+    await page.waitForFunction(() => document.querySelector('#config').textContent.length > 10);
+    await page.click('#reload');
+    await page.waitForFunction(() => !document.querySelector('#last-reload').classList.contains('muted'));
+    out.axe.config = await axe(page);
+    // A keyboard reaches what a mouse does: Tab lands on a call's row, Enter opens it.
+    await page.goto(cfg.base + '/ui#live');
+    await page.evaluate(() => { document.querySelector('#har').hidden = true; });
+    await viaProxy({ path: '/v1/users/3', headers: { 'x-tollgate-request-id': 'axe-key' } });
+    await page.waitForSelector('#calls tbody tr[data-id="axe-key"]');
+    await page.focus('#calls tbody tr[data-id="axe-key"]');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => !document.querySelector('#har').hidden && /users\/3/.test(document.querySelector('#har-url')?.textContent || ''));
+    out.keyboardHar = await page.textContent('#har-url');
   },
 
   // Hostile values everywhere: nothing they carry may run.

@@ -442,6 +442,32 @@ async fn a_new_call_reaches_the_live_view_within_a_second_and_opens_its_har_entr
     bless(&["live"]);
 }
 
+/// axe-core on every view, the login page and an open HAR entry: no finding at all (the
+/// serious ones were scrolling tables and `pre`s a keyboard could not reach); and the
+/// live view's rows open with Enter as they do with a click.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_view_passes_axe_and_a_keyboard_opens_a_har_entry() {
+    let (_har, gw) = dashboard_gateway(true).await;
+    let up = api().await;
+    let axe = npm_once("axe-core", "axe-core@4.11.0");
+    let v = drive(
+        "axe",
+        &gw,
+        json!({"upstream": up.addr.to_string(),
+            "axe": axe.join("node_modules/axe-core/axe.min.js")}),
+    )
+    .await;
+    let views = v["axe"].as_object().unwrap();
+    assert_eq!(views.len(), 5, "{v:#}");
+    for (view, found) in views {
+        assert_eq!(found, &json!([]), "{view}: {found:#}");
+    }
+    assert!(
+        v["keyboardHar"].as_str().unwrap().contains("/v1/users/3"),
+        "{v:#}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_and_logout_keep_the_token_out_of_urls_and_history() {
     let (_har, gw) = dashboard_gateway(true).await;

@@ -21,6 +21,7 @@ mod connections;
 mod dashboard;
 mod discovery;
 mod dns;
+mod doc_links;
 mod egress;
 mod errors;
 mod expect_continue;

@@ -22,6 +22,15 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Makes `e` act on a click, or on Enter or Space once focused: a keyboard reaches what a
+// mouse does (WCAG 2.1.1).
+function activates(e, fn) {
+  e.tabIndex = 0;
+  e.addEventListener('click', fn);
+  e.addEventListener('keydown', (k) => { if (k.key === 'Enter' || k.key === ' ') { k.preventDefault(); fn(); } });
+  return e;
+}
+
 function fmtMs(v) {
   if (v === null || v === undefined) return '–';
   if (v >= 1000) return (v / 1000).toFixed(2) + ' s';
@@ -148,7 +157,7 @@ function callRow(c) {
     el('td', { class: 'actions' }, (c.actions || []).map((a) => el('span', { class: 'chip' }, a))),
     el('td', { class: 'error err' }, c.error || ''),
     el('td', { class: 'llm' }, llmCell(c.llm)));
-  if (c.har) tr.addEventListener('click', () => showHar(c.id));
+  if (c.har) activates(tr, () => showHar(c.id));
   return tr;
 }
 
@@ -205,6 +214,11 @@ function renderFailures(list) {
   $('#failures-empty').hidden = rows.length > 0;
 }
 
+// A block of text that may scroll: focusable, so a keyboard can scroll it (WCAG 2.1.1).
+function pre(text, attrs) {
+  return el('pre', { tabindex: '0', ...attrs }, text);
+}
+
 function headerTable(headers) {
   return el('table', { class: 'grid' }, el('tbody', {}, (headers || []).map((h) =>
     el('tr', {}, el('td', { class: 'mono' }, h.name), el('td', { class: 'mono wrap' }, h.value)))));
@@ -229,10 +243,10 @@ async function showHar(id) {
       el('dt', {}, 'started'), el('dd', {}, entry.startedDateTime),
       el('dt', {}, 'time'), el('dd', {}, `${fmtMs(entry.time)} ms (blocked ${fmtMs(t.blocked)}, wait ${fmtMs(t.wait)}, receive ${fmtMs(t.receive)})`)),
     el('h3', {}, 'Request headers'), headerTable(rq.headers),
-    ...(rq.postData ? [el('h3', {}, 'Request body'), el('pre', { id: 'har-request-body' }, rq.postData.text || '')] : []),
+    ...(rq.postData ? [el('h3', {}, 'Request body'), pre(rq.postData.text || '', { id: 'har-request-body', 'aria-label': 'request body' })] : []),
     el('h3', {}, 'Response headers'), headerTable(rs.headers),
-    el('h3', {}, 'Response body'), el('pre', {}, (rs.content && rs.content.text) || ''),
-    el('h3', {}, 'Entry'), el('pre', { id: 'har-json' }, JSON.stringify(entry, null, 2)));
+    el('h3', {}, 'Response body'), pre((rs.content && rs.content.text) || '', { 'aria-label': 'response body' }),
+    el('h3', {}, 'Entry'), pre(JSON.stringify(entry, null, 2), { id: 'har-json', 'aria-label': 'HAR entry' }));
   panel.scrollIntoView({ block: 'nearest' });
 }
 
@@ -329,7 +343,7 @@ async function refreshEndpoints() {
   if (llm.length) {
     const sum = (f) => llm.reduce((a, e) => a + (e.llm[f] || 0), 0);
     box.replaceChildren(el('div', { class: 'card', id: 'llm-spend' },
-      el('h3', {}, 'LLM calls since start'),
+      el('h2', {}, 'LLM calls since start'),
       el('dl', { class: 'kv' },
         el('dt', {}, 'calls'), el('dd', { class: 'calls' }, fmtNum(sum('calls'))),
         el('dt', {}, 'tokens in / out'), el('dd', {}, `${fmtNum(sum('input_tokens'))} / ${fmtNum(sum('output_tokens'))}`),
@@ -410,7 +424,7 @@ function renderPolicies(p) {
     return card;
   });
   $('#policies').replaceChildren(...(out.length ? out : [el('p', { class: 'muted' }, 'No policy is configured: every call goes straight through.')]));
-  $('#store').replaceChildren(el('div', { class: 'card', id: 'store-state' }, el('h3', {}, 'Shared store'), stateOf(p.store || {})));
+  $('#store').replaceChildren(el('div', { class: 'card', id: 'store-state' }, el('h2', {}, 'Shared store'), stateOf(p.store || {})));
   for (const pol of p.policies || []) addPolicyOption(pol.name);
 }
 
@@ -445,7 +459,7 @@ function renderLastReload(r) {
   box.className = '';
   const parts = [el('p', { class: r.reloaded ? 's2' : 'err' }, `${r.at}: ${r.reloaded ? 'reloaded' : 'refused, the running config was kept'}`)];
   if (r.errors) parts.push(el('ul', {}, r.errors.map((e) => el('li', { class: 'mono' }, e))));
-  if (r.diff) parts.push(el('pre', {}, JSON.stringify(r.diff, null, 2)));
+  if (r.diff) parts.push(pre(JSON.stringify(r.diff, null, 2), { 'aria-label': 'reload changes' }));
   box.replaceChildren(...parts);
 }
 
@@ -484,7 +498,7 @@ document.addEventListener('DOMContentLoaded', () => {
   });
   $('#har-close').addEventListener('click', () => { $('#har').hidden = true; });
   for (const th of document.querySelectorAll('#endpoints th[data-sort]')) {
-    th.addEventListener('click', () => {
+    activates(th, () => {
       if (sortKey === th.dataset.sort) sortDir = -sortDir; else { sortKey = th.dataset.sort; sortDir = ['method', 'host', 'endpoint'].includes(sortKey) ? 1 : -1; }
       renderEndpoints();
     });
