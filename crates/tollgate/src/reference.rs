@@ -32,6 +32,11 @@ pub fn blocks() -> Vec<Block> {
             text: action_table(),
         },
         Block {
+            doc: "docs/policies.md",
+            name: "remedy-metrics".into(),
+            text: remedy_metrics_table(),
+        },
+        Block {
             doc: "README.md",
             name: "errors".into(),
             text: error_table(),
@@ -344,6 +349,38 @@ pub fn defaults_yaml() -> String {
 pub fn metrics_table() -> String {
     let text = crate::metrics::Metrics::described(crate::policy::register_metrics);
     let mut out = String::from("| metric | type | labels | meaning |\n|---|---|---|---|\n");
+    for f in families(&text) {
+        out.push_str(&format!("| {} |\n", f.join(" | ")));
+    }
+    out
+}
+
+/// The metric families each remedy registers (beside `tollgate_remedy_actions_total`,
+/// which counts every remedy's actions): the table in policies.md, so that a new remedy's
+/// metric shows there as soon as its module registers it.
+pub fn remedy_metrics_table() -> String {
+    let base: Vec<String> = families(&crate::metrics::Metrics::described(|_| {}))
+        .into_iter()
+        .map(|f| f[0].clone())
+        .collect();
+    let mut out =
+        String::from("| remedy | metric | type | labels | meaning |\n|---|---|---|---|---|\n");
+    for stage in STAGES {
+        let text = crate::metrics::Metrics::described(|m| (stage.register)(m));
+        for f in families(&text)
+            .into_iter()
+            .filter(|f| !base.contains(&f[0]))
+        {
+            out.push_str(&format!("| `{}` | {} |\n", stage.key, f.join(" | ")));
+        }
+    }
+    out
+}
+
+/// The families of a `/metrics` text in the order written: the name as scraped (a
+/// counter's with `_total`), the type, the label names and the help, as table cells.
+fn families(text: &str) -> Vec<[String; 4]> {
+    let mut out = Vec::new();
     let mut help = "";
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -370,10 +407,12 @@ pub fn metrics_table() -> String {
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push_str(&format!(
-                "| `{scraped}` | {kind} | {} | {help} |\n",
-                labels.join(" ")
-            ));
+            out.push([
+                format!("`{scraped}`"),
+                kind.to_owned(),
+                labels.join(" "),
+                help.to_owned(),
+            ]);
         }
     }
     out

@@ -541,6 +541,40 @@ fn the_pods_pass_the_restricted_pod_security_standard() {
     assert!(restricted_violations(&loose).len() >= 5);
 }
 
+/// The image named as docs/deploy.md says (a pushed image, a private registry's Secret)
+/// is what the pods and the test pod run.
+#[test]
+fn the_pods_run_the_image_named_with_its_pull_secret() {
+    let mut args = REDIS_SECRET.to_vec();
+    args.extend([
+        "--set",
+        "image.repository=registry.example.com/platform/tollgate",
+        "--set",
+        "image.tag=0.1.0-rc1",
+        "--set",
+        "imagePullSecrets[0].name=registry",
+    ]);
+    let docs = documents(&args);
+    let pod = &find(&docs, "Deployment").unwrap()["spec"]["template"]["spec"];
+    let test_pod = rendered("templates/tests/healthz.yaml", &args);
+    for spec in [pod, &test_pod["spec"]] {
+        assert_eq!(
+            spec["containers"][0]["image"].as_str(),
+            Some("registry.example.com/platform/tollgate:0.1.0-rc1")
+        );
+        assert_eq!(
+            spec["imagePullSecrets"][0]["name"].as_str(),
+            Some("registry")
+        );
+    }
+    let chart = chart();
+    let mut lint = vec!["lint", chart.as_str()];
+    lint.extend(REDIS_SECRET);
+    lint.extend(["--set", "imagePullSecrets[0].secret=registry"]);
+    let refused = helm_refuses(&lint);
+    assert!(refused.contains("imagePullSecrets"), "{refused}");
+}
+
 #[test]
 fn the_service_monitor_scrapes_with_the_token_the_chart_holds() {
     let docs = documents(&[

@@ -8,6 +8,7 @@
 
 mod chart;
 mod image;
+mod metadata;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
