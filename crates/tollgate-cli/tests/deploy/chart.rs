@@ -380,24 +380,30 @@ fn the_notes_say_how_to_reach_the_dashboard_and_trust_the_ca() {
     assert!(!notes.contains("s3cret"), "the token is never printed");
 }
 
+/// An optional template: absent from the default render (`absent_mark` nowhere in it),
+/// and its text when rendered with `set` (each a `--set` value).
+fn optional(template: &str, absent_mark: &str, set: &[&str]) -> String {
+    let chart = chart();
+    let off = helm(&["template", "t", &chart, REDIS_SECRET[0], REDIS_SECRET[1]]);
+    assert!(!off.contains(absent_mark), "{template}: off by default");
+    let mut args = vec!["template", "t", &chart, REDIS_SECRET[0], REDIS_SECRET[1]];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    args.extend(["--show-only", template]);
+    helm(&args)
+}
+
 #[test]
 fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
-    let chart = format!("{ROOT}/deploy/helm/tollgate");
-    let off = helm(&["template", "t", &chart, REDIS_SECRET[0], REDIS_SECRET[1]]);
-    assert!(!off.contains("grafana-dashboard"), "off by default");
-    let text = helm(&[
-        "template",
-        "t",
-        &chart,
-        "--set",
-        "grafanaDashboard.enabled=true",
-        REDIS_SECRET[0],
-        REDIS_SECRET[1],
-        "--set",
-        "grafanaDashboard.annotations.grafana_folder=tollgate",
-        "--show-only",
+    let text = optional(
         "templates/grafana-dashboard.yaml",
-    ]);
+        "grafana-dashboard",
+        &[
+            "grafanaDashboard.enabled=true",
+            "grafanaDashboard.annotations.grafana_folder=tollgate",
+        ],
+    );
     let cm: Value = yaml_serde::from_str(&text).unwrap();
     assert_eq!(cm["kind"].as_str(), Some("ConfigMap"));
     assert_eq!(
@@ -416,6 +422,34 @@ fn the_chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
         canonical.trim_end(),
         "the ConfigMap holds the dashboard as it is"
     );
+}
+
+#[test]
+fn the_chart_ships_the_alerting_rules_as_a_prometheus_rule_when_asked() {
+    let chart = chart();
+    let text = optional(
+        "templates/prometheusrule.yaml",
+        "kind: PrometheusRule",
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.labels.release=kps",
+        ],
+    );
+    let rule: Value = yaml_serde::from_str(&text).unwrap();
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
+    assert_eq!(rule["metadata"]["labels"]["release"].as_str(), Some("kps"));
+    // The plain file's rules, unchanged: `{{ $labels.name }}` in an annotation is left
+    // for Prometheus, not read by Helm.
+    let plain =
+        std::fs::read_to_string(format!("{ROOT}/deploy/prometheus/tollgate-alerts.yaml")).unwrap();
+    let copy = std::fs::read_to_string(format!("{chart}/alerts/tollgate-alerts.yaml")).unwrap();
+    assert!(
+        plain == copy,
+        "copy deploy/prometheus/tollgate-alerts.yaml to deploy/helm/tollgate/alerts/"
+    );
+    let plain: Value = yaml_serde::from_str(&plain).unwrap();
+    assert_eq!(rule["spec"]["groups"], plain["groups"]);
+    assert!(text.contains("{{ $labels.name }}"), "{text}");
 }
 
 /// What the "restricted" Pod Security Standard (Kubernetes 1.30–1.37) refuses in a pod

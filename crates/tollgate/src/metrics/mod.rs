@@ -127,6 +127,8 @@ pub struct LlmTokenLabels {
 
 /// Money counted as a float.
 pub type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+/// A gauge of a share or a fraction.
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -373,6 +375,12 @@ impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, sharded::ShardedCounter
 }
 
 impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, FloatCounter> {
+    fn make() -> Self {
+        Family::default()
+    }
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, FloatGauge> {
     fn make() -> Self {
         Family::default()
     }

@@ -14,6 +14,8 @@ use super::store::Key;
 use super::window::Window;
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
+use crate::metrics::NameLabels;
+use prometheus_client::metrics::family::Family;
 use std::sync::Arc;
 
 /// A token limit's or a budget's counters: its name, how messages name it, and the limit
@@ -22,6 +24,57 @@ pub struct Amounts {
     pub name: Arc<str>,
     pub what: String,
     pub limit: Arc<Limit>,
+    pub gauges: Gauges,
+}
+
+/// What an amount limit shows Prometheus, set at each admission: the share of the whole
+/// limit used in the current window (reserved or spent, this replica's view of the
+/// shared count), and when that window ends. Alerting rules read the share only while
+/// its window lasts, so a renewal without traffic does not leave a stale 90 % firing.
+#[derive(Clone, Default)]
+pub struct Gauges {
+    pub used_ratio: crate::metrics::FloatGauge,
+    pub window_end_seconds: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// The families of [`Gauges`], one pair per remedy (`budget`, `token_limit`).
+#[derive(Default)]
+pub struct Families {
+    used_ratio: Family<NameLabels, crate::metrics::FloatGauge>,
+    window_end_seconds: Family<NameLabels, prometheus_client::metrics::gauge::Gauge>,
+}
+
+impl Families {
+    /// Registers `PREFIX_used_ratio` and `PREFIX_window_end_seconds`; `what` names the
+    /// limit in their help.
+    pub fn register(f: &mut crate::metrics::Families<'_>, prefix: &str, what: &str) -> Self {
+        Families {
+            used_ratio: f.add(
+                &format!("{prefix}_used_ratio"),
+                &format!("Share of each {what} used in its current window (0 to 1: reserved by calls in flight or spent), as this replica last counted it, by name"),
+            ),
+            window_end_seconds: f.add(
+                &format!("{prefix}_window_end_seconds"),
+                &format!("When each {what}'s current window ends (Unix seconds), by name: the used ratio holds until then"),
+            ),
+        }
+    }
+
+    fn of(&self, name: &str) -> Gauges {
+        let labels = NameLabels { name: name.into() };
+        Gauges {
+            used_ratio: self.used_ratio.get_or_create(&labels).clone(),
+            window_end_seconds: self.window_end_seconds.get_or_create(&labels).clone(),
+        }
+    }
+}
+
+impl Gauges {
+    fn set(&self, limit: &Limit, used: u64, end_ms: u64) {
+        let whole = limit.spec.limit.max(1) as f64;
+        self.used_ratio.set((used as f64 / whole).min(1.0));
+        self.window_end_seconds.set((end_ms / 1000) as i64);
+    }
 }
 
 /// The resource `name` of `kind` (`tokens`, `budget`: its store keys), defined by `spec`
@@ -32,6 +85,7 @@ pub fn resource<S: std::fmt::Debug>(
     name: &str,
     spec: &S,
     (limit, shared): (&LimitSpec, bool),
+    families: &Families,
 ) -> Arc<Amounts> {
     let id = b.id(kind, name, spec);
     b.reuse(id.clone(), |b| {
@@ -46,6 +100,7 @@ pub fn resource<S: std::fmt::Debug>(
             name: Arc::from(name),
             what: format!("{noun} `{name}`"),
             limit: Arc::new(l),
+            gauges: families.of(name),
         }
     })
 }
@@ -85,11 +140,18 @@ pub async fn admit<A: Action>(
     a: Admission<'_, A>,
 ) -> Result<Flow, ProxyError> {
     match reserve(x, stage, &r.limit, n).await {
-        Ok(_) => {
+        Ok(remaining) => {
+            let end = r.limit.spec.window.bounds(clock::now_ms()).1;
+            let used = r.limit.spec.limit.saturating_sub(remaining);
+            r.gauges.set(&r.limit, used, end);
             a.actions.record(x, a.allowed);
             Ok(Flow::Continue)
         }
         Err(over) => {
+            // A refusal knows only that the request did not fit: the count is read (a
+            // refused call pays one more store read, an admitted one none).
+            let (used, end) = r.limit.used().await;
+            r.gauges.set(&r.limit, used, end);
             a.actions.record(x, a.rejected);
             Err(refusal(a.kind, &r.what, n, &over, a.unit))
         }

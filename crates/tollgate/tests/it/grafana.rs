@@ -1,6 +1,8 @@
-//! The Grafana dashboard (deploy/grafana/tollgate.json, shipped by the Helm chart too):
-//! every metric its queries read and every label they match or group by exists in
-//! `/metrics` of a running gateway that carried traffic through every kind of remedy.
+//! The Grafana dashboard (deploy/grafana/tollgate.json) and the alerting rules
+//! (deploy/prometheus/tollgate-alerts.yaml), both shipped by the Helm chart too: every
+//! metric their queries read and every label they match or group by exists in `/metrics`
+//! of a running gateway that carried traffic through every kind of remedy, and so does
+//! every series the rules' `promtool` tests feed them; `promtool test rules` passes.
 
 use crate::support::config::config;
 use crate::support::redis_procs::RedisServer;
@@ -109,13 +111,19 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
         .section("rate_limits", "{users: {limit: 1, window: minute, queue: {size: 10, max_wait: 50ms}}}")
         .section("quotas", "{month: {limit: 1000, per: month}}")
         .section("breakers", "{down: {consecutive_failures: 2, open_for: 1h}}")
+        .section("token_limits", "{tpm: {limit: 100000, window: minute}}")
+        .section("budgets", "{daily: {limit: $5, per: day}}")
         .policy("users", "{host: 127.0.0.1, path: '/v1/users/{id}'}", &[
             ("cache", "{ttl: 1h}"),
             ("rate_limit", "users"),
             ("quota", "month"),
         ])
         .policy("flaky", "{host: 127.0.0.1, path: /v1/fail}", &[("breaker", "down")])
-        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[("llm", "{}")])
+        .policy("ai", "{host: 127.0.0.1, path: /v1/chat/completions}", &[
+            ("llm", "{}"),
+            ("token_limit", "tpm"),
+            ("budget", "daily"),
+        ])
         .yaml();
     let gw = gateway(&yaml).await;
     // The rare events' series exist at 0 before they happen: the first reload, stall or
@@ -199,8 +207,9 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     let live = series(&live);
 
     let d = dashboard();
-    for expr in queries(&d) {
-        let (metrics, labels) = parse(&expr);
+    let rules = alert_rules();
+    for expr in queries(&d).iter().chain(&rules) {
+        let (metrics, labels) = parse(expr);
         assert!(!metrics.is_empty(), "no tollgate metric in {expr}");
         for m in &metrics {
             let family = ["_total", "_bucket", "_sum", "_count"]
@@ -224,6 +233,14 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
             );
         }
     }
+    // What the rules' tests feed them is what the gateway exports: each series' name
+    // and label names.
+    for (name, labels) in alert_test_series() {
+        let exported = live
+            .get(&name)
+            .unwrap_or_else(|| panic!("the alert tests feed {name}, which /metrics lacks"));
+        assert_eq!(&labels, exported, "the labels of {name} in the alert tests");
+    }
     // The datasource is a variable: importable as is into any Grafana.
     let vars = d["templating"]["list"].as_array().unwrap();
     assert!(
@@ -237,6 +254,64 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
         .filter(|p| p["type"] != "row")
     {
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+}
+
+/// The expressions of the alerting rules.
+fn alert_rules() -> Vec<String> {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/deploy/prometheus/tollgate-alerts.yaml")).unwrap();
+    let rules: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+    let mut out = Vec::new();
+    for g in rules["groups"].as_sequence().unwrap() {
+        for r in g["rules"].as_sequence().unwrap() {
+            out.push(r["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(out.len() >= 10, "{out:?}");
+    out
+}
+
+/// The series the rules' promtool tests feed them: each name with its label names
+/// (Prometheus's own `job` and `instance` left out).
+fn alert_test_series() -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(format!(
+        "{ROOT}/deploy/prometheus/tollgate-alerts.test.yaml"
+    ))
+    .unwrap();
+    let tests: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+    let mut out = BTreeMap::new();
+    for t in tests["tests"].as_sequence().unwrap() {
+        for s in t["input_series"].as_sequence().unwrap() {
+            let exposition = format!("{} 0\n", s["series"].as_str().unwrap().replace(", ", ","));
+            for (name, mut labels) in series(&exposition) {
+                labels.retain(|l| !SCRAPE_LABELS.contains(&l.as_str()));
+                out.insert(name, labels);
+            }
+        }
+    }
+    out
+}
+
+/// `promtool` checks the rules and runs their tests: each alert fires when it should and
+/// stays quiet when it should not.
+#[test]
+fn the_alerting_rules_pass_their_promtool_tests() {
+    for args in [
+        ["check", "rules", "tollgate-alerts.yaml"],
+        ["test", "rules", "tollgate-alerts.test.yaml"],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(format!("{ROOT}/deploy/prometheus"))
+            .output()
+            .expect("promtool on PATH (apt-get install prometheus; scripts/test does)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

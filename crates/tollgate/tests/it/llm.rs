@@ -270,6 +270,23 @@ async fn a_token_limit_refuses_at_the_request_that_does_not_fit() {
     let retry: u64 = got.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=3600).contains(&retry), "{retry}");
     assert_eq!(used(&gw).await, 98, "a refusal takes nothing");
+    // What the alerting rules read: the share used (98 of 120, read again at the
+    // refusal) until the window's end.
+    let m = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
+    let value = |family: &str| -> f64 {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(&format!("{family}{{name=\"policy ai\"}}")))
+            .unwrap_or_else(|| panic!("no {family} in\n{m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("tollgate_token_limit_used_ratio"), 98.0 / 120.0);
+    let end = value("tollgate_token_limit_window_end_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(end > now && end <= now + 3600.0, "{end} vs {now}");
     // A smaller request still fits.
     let got = post(
         Some(&gw),
@@ -311,6 +328,16 @@ async fn a_budget_refuses_once_spent_and_a_model_without_a_price() {
     let state = admin_get(&gw, "/policies").await.json();
     let b = &state["policies"][0]["state"]["budget"];
     assert_eq!(b["limit_usd"], "$0.025");
+    // The share the alerting rules read: two calls' cost of the $0.025, read at the
+    // refusal.
+    let m = String::from_utf8_lossy(&admin_get(&gw, "/metrics").await.body).into_owned();
+    let share: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_budget_used_ratio{name=\"policy ai\"} "))
+        .unwrap_or_else(|| panic!("{m}"))
+        .parse()
+        .unwrap();
+    assert!((0.8..0.82).contains(&share), "{share}");
     body["model"] = json!("mystery-model");
     let got = post(Some(&gw), &up, "/v1/chat/completions", &body, &[]).await;
     assert_eq!(got.status, StatusCode::FORBIDDEN);

@@ -74,7 +74,11 @@ impl RemedyKind for Kind {
     type Raw = RawRef<RawBudget>;
     type Spec = Resource<BudgetSpec>;
     type Action = Action;
-    type Metrics = ();
+    type Metrics = reserve::Families;
+
+    fn register(f: &mut crate::metrics::Families<'_>) -> Self::Metrics {
+        reserve::Families::register(f, "budget", "budget")
+    }
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         resolve::<Self>(raw, cx)
@@ -82,7 +86,8 @@ impl RemedyKind for Kind {
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
         let limit = (&r.spec.limit, r.spec.shared);
-        let resource = reserve::resource(b, ("budget", "budget"), &r.name, &r.spec, limit);
+        let gauges = b.metrics_of::<Kind>();
+        let resource = reserve::resource(b, ("budget", "budget"), &r.name, &r.spec, limit, &gauges);
         Built::from(Arc::new(Budget {
             resource,
             block_unpriced: !r.spec.allow_unpriced,

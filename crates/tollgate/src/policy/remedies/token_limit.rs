@@ -65,7 +65,11 @@ impl RemedyKind for Kind {
     type Raw = RawRef<RawTokenLimit>;
     type Spec = Resource<TokenLimitSpec>;
     type Action = Action;
-    type Metrics = ();
+    type Metrics = reserve::Families;
+
+    fn register(f: &mut crate::metrics::Families<'_>) -> Self::Metrics {
+        reserve::Families::register(f, "token_limit", "token limit")
+    }
 
     fn validate(raw: &Self::Raw, cx: &mut Check<'_>) -> Option<Self::Spec> {
         resolve::<Self>(raw, cx)
@@ -73,7 +77,15 @@ impl RemedyKind for Kind {
 
     fn build(r: &Self::Spec, b: &mut Build<'_>) -> Built {
         let limit = (&r.spec.limit, r.spec.shared);
-        let resource = reserve::resource(b, ("tokens", "token limit"), &r.name, &r.spec, limit);
+        let gauges = b.metrics_of::<Kind>();
+        let resource = reserve::resource(
+            b,
+            ("tokens", "token limit"),
+            &r.name,
+            &r.spec,
+            limit,
+            &gauges,
+        );
         Built::from(Arc::new(TokenLimit {
             resource,
             settings: llm::Settings::default(),
