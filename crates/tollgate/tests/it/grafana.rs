@@ -2,7 +2,10 @@
 //! (deploy/prometheus/tollgate-alerts.yaml), both shipped by the Helm chart too: every
 //! metric their queries read and every label they match or group by exists in `/metrics`
 //! of a running gateway that carried traffic through every kind of remedy, and so does
-//! every series the rules' `promtool` tests feed them; `promtool test rules` passes.
+//! every series the rules' `promtool` tests feed them; `promtool test rules` passes. A
+//! real Prometheus scrapes that gateway from before the first event: every query of the
+//! dashboard answers with data, the rare events' increases included, and every rule
+//! evaluates without error.
 
 use crate::support::config::config;
 use crate::support::redis_procs::RedisServer;
@@ -137,6 +140,8 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
     ] {
         assert!(before.contains(line), "{line} before any event:\n{before}");
     }
+    // Prometheus scrapes from now on, so the first events are increases it sees.
+    let prom = Prometheus::start(gw.admin_addr).await;
     let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
         match req.uri().path() {
             "/v1/fail" => answer(503, &[], "down"),
@@ -241,6 +246,41 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
             .unwrap_or_else(|| panic!("the alert tests feed {name}, which /metrics lacks"));
         assert_eq!(&labels, exported, "the labels of {name} in the alert tests");
     }
+    // Prometheus has scraped the events: every query answers, with the rare events'
+    // first increases, and every rule evaluates.
+    prom.wait_for("tollgate_reloads_total{result=\"error\"} == 1")
+        .await;
+    prom.wait_for("tollgate_stalls_total{kind=\"connection\"} == 1")
+        .await;
+    // Three more scrapes: the newest series has the two samples a rate needs.
+    let scrapes = prom.scrapes().await;
+    prom.wait_for(&format!(
+        "count_over_time(up{{job=\"tollgate\"}}[1h]) >= {}",
+        scrapes + 3
+    ))
+    .await;
+    for expr in queries(&d) {
+        let q = expr
+            .replace("$__rate_interval", "1m")
+            .replace("$job", "tollgate");
+        let answer = prom.query(&q).await;
+        assert!(!answer.is_empty(), "no data for {q}");
+    }
+    let increased = |answer: &[Value], label: &str, value: &str| {
+        answer
+            .iter()
+            .any(|s| s["metric"][label] == value && s["value"][1].as_str().unwrap() != "0")
+    };
+    let reloads = prom
+        .query("sum by (result) (increase(tollgate_reloads_total{job=~\"tollgate\"}[1h]))")
+        .await;
+    assert!(increased(&reloads, "result", "error"), "{reloads:?}");
+    let stalls = prom
+        .query("sum by (kind) (increase(tollgate_stalls_total{job=~\"tollgate\"}[1h]))")
+        .await;
+    assert!(increased(&stalls, "kind", "connection"), "{stalls:?}");
+    prom.rules_evaluated().await;
+
     // The datasource is a variable: importable as is into any Grafana.
     let vars = d["templating"]["list"].as_array().unwrap();
     assert!(
@@ -254,6 +294,129 @@ async fn every_query_reads_metrics_and_labels_a_running_gateway_exports() {
         .filter(|p| p["type"] != "row")
     {
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+}
+
+/// A Prometheus (Debian's `prometheus`) scraping the gateway's admin listener every
+/// 200 ms as job `tollgate`, with the alerting rules loaded; stopped when dropped.
+struct Prometheus {
+    addr: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    async fn start(target: std::net::SocketAddr) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "global: {{scrape_interval: 200ms, evaluation_interval: 200ms}}\n\
+             rule_files: ['{ROOT}/deploy/prometheus/tollgate-alerts.yaml']\n\
+             scrape_configs: [{{job_name: tollgate, static_configs: [{{targets: ['{target}']}}]}}]\n"
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let addr = format!("127.0.0.1:{}", crate::support::redis_procs::free_port());
+        let child = std::process::Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus on PATH (apt-get install prometheus; scripts/test does)");
+        let p = Prometheus {
+            addr,
+            child,
+            _dir: dir,
+        };
+        p.wait_for("up{job=\"tollgate\"} == 1").await;
+        p
+    }
+
+    /// The JSON answer of an API call, once Prometheus answers at all.
+    async fn api(&self, path_and_query: &str) -> Value {
+        let url = format!("http://{}{path_and_query}", self.addr);
+        for _ in 0..300 {
+            if let Ok(r) = client()
+                .request(http::Request::get(&url).body(empty()).unwrap())
+                .await
+            {
+                let body = http_body_util::BodyExt::collect(r.into_body())
+                    .await
+                    .unwrap();
+                return serde_json::from_slice(&body.to_bytes()).unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("prometheus never answered on {}", self.addr);
+    }
+
+    /// An instant query's samples; a query Prometheus refuses fails the test.
+    async fn query(&self, expr: &str) -> Vec<Value> {
+        let encoded: String = expr
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let v = self.api(&format!("/api/v1/query?query={encoded}")).await;
+        assert_eq!(v["status"], "success", "{expr}: {v}");
+        v["data"]["result"].as_array().unwrap().clone()
+    }
+
+    /// How many times it has scraped the gateway.
+    async fn scrapes(&self) -> u64 {
+        let v = self
+            .query("count_over_time(up{job=\"tollgate\"}[1h])")
+            .await;
+        v[0]["value"][1].as_str().unwrap().parse().unwrap()
+    }
+
+    /// Waits (30 s at most) until `expr` has a sample.
+    async fn wait_for(&self, expr: &str) {
+        for _ in 0..300 {
+            if !self.query(expr).await.is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("prometheus never saw {expr} within 30 s");
+    }
+
+    /// Waits until every rule has been evaluated, and fails on one that erred.
+    async fn rules_evaluated(&self) {
+        for _ in 0..300 {
+            let v = self.api("/api/v1/rules").await;
+            let rules: Vec<Value> = v["data"]["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g["rules"].as_array().unwrap().clone())
+                .collect();
+            for r in &rules {
+                assert_ne!(r["health"], "err", "{r}");
+            }
+            if !rules.is_empty() && rules.iter().all(|r| r["health"] == "ok") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("prometheus never evaluated every rule within 30 s");
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
