@@ -41,7 +41,23 @@ pub fn normalized(path: &str) -> Cow<'_, str> {
 fn decoded(hex: Option<&[u8]>) -> Option<u8> {
     let hex = std::str::from_utf8(hex?).ok()?;
     let c = u8::from_str_radix(hex, 16).ok()?;
-    (c.is_ascii_alphanumeric() || b"-._~".contains(&c)).then_some(c)
+    unreserved(c).then_some(c)
+}
+
+/// RFC 3986 §2.3: ALPHA, DIGIT, `-._~`.
+fn unreserved(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"-._~".contains(&c)
+}
+
+/// `s` with every byte but the unreserved ones percent-encoded (RFC 3986 §2.1): safe as
+/// a query parameter's value or a path segment.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match unreserved(b) {
+            true => (b as char).to_string(),
+            false => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// `path` as the loosest origin server would route it — encoded slashes decoded, `;`

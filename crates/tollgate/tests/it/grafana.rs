@@ -358,15 +358,7 @@ impl Prometheus {
 
     /// An instant query's samples; a query Prometheus refuses fails the test.
     async fn query(&self, expr: &str) -> Vec<Value> {
-        let encoded: String = expr
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+        let encoded = tollgate::policy::path::percent_encode(expr);
         let v = self.api(&format!("/api/v1/query?query={encoded}")).await;
         assert_eq!(v["status"], "success", "{expr}: {v}");
         v["data"]["result"].as_array().unwrap().clone()

@@ -400,14 +400,6 @@ pub fn credential(e: &mut Errors, path: &str, a: &RawAccount) -> Option<Credenti
     }
     let q = a.query.as_ref()?;
     let v = e.env(&format!("{path}.query.value"), &q.value)?;
-    let encoded: String = v
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = crate::policy::path::percent_encode(&v);
     Some(Credential::Query(q.name.clone(), Secret::new(encoded)))
 }
