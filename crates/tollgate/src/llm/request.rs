@@ -21,8 +21,12 @@ pub struct Call {
     /// and returns the best), Gemini's `generationConfig.candidateCount`; 1 when unset.
     /// Each is billed its own output, so the reservation holds the cap this many times.
     pub choices: u64,
-    /// The prompt's tokens, estimated ([`tokens`]).
+    /// The prompt's tokens, estimated ([`tokens`]): approximated when read, counted
+    /// exactly by [`Call::count_prompt`].
     pub input_estimate: u64,
+    /// The prompt kept for its exact count, when the reader asked for the tokenizer and
+    /// the model has one; taken by the first remedy that reserves.
+    pub prompt: Option<tokens::Prompt>,
     /// `include_usage` was added: the usage chunk is removed from what the client gets.
     pub strip_usage: bool,
     pub meter: Arc<Meter>,
@@ -37,6 +41,16 @@ pub struct Call {
 }
 
 impl Call {
+    /// Counts the prompt with the model's tokenizer (loading it the first time), for a
+    /// remedy that reserves the estimate; once per call.
+    pub fn count_prompt(&mut self) {
+        if let Some(p) = self.prompt.take() {
+            let n = p.count(self.model.as_deref());
+            self.input_estimate = n;
+            self.meter.update(|m| m.input_estimate = n);
+        }
+    }
+
     /// The usage to reserve on admission: the prompt's estimate and the output cap (or
     /// `llm.output_estimate` when the request sets none) for each of its choices.
     pub fn reserve(&self) -> super::Usage {
@@ -57,9 +71,9 @@ pub struct Read {
 }
 
 /// Reads the request `body` of a call to `api` at `path`. `add_usage`: add
-/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`:
-/// count the prompt's tokens with the model's public tokenizer where it has one (else a
-/// quarter of the text's bytes).
+/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`: keep
+/// the prompt for [`Call::count_prompt`] where the model has a public tokenizer (the
+/// estimate is a quarter of the text's bytes until then).
 pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
     let v: Value = body
         .and_then(|b| serde_json::from_slice(b).ok())
@@ -98,7 +112,12 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
     }
     .unwrap_or(1)
     .max(1);
-    let input_estimate = tokens::estimate(model.as_deref().filter(|_| tokenizer), &v);
+    let prompt = tokens::Prompt::of(&v);
+    let input_estimate = prompt.approximate();
+    let prompt = model
+        .as_deref()
+        .is_some_and(|m| tokenizer && tokens::has_tokenizer(m))
+        .then_some(prompt);
     let asks_usage = v
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
@@ -122,6 +141,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
             max_output,
             choices,
             input_estimate,
+            prompt,
             strip_usage: new_body.is_some(),
             meter,
             started: Instant::now(),
@@ -161,6 +181,33 @@ fn with_usage(body: &Bytes, v: &Value) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prompt_is_approximated_until_a_reserving_remedy_counts_it() {
+        let body = Bytes::from_static(
+            br#"{"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hello world"}]}"#,
+        );
+        let path = "/v1/chat/completions";
+        let mut call = read(Api::OpenAiChat, path, Some(&body), false, true).call;
+        // A quarter of "You are a helpful assistant.\nHello world" (40 bytes), and 3 a
+        // message: what usage-only policies keep, no tokenizer loaded.
+        assert_eq!(call.input_estimate, 10 + 6);
+        call.count_prompt();
+        // o200k_base: 8 tokens.
+        assert_eq!(call.input_estimate, 8 + 6);
+        assert_eq!(call.meter.read().input_estimate, 8 + 6);
+        assert!(call.prompt.is_none(), "counted once");
+        // Without the tokenizer, or for a model without a public one, nothing is kept.
+        let off = read(Api::OpenAiChat, path, Some(&body), false, false).call;
+        assert!(off.prompt.is_none());
+        let other = Bytes::from_static(br#"{"model": "claude-sonnet-4-5", "messages": []}"#);
+        assert!(
+            read(Api::Anthropic, "/v1/messages", Some(&other), false, true)
+                .call
+                .prompt
+                .is_none()
+        );
+    }
 
     #[test]
     fn a_chat_stream_gets_include_usage_and_keeps_its_bytes() {

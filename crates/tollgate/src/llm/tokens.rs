@@ -1,8 +1,10 @@
 //! A prompt's tokens, estimated on admission (the answer's usage corrects it): the text of
-//! the request's JSON (every string but names, roles, ids and binary data) counted with
-//! the model's tokenizer where one is public (OpenAI's, through `tiktoken-rs`), else
-//! approximated as one token per 4 bytes; plus 3 tokens per message for its framing, as
-//! OpenAI's cookbook counts chat messages.
+//! the request's JSON (every string but names, roles, ids and binary data) approximated
+//! as one token per 4 bytes, plus 3 tokens per message for its framing, as OpenAI's
+//! cookbook counts chat messages. Where a token limit or a budget reserves the estimate,
+//! the text is counted exactly with the model's tokenizer where one is public (OpenAI's,
+//! through `tiktoken-rs`): only those remedies load its tables (some 50 MB, one copy
+//! for every worker), so a policy that only reads usage never does.
 
 use serde_json::Value;
 
@@ -29,12 +31,39 @@ const NOT_TEXT: &[&str] = &[
 /// Tokens per message for its framing (role, separators).
 const PER_MESSAGE: u64 = 3;
 
-/// The estimate for a request to `model` with body `v`.
+/// A prompt's text and messages, as collected from the request's JSON.
+#[derive(Debug, Default)]
+pub struct Prompt {
+    text: String,
+    messages: u64,
+}
+
+impl Prompt {
+    pub fn of(v: &Value) -> Self {
+        let mut p = Prompt::default();
+        collect(v, &mut p.text, &mut p.messages);
+        p
+    }
+
+    /// A quarter of the text's bytes, and the messages' framing.
+    pub fn approximate(&self) -> u64 {
+        approximate(&self.text) + self.messages * PER_MESSAGE
+    }
+
+    /// Counted with `model`'s tokenizer where it has a public one, else approximated.
+    pub fn count(&self, model: Option<&str>) -> u64 {
+        count(model, &self.text) + self.messages * PER_MESSAGE
+    }
+}
+
+/// Whether `model` has a public tokenizer (without loading it).
+pub fn has_tokenizer(model: &str) -> bool {
+    tiktoken_rs::tokenizer::get_tokenizer(model).is_some()
+}
+
+/// The estimate for a request to `model` with body `v`, counted exactly where it can be.
 pub fn estimate(model: Option<&str>, v: &Value) -> u64 {
-    let mut text = String::new();
-    let mut messages = 0;
-    collect(v, &mut text, &mut messages);
-    count(model, &text) + messages * PER_MESSAGE
+    Prompt::of(v).count(model)
 }
 
 /// The tokens of `text` for `model`.

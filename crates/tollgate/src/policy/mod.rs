@@ -63,6 +63,13 @@ impl Policy {
     pub fn reads_llm(&self) -> bool {
         self.spec.llm.is_some() || self.spec.token_limit.is_some() || self.spec.budget.is_some()
     }
+
+    /// Whether a token limit or a budget reserves prompts counted with the model's
+    /// tokenizer (`llm.tokenizer`, on by default).
+    pub fn counts_prompts(&self) -> bool {
+        (self.spec.token_limit.is_some() || self.spec.budget.is_some())
+            && self.spec.llm.as_ref().is_none_or(|l| l.tokenizer)
+    }
 }
 
 /// Policies in file order; the first match applies.
@@ -76,6 +83,11 @@ pub struct PolicySet {
 impl PolicySet {
     pub fn new(policies: Vec<Policy>) -> Self {
         let reads_llm = policies.iter().any(Policy::reads_llm);
+        // The tokenizers' tables, loaded before the first call that needs them (about
+        // 0.2 s each), only where a token limit or a budget counts prompts exactly.
+        if policies.iter().any(Policy::counts_prompts) {
+            crate::llm::tokens::warm_up();
+        }
         Self {
             policies,
             reads_llm,

@@ -168,6 +168,9 @@ impl Remedy for Budget {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }
+            if let Some(c) = x.locals.get_mut::<crate::llm::Call>() {
+                c.count_prompt();
+            }
             let r = &self.resource;
             let (estimate, model) = match x.locals.get::<Call>() {
                 Some(c) => {

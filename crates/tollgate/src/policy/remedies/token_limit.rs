@@ -140,6 +140,9 @@ impl Remedy for TokenLimit {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }
+            if let Some(c) = x.locals.get_mut::<crate::llm::Call>() {
+                c.count_prompt();
+            }
             let n = x
                 .locals
                 .get::<crate::llm::Call>()

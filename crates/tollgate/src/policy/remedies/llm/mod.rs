@@ -71,9 +71,6 @@ impl RemedyKind for Kind {
                 }
             }
         }
-        if raw.tokenizer {
-            crate::llm::tokens::warm_up();
-        }
         let mut s = spec(raw);
         s.fallback = fallback::spec(cx.errors, &cx.path, &raw.fallback, &raw.fallback_on);
         Some(s)
@@ -201,6 +198,9 @@ pub fn meter(x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
     match x.locals.get_mut::<Call>() {
         Some(call) if !call.metering => {
             call.metering = true;
+            // Admission is over: a prompt kept for an exact count no remedy asked for
+            // is not held while the answer streams.
+            call.prompt = None;
             crate::llm::body::meter(call, resp)
         }
         _ => resp,
@@ -213,7 +213,7 @@ pub fn meter(x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
 pub struct RawLlm {
     /// Add `stream_options: {include_usage: true}` to an OpenAI chat completion stream that lacks it, so its usage is counted exactly, and remove what it brings from what the client gets (the usage chunk, and the `"usage":null` OpenAI then writes in every chunk): the client gets the bytes it would have had without the option, relayed an event at a time. `false`: such a stream's output is estimated as a token per content chunk.
     pub add_stream_usage: bool,
-    /// Estimate prompt tokens on admission with the model's public tokenizer (OpenAI's encodings); `false`, or a model without a public one: 1 token per 4 bytes of text.
+    /// Where a token limit or a budget reserves the prompt, count it with the model's public tokenizer (OpenAI's encodings, about 50 MB loaded once, only then); `false`, a model without a public one, or a policy that only reads usage: 1 token per 4 bytes of text.
     pub tokenizer: bool,
     /// Output tokens reserved on admission for a request that sets no `max_tokens` (or `max_completion_tokens`, `max_output_tokens`, `maxOutputTokens`); the answer's usage corrects it.
     pub output_estimate: Int<0, 10_000_000>,
