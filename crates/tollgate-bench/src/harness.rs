@@ -685,6 +685,38 @@ log:
         concurrency: usize,
         mode: Mode,
     ) -> Result<Vec<RunResult>, String> {
+        self.measure_requests(targets, (path, None), requests, warmup, concurrency, mode)
+    }
+
+    /// [`Harness::measure`] with each request POSTing `body` as JSON, closed loop.
+    pub fn measure_post(
+        &self,
+        t: &Target,
+        (path, body): (&str, &bytes::Bytes),
+        requests: u64,
+        concurrency: usize,
+    ) -> Result<RunResult, String> {
+        self.measure_requests(
+            &[t],
+            (path, Some(body.clone())),
+            requests,
+            0,
+            concurrency,
+            Mode::Closed,
+        )?
+        .pop()
+        .ok_or_else(|| "no result".into())
+    }
+
+    fn measure_requests(
+        &self,
+        targets: &[&Target],
+        (path, body): (&str, Option<bytes::Bytes>),
+        requests: u64,
+        warmup: u64,
+        concurrency: usize,
+        mode: Mode,
+    ) -> Result<Vec<RunResult>, String> {
         let mut specs = Vec::with_capacity(targets.len());
         for t in targets {
             let url: Uri = format!("{}{path}", t.base)
@@ -693,6 +725,7 @@ log:
             specs.push(LoadSpec {
                 url,
                 headers: t.headers.clone(),
+                body: body.clone(),
                 requests,
                 warmup,
                 concurrency,

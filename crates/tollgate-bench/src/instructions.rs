@@ -52,7 +52,10 @@ pub struct InstructionsArgs {
     /// tollgate scenarios to count (default: all): passthrough, with-remedy,
     /// with-credentials (a key set on each attempt), cache-hit, with-diagnosis,
     /// aggregate, dashboard-open (passthrough with the dashboard's live view open and
-    /// reading every call) (comma separated).
+    /// reading every call), and LLM calls (a chat completion POSTed to the provider's
+    /// stand-in, answered whole): llm-passthrough (no policy), llm-usage (its usage read),
+    /// llm-limits (read, and counted against a token limit and a budget) (comma
+    /// separated).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Also simulate the caches and count their misses per request: callgrind's
@@ -68,7 +71,7 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 10] = [
     "passthrough",
     "with-remedy",
     "with-credentials",
@@ -76,7 +79,13 @@ const SCENARIOS: [&str; 7] = [
     "with-diagnosis",
     "aggregate",
     "dashboard-open",
+    "llm-passthrough",
+    "llm-usage",
+    "llm-limits",
 ];
+
+/// What the LLM scenarios POST: `bench llm`'s complete (non-streamed) call.
+const LLM_CALL: &[u8] = crate::llm::WHOLE_CALL;
 
 /// One target's count over the measured requests.
 #[derive(Debug)]
@@ -259,7 +268,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
     };
     let mut counts = Vec::new();
     for name in &scenarios {
-        let (target, path) = scenario(&mut h, name, workers)?;
+        let (target, request) = scenario(&mut h, name, workers)?;
         // The dashboard's live view, open while the requests are counted.
         let view = match name.as_str() {
             "dashboard-open" => Some(crate::live_view::LiveView::open(
@@ -267,7 +276,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
             )?),
             _ => None,
         };
-        let mut count = spec.count(&h, &target, &path)?;
+        let mut count = spec.count(&h, &target, &request)?;
         if workers > 1 {
             count.per_worker = connections_per_worker(&target, workers);
         }
@@ -288,7 +297,7 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
             continue;
         }
         if let Ok(target) = h.peer(peer, workers) {
-            counts.push(spec.count(&h, &target, "/static")?);
+            counts.push(spec.count(&h, &target, &Shape::get("/static"))?);
         }
     }
     for l in &h.lines {
@@ -312,22 +321,52 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// A built-in scenario's tollgate process and the path its requests take.
-fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, String), String> {
+/// The requests a target is counted on: a GET of `path`, or a POST of `body` as JSON.
+struct Shape {
+    path: String,
+    body: Option<bytes::Bytes>,
+}
+
+impl Shape {
+    fn get(path: &str) -> Self {
+        Shape {
+            path: path.into(),
+            body: None,
+        }
+    }
+}
+
+/// A built-in scenario's tollgate process and the requests it is counted on.
+fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shape), String> {
     let config = match name {
         "passthrough" | "dashboard-open" => h.passthrough_config()?,
         "with-remedy" => h.with_remedy_config()?,
         "with-credentials" => h.with_credentials_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,
+        "llm-passthrough" | "llm-usage" | "llm-limits" => {
+            let file = format!("{name}.yaml");
+            let config = match name {
+                "llm-passthrough" => crate::llm::PASSTHROUGH,
+                "llm-usage" => crate::llm::USAGE,
+                _ => crate::llm::LIMITS,
+            };
+            report::write(&h.out, &file, config)?;
+            let target = h.tollgate(name, &h.out.join(&file), workers)?;
+            let call = Shape {
+                path: "/v1/chat/completions".into(),
+                body: Some(bytes::Bytes::from_static(LLM_CALL)),
+            };
+            return Ok((target, call));
+        }
         _ => {
             let eps = aggregate::endpoints(&[Duration::ZERO; 3]);
             report::write(&h.out, "aggregate.yaml", &lura::tollgate_config(&eps))?;
             let target = h.tollgate(name, &h.out.join("aggregate.yaml"), workers)?;
-            return Ok((target, "/social".into()));
+            return Ok((target, Shape::get("/social")));
         }
     };
-    Ok((h.tollgate(name, &config, workers)?, "/static".into()))
+    Ok((h.tollgate(name, &config, workers)?, Shape::get("/static")))
 }
 
 struct Spec {
@@ -340,16 +379,20 @@ struct Spec {
 
 impl Spec {
     /// Warms `t` up, zeroes its counters, sends the measured requests and dumps them.
-    fn count(&self, h: &Harness, t: &Target, path: &str) -> Result<Count, String> {
+    fn count(&self, h: &Harness, t: &Target, shape: &Shape) -> Result<Count, String> {
         let pid = t.pid().ok_or("the target has no process")?;
         eprintln!(
             "{}: warm-up ({} requests), then {} counted, under callgrind",
             t.name, self.warmup, self.requests
         );
-        h.measure(t, path, self.warmup.max(1), 0, self.conns, Mode::Closed)?;
+        let send = |n| match &shape.body {
+            None => h.measure(t, &shape.path, n, 0, self.conns, Mode::Closed),
+            Some(b) => h.measure_post(t, (&shape.path, b), n, self.conns),
+        };
+        send(self.warmup.max(1))?;
         let har_before = t.har_counts();
         control(pid, "-z")?;
-        let r = h.measure(t, path, self.requests, 0, self.conns, Mode::Closed)?;
+        let r = send(self.requests)?;
         if har_before.is_some() {
             settle(t);
         }
@@ -548,7 +591,7 @@ fn summary(counts: &[Count], spec: &Spec, measured: &str, top: usize) -> String 
     let mut s = String::from("# Instructions per request (callgrind)\n\n");
     let _ = writeln!(
         s,
-        "{} ({} cores), {measured} (the bench: commit {}); {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, {}; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls).\n",
+        "{} ({} cores), {measured} (the bench: commit {}); {} requests counted per target after {} of warm-up, {} keep-alive connections, closed loop, {}; the provider's 110-byte `/static` (the aggregate: `/social`, three backend calls; the LLM scenarios: a chat completion POSTed to the stand-in).\n",
         machine::cpu_model(),
         machine::cores(),
         machine::git_commit(),
@@ -572,6 +615,22 @@ fn summary(counts: &[Count], spec: &Spec, measured: &str, top: usize) -> String 
             ratio(v, nginx),
             c.failed
         );
+    }
+    // LLM calls against their own passthrough: the same POST, answered whole.
+    if let Some(base) = per("llm-passthrough") {
+        let each: Vec<String> = ["llm-usage", "llm-limits"]
+            .iter()
+            .filter_map(|n| per(n).map(|v| format!("{n} {:.2}×", v / base)))
+            .collect();
+        if !each.is_empty() {
+            let _ = writeln!(
+                s,
+                "
+LLM calls (`bench llm`'s complete chat completion, {:.0} instructions through the passthrough) ÷ llm-passthrough: {}.",
+                base,
+                each.join(", ")
+            );
+        }
     }
     for c in counts.iter().filter(|c| !c.per_worker.is_empty()) {
         let each: Vec<String> = c.per_worker.iter().map(u64::to_string).collect();

@@ -67,18 +67,22 @@ struct Endpoint {
 const KEY: &str = "sk-bench-5f0c2a9e7d3b41c6a8e2f1d0b9c7a6e5";
 const BEARER: &str = "Bearer sk-bench-5f0c2a9e7d3b41c6a8e2f1d0b9c7a6e5";
 
-const PASSTHROUGH: &str =
+pub(crate) const PASSTHROUGH: &str =
     "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\n";
+
+/// The complete (non-streamed) chat completion the capacity measurement sends, and
+/// `bench instructions`' LLM scenarios.
+pub(crate) const WHOLE_CALL: &[u8] = br#"{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to the benchmark."}]}"#;
 
 /// Every call matched by a policy that only frames it (`timeouts`): the matched path's
 /// own cost, which reading usage adds to.
-const MATCHED: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    timeouts: {total: 1h}\n";
+pub(crate) const MATCHED: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    timeouts: {total: 1h}\n";
 
 /// Every call read for usage.
-const USAGE: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n";
+pub(crate) const USAGE: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n";
 
 /// Every call read for usage, counted against a token limit and a budget that never refuse.
-const LIMITS: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n    token_limit: {limit: 1000000000000, window: minute}\n    budget: {limit: \"$100000000\", per: day}\n";
+pub(crate) const LIMITS: &str = "routes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\npolicies:\n  - name: llm\n    llm: {}\n    token_limit: {limit: 1000000000000, window: minute}\n    budget: {limit: \"$100000000\", per: day}\n";
 
 pub fn run(args: LlmArgs) -> Result<(), String> {
     let c = &args.common;
@@ -185,9 +189,7 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
     };
 
     // 2. Capacity: complete answers, closed loop, rounds A B A B.
-    let whole = Bytes::from_static(
-        br#"{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to the benchmark."}]}"#,
-    );
+    let whole = Bytes::from_static(WHOLE_CALL);
     let cap_targets: Vec<usize> = (1..endpoints.len()).collect();
     let mut rps: Vec<Vec<f64>> = vec![Vec::new(); endpoints.len()];
     let mt = tokio::runtime::Builder::new_multi_thread()

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +35,9 @@ pub struct LoadSpec {
     pub url: Uri,
     /// Extra request headers (e.g. `x-tollgate-host` for header-routed targets).
     pub headers: Vec<(String, String)>,
+    /// A JSON body: each request POSTs it (`content-type: application/json`); `None`:
+    /// GET without a body.
+    pub body: Option<Bytes>,
     pub requests: u64,
     pub warmup: u64,
     pub concurrency: usize,
@@ -345,7 +348,7 @@ async fn worker(
     phase: f64,
     concurrency: usize,
     start: Instant,
-    mut conn: Option<SendRequest<Empty<Bytes>>>,
+    mut conn: Option<SendRequest<Full<Bytes>>>,
 ) {
     let spec = &shared.spec;
     // Open loop: this connection's share of the schedule, offset so connections interleave.
@@ -410,7 +413,7 @@ async fn worker(
     }
 }
 
-async fn connect(spec: &LoadSpec) -> Result<SendRequest<Empty<Bytes>>, String> {
+async fn connect(spec: &LoadSpec) -> Result<SendRequest<Full<Bytes>>, String> {
     let url = &spec.url;
     let host = url.host().ok_or("URL has no host")?;
     let Some(tls) = &spec.tls else {
@@ -472,7 +475,7 @@ async fn tunnel(tcp: &mut TcpStream, authority: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn handshake<IO>(io: IO) -> Result<SendRequest<Empty<Bytes>>, String>
+async fn handshake<IO>(io: IO) -> Result<SendRequest<Full<Bytes>>, String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -491,19 +494,26 @@ struct Sent {
     close: bool,
 }
 
-async fn send(c: &mut SendRequest<Empty<Bytes>>, spec: &LoadSpec) -> Result<Sent, String> {
+async fn send(c: &mut SendRequest<Full<Bytes>>, spec: &LoadSpec) -> Result<Sent, String> {
     c.ready().await.map_err(|e| e.to_string())?;
     let authority = spec
         .url
         .authority()
         .map(|a| a.as_str())
         .unwrap_or("localhost");
-    let mut req = Request::get(spec.url.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-        .header("host", authority);
+    let path = spec.url.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut req = match &spec.body {
+        None => Request::get(path),
+        Some(_) => Request::post(path).header("content-type", "application/json"),
+    }
+    .header("host", authority);
     for (k, v) in &spec.headers {
         req = req.header(k, v);
     }
-    let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
+    // An empty `Full` is the end of the stream at once: a GET goes without a body or a
+    // content-length, as it did with `Empty`.
+    let body = Full::new(spec.body.clone().unwrap_or_default());
+    let req = req.body(body).map_err(|e| e.to_string())?;
     let resp = c.send_request(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
     let close = tollgate::headers::says_close(resp.headers());
@@ -534,10 +544,29 @@ mod tests {
                 loop {
                     let (tcp, _) = listener.accept().await.unwrap();
                     tokio::spawn(async move {
-                        let svc = service_fn(|_req| async {
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                                http_body_util::Full::new(Bytes::from_static(b"ok")),
-                            ))
+                        // 200 for a GET without a body and for a POST of `{"a":1}`
+                        // as JSON, 400 for anything else.
+                        let svc = service_fn(|req: http::Request<hyper::body::Incoming>| async {
+                            let (head, body) = req.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes();
+                            let json = head
+                                .headers
+                                .get("content-type")
+                                .is_some_and(|v| v == "application/json");
+                            let fine = match head.method {
+                                http::Method::GET => {
+                                    body.is_empty() && !head.headers.contains_key("content-length")
+                                }
+                                http::Method::POST => json && &body[..] == br#"{"a":1}"#,
+                                _ => false,
+                            };
+                            let mut r = hyper::Response::new(http_body_util::Full::new(
+                                Bytes::from_static(b"ok"),
+                            ));
+                            if !fine {
+                                *r.status_mut() = http::StatusCode::BAD_REQUEST;
+                            }
+                            Ok::<_, std::convert::Infallible>(r)
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .keep_alive(false)
@@ -550,37 +579,44 @@ mod tests {
         addr
     }
 
-    #[test]
-    fn a_server_closing_connections_is_not_an_error() {
-        let addr = closing_server();
-        let r = run(LoadSpec {
+    /// GETs of `addr`'s `/`, closed loop, one thread, unpinned.
+    fn spec_for(addr: std::net::SocketAddr, requests: u64, concurrency: usize) -> LoadSpec {
+        LoadSpec {
             url: format!("http://{addr}/").parse().unwrap(),
             headers: vec![],
-            requests: 60,
+            body: None,
+            requests,
             warmup: 0,
-            concurrency: 3,
+            concurrency,
             mode: Mode::Closed,
             cores: vec![],
             threads: 1,
             tls: None,
-        })
-        .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_server_closing_connections_is_not_an_error() {
+        let r = run(spec_for(closing_server(), 60, 3)).unwrap();
         assert_eq!((r.ok, r.errors, r.non_2xx), (60, 0, 0));
     }
 
     #[test]
-    fn several_threads_split_the_load_and_merge_their_results() {
-        let addr = closing_server();
+    fn a_body_is_posted_as_json_and_a_get_carries_none() {
         let r = run(LoadSpec {
-            url: format!("http://{addr}/").parse().unwrap(),
-            headers: vec![],
-            requests: 61,
+            body: Some(Bytes::from_static(br#"{"a":1}"#)),
+            ..spec_for(closing_server(), 20, 2)
+        })
+        .unwrap();
+        assert_eq!((r.ok, r.errors, r.non_2xx), (20, 0, 0));
+    }
+
+    #[test]
+    fn several_threads_split_the_load_and_merge_their_results() {
+        let r = run(LoadSpec {
             warmup: 5,
-            concurrency: 5,
-            mode: Mode::Closed,
-            cores: vec![],
             threads: 3,
-            tls: None,
+            ..spec_for(closing_server(), 61, 5)
         })
         .unwrap();
         assert_eq!((r.ok, r.errors, r.non_2xx, r.threads), (61, 0, 0, 3));
@@ -593,6 +629,7 @@ mod tests {
         let spec = LoadSpec {
             url: "http://127.0.0.1:1/".parse().unwrap(),
             headers: vec![],
+            body: None,
             requests: 10,
             warmup: 4,
             concurrency: 7,

@@ -662,7 +662,7 @@ fn instructions_counts_each_target_under_callgrind() {
             "--connections",
             "4",
             "--scenarios",
-            "passthrough,with-remedy",
+            "passthrough,with-remedy,llm-passthrough,llm-usage",
             "--peer",
             "hyper",
             "--top",
@@ -671,7 +671,19 @@ fn instructions_counts_each_target_under_callgrind() {
         dir.path(),
     );
     let summary = read(dir.path(), "summary.md");
-    for target in ["passthrough", "with-remedy", "hyper"] {
+    // The LLM calls are POSTed whole and answered (no failed request), and set against
+    // their own passthrough.
+    assert!(
+        summary.contains("÷ llm-passthrough: llm-usage "),
+        "{summary}"
+    );
+    for target in [
+        "passthrough",
+        "with-remedy",
+        "hyper",
+        "llm-passthrough",
+        "llm-usage",
+    ] {
         let row = summary
             .lines()
             .find(|l| l.starts_with(&format!("| {target} |")))
