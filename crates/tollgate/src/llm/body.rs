@@ -292,12 +292,9 @@ fn events_offset(events: &Events, pending: &BytesMut) -> u64 {
 
 /// A kept value of a complete answer (or of Gemini's streamed array).
 fn json_value(meter: &Meter, key: usize, v: &[u8]) {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(v) else {
-        return;
-    };
     match key {
-        0 => meter.usage_value(&v, meter.api != Api::Gemini),
-        _ => meter.model_value(&v),
+        0 => meter.usage_json(v, meter.api != Api::Gemini),
+        _ => meter.model_json(v),
     }
 }
 
@@ -317,12 +314,9 @@ fn long_event(meter: &Meter, e: &Event) {
         _ => true,
     };
     for (k, v) in &e.found {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(v) else {
-            continue;
-        };
         match k {
-            0 => meter.usage_value(&v, whole),
-            _ => meter.model_value(&v),
+            0 => meter.usage_json(v, whole),
+            _ => meter.model_json(v),
         }
     }
 }

@@ -144,7 +144,16 @@ impl Meter {
     /// A usage object (`usage`, `usageMetadata`) of the answer; `whole` when it is the
     /// answer's final word.
     pub fn usage_value(&self, v: &serde_json::Value, whole: bool) {
-        if let Some(r) = Reported::read(self.api, v) {
+        self.reported(Reported::read(self.api, v), whole);
+    }
+
+    /// [`Meter::usage_value`] of a usage object's JSON text (what a scan kept).
+    pub fn usage_json(&self, json: &[u8], whole: bool) {
+        self.reported(Reported::parse(self.api, json), whole);
+    }
+
+    fn reported(&self, r: Option<Reported>, whole: bool) {
+        if let Some(r) = r {
             self.update(|m| {
                 m.reported.merge(r);
                 m.whole |= whole;
@@ -154,7 +163,17 @@ impl Meter {
 
     /// The model the answer names.
     pub fn model_value(&self, v: &serde_json::Value) {
-        if let Some(s) = v.as_str().filter(|s| !s.is_empty() && s.len() <= 256) {
+        self.model(v.as_str());
+    }
+
+    /// [`Meter::model_value`] of the JSON text of the model's string.
+    pub fn model_json(&self, json: &[u8]) {
+        let s = serde_json::from_slice::<std::borrow::Cow<str>>(json).ok();
+        self.model(s.as_deref());
+    }
+
+    fn model(&self, s: Option<&str>) {
+        if let Some(s) = s.filter(|s| !s.is_empty() && s.len() <= 256) {
             self.update(|m| m.answered = Some(Arc::from(s)));
         }
     }

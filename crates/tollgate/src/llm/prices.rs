@@ -85,37 +85,62 @@ pub const SHIPPED: &[(&str, Price)] = &[
 /// A policy's table: its own entries first, then the shipped ones.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Prices {
+    /// Sorted by name, for [`lookup`].
     own: Vec<(String, Price)>,
 }
 
 impl Prices {
     pub fn new(own: impl IntoIterator<Item = (String, Price)>) -> Self {
-        Self {
-            own: own.into_iter().collect(),
-        }
+        let mut own: Vec<(String, Price)> = own.into_iter().collect();
+        own.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { own }
     }
 
     /// The price of `model`: an exact name first (the policy's, then the shipped one),
-    /// else the longest name it starts with.
+    /// else the longest name it starts with (on a tie, the policy's own).
     pub fn of(&self, model: &str) -> Option<Price> {
-        let all = || {
-            self.own
-                .iter()
-                .map(|(n, p)| (n.as_str(), *p))
-                .chain(SHIPPED.iter().copied())
-        };
-        if let Some((_, p)) = all().find(|(n, _)| *n == model) {
+        let own = lookup(&self.own, model);
+        if let Some((true, _, p)) = own {
             return Some(p);
         }
-        // The longest; on a tie the first (the policy's own before the shipped one).
-        all()
-            .filter(|(n, _)| model.starts_with(n))
-            .fold(None, |best: Option<(&str, Price)>, (n, p)| match best {
-                Some((b, _)) if b.len() >= n.len() => best,
-                _ => Some((n, p)),
-            })
-            .map(|(_, p)| p)
+        let shipped = lookup(&SORTED, model);
+        match (own, shipped) {
+            (_, Some((true, _, p))) => Some(p),
+            (Some((_, a, p)), Some((_, b, _))) if a >= b => Some(p),
+            (_, Some((_, _, p))) | (Some((_, _, p)), None) => Some(p),
+            (None, None) => None,
+        }
     }
+}
+
+/// The shipped table sorted by name.
+static SORTED: std::sync::LazyLock<Vec<(&str, Price)>> = std::sync::LazyLock::new(|| {
+    let mut t = SHIPPED.to_vec();
+    t.sort_by(|a, b| a.0.cmp(b.0));
+    t
+});
+
+/// In `table` (sorted by name): whether `model` is a name of it, the length of the name
+/// found, and its price: the exact name, else the longest name `model` starts with. A
+/// binary search, then a walk back: of two names both prefixes of `model`, the shorter is
+/// a prefix of the longer and sorts before it, so the first prefix met is the longest;
+/// past the names that share `model`'s first byte none can be one.
+fn lookup<S: AsRef<str>>(table: &[(S, Price)], model: &str) -> Option<(bool, usize, Price)> {
+    let end = table.partition_point(|(n, _)| n.as_ref() <= model);
+    let first = model.as_bytes().first();
+    for (n, p) in table[..end].iter().rev() {
+        let n = n.as_ref();
+        if n == model {
+            return Some((true, n.len(), *p));
+        }
+        if model.starts_with(n) {
+            return Some((false, n.len(), *p));
+        }
+        if n.as_bytes().first() != first {
+            break;
+        }
+    }
+    None
 }
 
 /// What `u` costs at `p`, in nano-dollars (rounded up).
@@ -159,6 +184,16 @@ mod tests {
         assert_eq!(prices.of("gpt-4o-mini-2024-07-18").unwrap().input, 0.15);
         assert_eq!(prices.of("gpt-4o-2024-08-06").unwrap().input, 1.0);
         assert!(prices.of("llama3").is_none());
+        // Between a name and its longest prefix, other names of the same start.
+        let own = Prices::new([
+            ("m".to_owned(), p(1.0, 1.0, 1.0)),
+            ("m-a".to_owned(), p(2.0, 2.0, 2.0)),
+            ("m-b-x".to_owned(), p(3.0, 3.0, 3.0)),
+        ]);
+        assert_eq!(own.of("m-b-y").unwrap().input, 1.0);
+        assert_eq!(own.of("m-a").unwrap().input, 2.0);
+        assert_eq!(own.of("claude-opus-4-5-20251101").unwrap().input, 5.0);
+        assert_eq!(own.of("claude-opus-4-20250514").unwrap().input, 15.0);
     }
 
     #[test]

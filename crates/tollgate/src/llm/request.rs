@@ -112,12 +112,12 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
     }
     .unwrap_or(1)
     .max(1);
-    let prompt = tokens::Prompt::of(&v);
-    let input_estimate = prompt.approximate();
-    let prompt = model
+    let exact = model
         .as_deref()
-        .is_some_and(|m| tokenizer && tokens::has_tokenizer(m))
-        .then_some(prompt);
+        .is_some_and(|m| tokenizer && tokens::has_tokenizer(m));
+    let prompt = tokens::Prompt::of(&v, exact);
+    let input_estimate = prompt.approximate();
+    let prompt = exact.then_some(prompt);
     let asks_usage = v
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))

@@ -54,22 +54,28 @@ impl Scan {
     }
 
     pub fn feed(&mut self, data: &[u8]) {
+        // A kept value is copied as runs of the piece (where it starts, or the piece's
+        // start, to where it ends or the piece does), not a byte at a time.
+        let mut run = 0;
         let mut i = 0;
         while i < data.len() {
             if self.in_str {
                 i = self.string(data, i);
                 continue;
             }
+            // Below the watched depth only strings and brackets matter: skip the rest.
+            if self.depth > self.base && self.base > 0 {
+                match data[i..].iter().position(|c| NESTED[*c as usize]) {
+                    Some(j) => i += j,
+                    None => break,
+                }
+            }
             let c = data[i];
             i += 1;
             if self.capture.is_some() && self.depth == self.base && (c == b',' || c == b'}') {
-                let (k, v) = self.capture.take().expect("checked");
-                self.found.push((k, v));
-            }
-            if let Some((_, v)) = &mut self.capture {
-                v.push(c);
-                if v.len() > self.cap {
-                    self.capture = None;
+                self.keep(&data[run..i - 1]);
+                if let Some(v) = self.capture.take() {
+                    self.found.push(v);
                 }
             }
             match c {
@@ -92,27 +98,40 @@ impl Scan {
                     self.expect_key = false;
                     if let Some(Some(k)) = self.after_key.take() {
                         self.capture = Some((k, Vec::new()));
+                        run = i;
                     }
                 }
                 b',' if self.depth == self.base => self.expect_key = true,
                 _ => {}
             }
         }
+        if self.capture.is_some() {
+            self.keep(&data[run..]);
+        }
+    }
+
+    /// Adds `bytes` to the value being kept, or drops it past the cap.
+    fn keep(&mut self, bytes: &[u8]) {
+        if let Some((_, v)) = &mut self.capture {
+            if v.len() + bytes.len() > self.cap {
+                self.capture = None;
+            } else {
+                v.extend_from_slice(bytes);
+            }
+        }
     }
 
     /// Inside a string from `i`: returns where scanning goes on.
     fn string(&mut self, data: &[u8], mut i: usize) -> usize {
-        if self.capture.is_none() && self.key.is_none() && !self.esc {
-            // Nothing is kept of this string: jump to its next quote or backslash.
+        if self.key.is_none() && !self.esc {
+            // Nothing of this string is looked at (a kept value takes it as a run): jump
+            // to its next quote or backslash.
             match memchr::memchr2(b'"', b'\\', &data[i..]) {
                 Some(j) => i += j,
                 None => return data.len(),
             }
         }
         let c = data[i];
-        if let Some((_, v)) = &mut self.capture {
-            v.push(c);
-        }
         if self.esc {
             self.esc = false;
             self.key = None;
@@ -133,6 +152,17 @@ impl Scan {
         i + 1
     }
 }
+
+/// The bytes that matter below the watched depth: a string's start and the brackets.
+const NESTED: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
 
 #[cfg(test)]
 mod tests {
@@ -180,8 +210,15 @@ mod tests {
 
     #[test]
     fn a_value_past_the_cap_is_dropped() {
-        let mut s = Scan::new(&["usage"], 8);
-        s.feed(br#"{"usage":{"a":"0123456789"},"model":"m"}"#);
-        assert!(s.found.is_empty());
+        let text = br#"{"usage":{"a":"0123456789"},"model":"m"}"#;
+        for piece in [3, 64] {
+            let mut s = Scan::new(&["usage"], 8);
+            text.chunks(piece).for_each(|c| s.feed(c));
+            assert!(s.found.is_empty(), "pieces of {piece}");
+        }
+        // At the cap exactly, over pieces: kept.
+        let mut s = Scan::new(&["usage"], 7);
+        br#"{"usage":{"a":1},"x":2}"#.chunks(2).for_each(|c| s.feed(c));
+        assert_eq!(s.found, [(0, br#"{"a":1}"#.to_vec())]);
     }
 }

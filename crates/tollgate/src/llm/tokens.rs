@@ -34,25 +34,67 @@ const PER_MESSAGE: u64 = 3;
 /// A prompt's text and messages, as collected from the request's JSON.
 #[derive(Debug, Default)]
 pub struct Prompt {
+    /// The text, when kept for an exact count.
     text: String,
+    keep: bool,
+    /// The text's bytes (its strings and the line breaks between them).
+    len: usize,
     messages: u64,
 }
 
 impl Prompt {
-    pub fn of(v: &Value) -> Self {
-        let mut p = Prompt::default();
-        collect(v, &mut p.text, &mut p.messages);
+    /// The prompt of `v`; its text kept only when `keep` (an exact count may follow),
+    /// else only measured.
+    pub fn of(v: &Value, keep: bool) -> Self {
+        let mut p = Prompt {
+            keep,
+            ..Prompt::default()
+        };
+        p.collect(v);
         p
+    }
+
+    fn collect(&mut self, v: &Value) {
+        match v {
+            Value::String(s) => {
+                if self.len > 0 {
+                    self.len += 1;
+                    if self.keep {
+                        self.text.push('\n');
+                    }
+                }
+                self.len += s.len();
+                if self.keep {
+                    self.text.push_str(s);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| self.collect(v)),
+            Value::Object(o) => {
+                if o.contains_key("role") {
+                    self.messages += 1;
+                }
+                for (k, v) in o {
+                    if !NOT_TEXT.contains(&k.as_str()) {
+                        self.collect(v);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A quarter of the text's bytes, and the messages' framing.
     pub fn approximate(&self) -> u64 {
-        approximate(&self.text) + self.messages * PER_MESSAGE
+        (self.len as u64).div_ceil(4) + self.messages * PER_MESSAGE
     }
 
-    /// Counted with `model`'s tokenizer where it has a public one, else approximated.
+    /// Counted with `model`'s tokenizer where it has a public one and the text was kept,
+    /// else approximated.
     pub fn count(&self, model: Option<&str>) -> u64 {
-        count(model, &self.text) + self.messages * PER_MESSAGE
+        match self.keep {
+            true => count(model, &self.text) + self.messages * PER_MESSAGE,
+            false => self.approximate(),
+        }
     }
 }
 
@@ -63,7 +105,7 @@ pub fn has_tokenizer(model: &str) -> bool {
 
 /// The estimate for a request to `model` with body `v`, counted exactly where it can be.
 pub fn estimate(model: Option<&str>, v: &Value) -> u64 {
-    Prompt::of(v).count(model)
+    Prompt::of(v, true).count(model)
 }
 
 /// The tokens of `text` for `model`.
@@ -81,29 +123,6 @@ pub fn count(model: Option<&str>, text: &str) -> u64 {
 /// English text.
 pub fn approximate(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
-}
-
-fn collect(v: &Value, text: &mut String, messages: &mut u64) {
-    match v {
-        Value::String(s) => {
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(s);
-        }
-        Value::Array(a) => a.iter().for_each(|v| collect(v, text, messages)),
-        Value::Object(o) => {
-            if o.contains_key("role") {
-                *messages += 1;
-            }
-            for (k, v) in o {
-                if !NOT_TEXT.contains(&k.as_str()) {
-                    collect(v, text, messages);
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Loads the public tokenizers now (about 0.2 s each), so the first request does not

@@ -4,7 +4,7 @@
 //! beside it, Gemini's `usageMetadata`.
 
 use super::Api;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Tokens of one call. `input` counts every prompt token (the cached and cache-written
@@ -40,12 +40,148 @@ pub struct Reported {
     pub reasoning: Option<u64>,
 }
 
-fn n(v: &Value, path: &[&str]) -> Option<u64> {
-    let mut v = v;
-    for p in path {
-        v = v.get(p)?;
+/// Every count a usage object of any API may hold, read straight from its JSON (no
+/// `Value` tree): a field that is absent, `null` or not a whole number is `None`, and any
+/// other field is skipped.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct Fields {
+    prompt_tokens: Count,
+    completion_tokens: Count,
+    input_tokens: Count,
+    output_tokens: Count,
+    prompt_tokens_details: Details,
+    input_tokens_details: Details,
+    completion_tokens_details: Details,
+    output_tokens_details: Details,
+    cache_read_input_tokens: Count,
+    cache_creation_input_tokens: Count,
+    #[serde(rename = "promptTokenCount")]
+    prompt_token_count: Count,
+    #[serde(rename = "candidatesTokenCount")]
+    candidates_token_count: Count,
+    #[serde(rename = "thoughtsTokenCount")]
+    thoughts_token_count: Count,
+    #[serde(rename = "cachedContentTokenCount")]
+    cached_content_token_count: Count,
+}
+
+#[derive(Default)]
+struct Details {
+    cached_tokens: Count,
+    reasoning_tokens: Count,
+}
+
+/// A whole number of tokens, or `None` for anything else in its place.
+#[derive(Default, Clone, Copy)]
+struct Count(Option<u64>);
+
+impl<'de> serde::Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a count")
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Count, E> {
+                Ok(Count(Some(n)))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(n).ok()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_unit<E>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_none<E>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Count(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
+                while a
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Count(None))
+            }
+        }
+        d.deserialize_any(V)
     }
-    v.as_u64()
+}
+
+impl<'de> serde::Deserialize<'de> for Details {
+    /// The two counts of a `…_details` object; anything else in its place counts none.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "snake_case")]
+        enum Key {
+            CachedTokens,
+            ReasoningTokens,
+            #[serde(other)]
+            Other,
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Details;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("token details")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Details, A::Error> {
+                let mut d = Details::default();
+                while let Some(k) = a.next_key::<Key>()? {
+                    match k {
+                        Key::CachedTokens => d.cached_tokens = a.next_value()?,
+                        Key::ReasoningTokens => d.reasoning_tokens = a.next_value()?,
+                        Key::Other => {
+                            a.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(d)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Details, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Details::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+            fn visit_unit<E>(self) -> Result<Details, E> {
+                Ok(Details::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl Reported {
@@ -54,50 +190,74 @@ impl Reported {
         if !u.is_object() {
             return None;
         }
-        let r = match api {
+        Some(Fields::deserialize(u).ok()?.reported(api))
+    }
+
+    /// [`Reported::read`] of the JSON text of a usage object, parsed straight into the
+    /// counts.
+    pub fn parse(api: Api, json: &[u8]) -> Option<Reported> {
+        // An object only: a struct would also take an array, field by field.
+        if json.trim_ascii_start().first() != Some(&b'{') {
+            return None;
+        }
+        Some(serde_json::from_slice::<Fields>(json).ok()?.reported(api))
+    }
+}
+
+impl Fields {
+    fn reported(self, api: Api) -> Reported {
+        let f = self;
+        match api {
             Api::OpenAiChat | Api::OpenAiEmbeddings | Api::OpenAiResponses => Reported {
-                input: n(u, &["prompt_tokens"]).or(n(u, &["input_tokens"])),
-                output: n(u, &["completion_tokens"]).or(n(u, &["output_tokens"])),
-                cached: n(u, &["prompt_tokens_details", "cached_tokens"])
-                    .or(n(u, &["input_tokens_details", "cached_tokens"])),
+                input: f.prompt_tokens.0.or(f.input_tokens.0),
+                output: f.completion_tokens.0.or(f.output_tokens.0),
+                cached: f
+                    .prompt_tokens_details
+                    .cached_tokens
+                    .0
+                    .or(f.input_tokens_details.cached_tokens.0),
                 cache_write: None,
-                reasoning: n(u, &["completion_tokens_details", "reasoning_tokens"])
-                    .or(n(u, &["output_tokens_details", "reasoning_tokens"])),
+                reasoning: f
+                    .completion_tokens_details
+                    .reasoning_tokens
+                    .0
+                    .or(f.output_tokens_details.reasoning_tokens.0),
             },
             Api::Anthropic => {
-                let read = n(u, &["cache_read_input_tokens"]);
-                let write = n(u, &["cache_creation_input_tokens"]);
+                let read = f.cache_read_input_tokens.0;
+                let write = f.cache_creation_input_tokens.0;
                 Reported {
                     // Anthropic's `input_tokens` leaves out the cache's reads and writes.
-                    input: n(u, &["input_tokens"]).map(|i| {
+                    input: f.input_tokens.0.map(|i| {
                         i.saturating_add(read.unwrap_or(0))
                             .saturating_add(write.unwrap_or(0))
                     }),
-                    output: n(u, &["output_tokens"]),
+                    output: f.output_tokens.0,
                     cached: read,
                     cache_write: write,
                     reasoning: None,
                 }
             }
             Api::Gemini => {
-                let thoughts = n(u, &["thoughtsTokenCount"]);
-                let candidates = n(u, &["candidatesTokenCount"]);
+                let thoughts = f.thoughts_token_count.0;
+                let candidates = f.candidates_token_count.0;
                 Reported {
-                    input: n(u, &["promptTokenCount"]),
+                    input: f.prompt_token_count.0,
                     // Gemini counts thinking apart from the answer; both are billed as output.
                     output: match (candidates, thoughts) {
                         (None, None) => None,
                         (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
                     },
-                    cached: n(u, &["cachedContentTokenCount"]),
+                    cached: f.cached_content_token_count.0,
                     cache_write: None,
                     reasoning: thoughts,
                 }
             }
-        };
-        Some(r)
+        }
     }
+}
 
+impl Reported {
     /// `later`'s fields over this one's (a later event of the same stream).
     pub fn merge(&mut self, later: Reported) {
         let take = |a: &mut Option<u64>, b: Option<u64>| {
@@ -147,6 +307,34 @@ mod tests {
             (Some(8), Some(25), Some(2), Some(5))
         );
         assert!(Reported::read(Api::OpenAiChat, &Value::Null).is_none());
+        // The text read straight gives what its `Value` gives.
+        for (api, v) in [
+            (Api::OpenAiChat, &chat),
+            (Api::OpenAiResponses, &responses),
+            (Api::Anthropic, &anthropic),
+            (Api::Gemini, &gemini),
+        ] {
+            let text = v.to_string();
+            assert_eq!(
+                Reported::parse(api, text.as_bytes()),
+                Reported::read(api, v)
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_count_counts_none_and_the_rest_is_read() {
+        let odd = br#" {"prompt_tokens": null, "completion_tokens": 2.5, "input_tokens": "7",
+            "output_tokens": -1, "prompt_tokens_details": [1], "x": {"y": [{"z": 1}]},
+            "completion_tokens_details": {"reasoning_tokens": 4, "other": {"a": 1}},
+            "total_tokens": 9}"#;
+        let r = Reported::parse(Api::OpenAiChat, odd).unwrap();
+        assert_eq!(
+            (r.input, r.output, r.cached, r.reasoning),
+            (None, None, None, Some(4))
+        );
+        assert!(Reported::parse(Api::OpenAiChat, b"[19, 10]").is_none());
+        assert!(Reported::parse(Api::OpenAiChat, b"{\"prompt_tokens\": 1").is_none());
     }
 
     #[test]

@@ -338,22 +338,26 @@ impl Prometheus {
         p
     }
 
-    /// The JSON answer of an API call, once Prometheus answers at all.
+    /// The JSON answer of an API call, once Prometheus answers with JSON (while it
+    /// starts it answers 503 in plain text).
     async fn api(&self, path_and_query: &str) -> Value {
         let url = format!("http://{}{path_and_query}", self.addr);
+        let mut last = String::new();
         for _ in 0..300 {
             if let Ok(r) = client()
                 .request(http::Request::get(&url).body(empty()).unwrap())
                 .await
+                && let Ok(body) = http_body_util::BodyExt::collect(r.into_body()).await
             {
-                let body = http_body_util::BodyExt::collect(r.into_body())
-                    .await
-                    .unwrap();
-                return serde_json::from_slice(&body.to_bytes()).unwrap();
+                let body = body.to_bytes();
+                match serde_json::from_slice(&body) {
+                    Ok(v) => return v,
+                    Err(_) => last = String::from_utf8_lossy(&body).into_owned(),
+                }
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        panic!("prometheus never answered on {}", self.addr);
+        panic!("prometheus never answered {url} with JSON; last: {last:?}");
     }
 
     /// An instant query's samples; a query Prometheus refuses fails the test.
