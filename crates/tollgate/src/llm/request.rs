@@ -24,9 +24,10 @@ pub struct Call {
     /// The prompt's tokens, estimated ([`tokens`]): approximated when read, counted
     /// exactly by [`Call::count_prompt`].
     pub input_estimate: u64,
-    /// The prompt kept for its exact count, when the reader asked for the tokenizer and
-    /// the model has one; taken by the first remedy that reserves.
-    pub prompt: Option<tokens::Prompt>,
+    /// The request's body kept for the prompt's exact count, when the reader asked for
+    /// the tokenizer and the model has one (a reference to the buffered body, no copy);
+    /// taken by the first remedy that reserves.
+    pub prompt: Option<Bytes>,
     /// `include_usage` was added: the usage chunk is removed from what the client gets.
     pub strip_usage: bool,
     pub meter: Arc<Meter>,
@@ -44,8 +45,8 @@ impl Call {
     /// Counts the prompt with the model's tokenizer (loading it the first time), for a
     /// remedy that reserves the estimate; once per call.
     pub fn count_prompt(&mut self) {
-        if let Some(p) = self.prompt.take() {
-            let n = p.count(self.model.as_deref());
+        if let Some(body) = self.prompt.take() {
+            let n = top(&body, true).1.count(self.model.as_deref());
             self.input_estimate = n;
             self.meter.update(|m| m.input_estimate = n);
         }
@@ -75,9 +76,7 @@ pub struct Read {
 /// the prompt for [`Call::count_prompt`] where the model has a public tokenizer (the
 /// estimate is a quarter of the text's bytes until then).
 pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
-    let v: Value = body
-        .and_then(|b| serde_json::from_slice(b).ok())
-        .unwrap_or(Value::Null);
+    let (v, prompt) = body.map(|b| top(b, false)).unwrap_or_default();
     let gemini_model = || {
         let name = path.rsplit('/').next()?;
         let model = name.split(':').next()?;
@@ -115,9 +114,8 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
     let exact = model
         .as_deref()
         .is_some_and(|m| tokenizer && tokens::has_tokenizer(m));
-    let prompt = tokens::Prompt::of(&v, exact);
     let input_estimate = prompt.approximate();
-    let prompt = exact.then_some(prompt);
+    let prompt = body.filter(|_| exact).cloned();
     let asks_usage = v
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
@@ -153,6 +151,80 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
     }
 }
 
+/// The top-level fields [`read`] looks at (as small `Value`s) and the prompt of the whole
+/// body (its text kept when `keep`), in one pass that builds no `Value` of the rest. A
+/// body that is not a JSON object is read whole as a `Value`.
+fn top(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
+    let mut prompt = tokens::Prompt::new(keep);
+    let mut head = serde_json::Map::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = serde::de::Deserializer::deserialize_map(
+        &mut de,
+        Top {
+            prompt: &mut prompt,
+            head: &mut head,
+        },
+    )
+    .and_then(|()| de.end());
+    match read {
+        Ok(()) => (Value::Object(head), prompt),
+        Err(_) => {
+            let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let prompt = tokens::Prompt::of(&v, keep);
+            (v, prompt)
+        }
+    }
+}
+
+/// The top-level keys whose values [`read`] looks at.
+const HEAD: &[&str] = &[
+    "model",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "n",
+    "best_of",
+    "generationConfig",
+];
+
+struct Top<'a> {
+    prompt: &'a mut tokens::Prompt,
+    head: &'a mut serde_json::Map<String, Value>,
+}
+
+impl<'de> serde::de::Visitor<'de> for Top<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+        let mut role = false;
+        while let Some(k) = a.next_key::<tokens::Key<'de>>()? {
+            let k = k.as_str();
+            role |= k == "role";
+            if HEAD.contains(&k) {
+                let v: Value = a.next_value()?;
+                if tokens::is_text(k) {
+                    self.prompt.collect(&v);
+                }
+                self.head.insert(k.to_owned(), v);
+            } else if tokens::is_text(k) {
+                a.next_value_seed(tokens::Walk(&mut *self.prompt))?;
+            } else {
+                a.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        if role {
+            self.prompt.count_message();
+        }
+        Ok(())
+    }
+}
+
 /// The body with `"stream_options":{"include_usage":true}`: written in front of the
 /// object's first key when the request has no `stream_options` (every other byte kept as
 /// sent), else the object written again with the option set.
@@ -172,7 +244,9 @@ fn with_usage(body: &Bytes, v: &Value) -> Option<Bytes> {
         out.extend_from_slice(&body[open + 1..]);
         return Some(out.into());
     }
-    let mut v = v.clone();
+    // Written again whole: read it whole (a rare request: it sets `stream_options`
+    // without `include_usage`).
+    let mut v: Value = serde_json::from_slice(body).ok()?;
     let opts = v.get_mut("stream_options")?.as_object_mut()?;
     opts.insert("include_usage".into(), Value::Bool(true));
     serde_json::to_vec(&v).ok().map(Bytes::from)
@@ -181,6 +255,31 @@ fn with_usage(body: &Bytes, v: &Value) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_pass_reads_what_the_whole_value_gives() {
+        let body = br#"{"messages": [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi \"there\""},
+              {"type": "image_url", "image_url": {"url": "data:xx"}}]},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{\"a\":1}"}}]}],
+          "model": "gpt-4o", "stream": true, "max_tokens": 12345678901234567890,
+          "n": 2.0, "temperature": 0.7, "user": "u-1", "metadata": {"k": "v"},
+          "stream_options": {"include_usage": false}, "r\u006fle": "x"}"#;
+        let v: Value = serde_json::from_slice(body).unwrap();
+        for keep in [false, true] {
+            let (head, prompt) = top(body, keep);
+            let whole = tokens::Prompt::of(&v, keep);
+            assert_eq!(prompt.approximate(), whole.approximate());
+            assert_eq!(prompt.count(Some("gpt-4o")), whole.count(Some("gpt-4o")));
+            for k in HEAD {
+                assert_eq!(head.get(k), v.get(k), "{k}");
+            }
+        }
+        // Not an object: read whole.
+        let (head, prompt) = top(br#"["a", "bc"]"#, false);
+        assert!(head.is_array());
+        assert_eq!(prompt.approximate(), 1);
+    }
 
     #[test]
     fn the_prompt_is_approximated_until_a_reserving_remedy_counts_it() {

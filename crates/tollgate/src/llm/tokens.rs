@@ -28,6 +28,104 @@ const NOT_TEXT: &[&str] = &[
     "reasoning_effort",
 ];
 
+/// Whether the values under key `k` are prompt text.
+pub fn is_text(k: &str) -> bool {
+    !NOT_TEXT.contains(&k)
+}
+
+/// Collects a JSON value's prompt text as it is parsed, as [`Prompt::collect`] does from
+/// a `Value`, without building one.
+pub struct Walk<'a>(pub &'a mut Prompt);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_str<E>(self, s: &str) -> Result<(), E> {
+        self.0.string(s);
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+        while a.next_element_seed(Walk(&mut *self.0))?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+        // A number written exactly (serde_json's `arbitrary_precision`) comes as a map
+        // of one private key: not text.
+        while let Some(k) = a.next_key::<Key<'de>>()? {
+            let k = k.as_str();
+            if k == "role" {
+                self.0.count_message();
+            }
+            if k.starts_with("$serde_json::") || !is_text(k) {
+                a.next_value::<serde::de::IgnoredAny>()?;
+            } else {
+                a.next_value_seed(Walk(&mut *self.0))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An object's key, borrowed from the JSON text unless it has escapes.
+pub enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(s))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s.to_owned()))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// Tokens per message for its framing (role, separators).
 const PER_MESSAGE: u64 = 3;
 
@@ -46,40 +144,53 @@ impl Prompt {
     /// The prompt of `v`; its text kept only when `keep` (an exact count may follow),
     /// else only measured.
     pub fn of(v: &Value, keep: bool) -> Self {
-        let mut p = Prompt {
-            keep,
-            ..Prompt::default()
-        };
+        let mut p = Prompt::new(keep);
         p.collect(v);
         p
     }
 
-    fn collect(&mut self, v: &Value) {
+    /// An empty prompt to collect into ([`Prompt::collect`], [`Walk`]).
+    pub fn new(keep: bool) -> Self {
+        Prompt {
+            keep,
+            ..Prompt::default()
+        }
+    }
+
+    /// Adds the prompt text of `v`.
+    pub fn collect(&mut self, v: &Value) {
         match v {
-            Value::String(s) => {
-                if self.len > 0 {
-                    self.len += 1;
-                    if self.keep {
-                        self.text.push('\n');
-                    }
-                }
-                self.len += s.len();
-                if self.keep {
-                    self.text.push_str(s);
-                }
-            }
+            Value::String(s) => self.string(s),
             Value::Array(a) => a.iter().for_each(|v| self.collect(v)),
             Value::Object(o) => {
                 if o.contains_key("role") {
                     self.messages += 1;
                 }
                 for (k, v) in o {
-                    if !NOT_TEXT.contains(&k.as_str()) {
+                    if is_text(k) {
                         self.collect(v);
                     }
                 }
             }
             _ => {}
+        }
+    }
+
+    /// One message more (an object with a `role`).
+    pub fn count_message(&mut self) {
+        self.messages += 1;
+    }
+
+    fn string(&mut self, s: &str) {
+        if self.len > 0 {
+            self.len += 1;
+            if self.keep {
+                self.text.push('\n');
+            }
+        }
+        self.len += s.len();
+        if self.keep {
+            self.text.push_str(s);
         }
     }
 
