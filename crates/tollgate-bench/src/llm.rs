@@ -4,7 +4,8 @@
 //! (tollgate's passthrough, tollgate with a policy that only frames the call — the
 //! matched path's own cost —, tollgate reading usage, and reading it with a token limit
 //! and a budget on,
-//! and the LLM gateways it is compared with where they install: LiteLLM's proxy, Bifrost),
+//! and the LLM gateways it is compared with where they install: LiteLLM's proxy,
+//! Portkey's gateway, Bifrost),
 //! one call at a time, the targets interleaved call by call; then requests per second of
 //! complete (non-streamed) answers at a number of connections, tollgate's passthrough
 //! against tollgate reading usage, rounds A B A B.
@@ -18,7 +19,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
@@ -45,6 +46,15 @@ pub struct LlmArgs {
     /// and said so, when it is not found.
     #[arg(long, default_value = "litellm")]
     pub litellm: PathBuf,
+    /// Portkey's gateway: the `build/start-server.js` of `@portkey-ai/gateway` as npm
+    /// installs it (1.15.2, with `@hono/node-server` pinned to 1.13.5 by an `overrides`:
+    /// the version npm resolves answers every streamed call 500, Portkey-AI/gateway#1389),
+    /// run with `node`; skipped, and said so, when it is not found.
+    #[arg(
+        long,
+        default_value = "node_modules/@portkey-ai/gateway/build/start-server.js"
+    )]
+    pub portkey: PathBuf,
     /// Bifrost's binary (`npx -y @maximhq/bifrost`'s download); skipped, and said so,
     /// when it is not found.
     #[arg(long, default_value = "bifrost")]
@@ -58,6 +68,8 @@ struct Endpoint {
     /// The streamed call's path and the complete call's.
     stream_path: String,
     whole_path: String,
+    /// Headers each call carries (a gateway's routing headers).
+    headers: Vec<(&'static str, String)>,
     /// Kept alive as long as the endpoint.
     _target: Option<crate::harness::Target>,
     _proc: Option<procs::Proc>,
@@ -94,6 +106,7 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
         addr,
         stream_path: stream_path.clone(),
         whole_path: whole_path.clone(),
+        headers: Vec::new(),
         _target: target,
         _proc: None,
     };
@@ -116,6 +129,10 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
     match litellm(&args, &h) {
         Ok(e) => endpoints.push(e),
         Err(why) => skipped.push(format!("LiteLLM: {why}")),
+    }
+    match portkey(&args, &h) {
+        Ok(e) => endpoints.push(e),
+        Err(why) => skipped.push(format!("Portkey: {why}")),
     }
     match bifrost(&args) {
         Ok(e) => endpoints.push(e),
@@ -242,7 +259,7 @@ pub fn run(args: LlmArgs) -> Result<(), String> {
     ) {
         let f = |i: usize| med(&first[i]).0;
         md += &format!(
-            "\nOver tollgate's passthrough at p50, to the first event: a matched policy {:+.0} µs; reading usage **{:+.0} µs**; with a token limit and a budget too **{:+.0} µs** (target ≤ +50 µs).\n",
+            "\nOver tollgate's passthrough at p50, to the first event: a matched policy {:+.0} µs; reading usage **{:+.0} µs**; with a token limit and a budget too **{:+.0} µs** (target ≤ +30 µs).\n",
             f(m) - f(p),
             f(u) - f(p),
             f(l) - f(p)
@@ -302,12 +319,24 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
 }
 
 fn post(e: &Endpoint, path: &str, body: &Bytes) -> Request<Full<Bytes>> {
-    Request::post(path)
-        .header("host", e.addr.to_string())
+    request(e.addr, &e.headers, path, body)
+}
+
+/// A chat completion POSTed to `addr` with `headers`.
+fn request(
+    addr: SocketAddr,
+    headers: &[(&'static str, String)],
+    path: &str,
+    body: &Bytes,
+) -> Request<Full<Bytes>> {
+    let mut r = Request::post(path)
+        .header("host", addr.to_string())
         .header("content-type", "application/json")
-        .header("authorization", BEARER)
-        .body(Full::new(body.clone()))
-        .expect("a valid request")
+        .header("authorization", BEARER);
+    for (k, v) in headers {
+        r = r.header(*k, v);
+    }
+    r.body(Full::new(body.clone())).expect("a valid request")
 }
 
 /// One streamed call: the time to its first body bytes and to its end.
@@ -349,17 +378,12 @@ async fn capacity(
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let (addr, path, body, name) = (e.addr, e.whole_path.clone(), body.clone(), e.name.clone());
-        let host = addr.to_string();
+        let headers = e.headers.clone();
         tasks.push(tokio::spawn(async move {
             let mut c = connect(addr).await?;
             for _ in 0..per {
                 c.ready().await.map_err(|x| format!("{name}: {x}"))?;
-                let req = Request::post(path.as_str())
-                    .header("host", host.as_str())
-                    .header("content-type", "application/json")
-                    .header("authorization", BEARER)
-                    .body(Full::new(body.clone()))
-                    .expect("a valid request");
+                let req = request(addr, &headers, &path, &body);
                 let resp = c
                     .send_request(req)
                     .await
@@ -412,12 +436,58 @@ fn litellm(args: &LlmArgs, h: &Harness) -> Result<Endpoint, String> {
         addr,
         stream_path: "/v1/chat/completions".into(),
         whole_path: "/v1/chat/completions".into(),
+        headers: Vec::new(),
         _target: None,
         _proc: Some(proc),
     })
 }
 
 /// Bifrost, when its binary is here.
+/// Portkey's gateway in front of the stand-in: one Node process, the stand-in named per
+/// call by its headers (`x-portkey-custom-host`, 127.0.0.1 being a trusted custom host).
+fn portkey(args: &LlmArgs, h: &Harness) -> Result<Endpoint, String> {
+    let script = &args.portkey;
+    if !script.is_file() {
+        return Err(format!(
+            "{} not found: `npm install @portkey-ai/gateway@1.15.2` with `\"overrides\": {{\"@hono/node-server\": \"1.13.5\"}}` in package.json, then pass --portkey node_modules/@portkey-ai/gateway/build/start-server.js",
+            script.display()
+        ));
+    }
+    let node = procs::on_path("node").ok_or("`node` not found (apt-get install nodejs)")?;
+    let port = procs::free_port();
+    let cores = h.placement.server_cores(args.common.threads);
+    let (mut cmd, where_) = procs::command(&node, cores.as_deref());
+    // It reads its own files relative to its folder.
+    if let Some(dir) = script.parent().and_then(Path::parent) {
+        cmd.current_dir(dir);
+    }
+    let script = script.canonicalize().map_err(|e| e.to_string())?;
+    cmd.arg(&script)
+        .arg(format!("--port={port}"))
+        .arg("--headless")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", node.display()))?;
+    let proc = procs::Proc::new("portkey", child, where_);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    procs::wait_port(addr, Duration::from_secs(60))?;
+    let upstream = format!("http://{}/pace/{}/v1", h.provider, args.pace);
+    Ok(Endpoint {
+        name: "portkey".into(),
+        addr,
+        stream_path: "/v1/chat/completions".into(),
+        whole_path: "/v1/chat/completions".into(),
+        headers: vec![
+            ("x-portkey-provider", "openai".into()),
+            ("x-portkey-custom-host", upstream),
+        ],
+        _target: None,
+        _proc: Some(proc),
+    })
+}
+
 fn bifrost(args: &LlmArgs) -> Result<Endpoint, String> {
     procs::on_path(&args.bifrost.to_string_lossy())
         .or_else(|| args.bifrost.exists().then(|| args.bifrost.clone()))

@@ -1120,3 +1120,85 @@ fn ab_compare_takes_medians_over_each_builds_runs() {
         "{text}"
     );
 }
+
+/// Portkey's gateway 1.15.2 from npm, installed once under target/portkey-peer with
+/// `@hono/node-server` pinned to its lockfile's 1.13.5 (the version npm resolves
+/// answers every streamed call 500: Portkey-AI/gateway#1389): its start script.
+fn portkey() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/portkey-peer");
+    let script = dir.join("node_modules/@portkey-ai/gateway/build/start-server.js");
+    if !script.is_file() {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("package.json"),
+            r#"{"name": "portkey-peer", "version": "1.0.0", "private": true,
+ "dependencies": {"@portkey-ai/gateway": "1.15.2"},
+ "overrides": {"@hono/node-server": "1.13.5"}}"#,
+        )
+        .unwrap();
+        let ok = Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok && script.is_file(),
+            "this test needs npm and its registry (Portkey's gateway)"
+        );
+    }
+    script
+}
+
+#[test]
+fn llm_measures_tollgate_beside_portkey_and_says_why_litellm_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let portkey = portkey();
+    let missing = dir.path().join("no-litellm-here");
+    bench(
+        &[
+            "llm",
+            "--calls",
+            "10",
+            "--requests",
+            "400",
+            "--concurrency",
+            "4",
+            "--rounds",
+            "2",
+            "--portkey",
+            portkey.to_str().unwrap(),
+            "--litellm",
+            missing.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let md = read(dir.path(), "llm.md");
+    // Every target streamed and answered whole; Portkey among them, through its headers.
+    for target in [
+        "direct",
+        "passthrough",
+        "matched",
+        "usage",
+        "usage+limits",
+        "portkey",
+    ] {
+        assert!(
+            md.contains(&format!("\n| {target} | ")),
+            "no row for {target}:\n{md}"
+        );
+    }
+    let capacity_rows = md
+        .lines()
+        .filter(|l| l.starts_with("| portkey | ") && l.matches('|').count() == 5)
+        .count();
+    assert_eq!(capacity_rows, 1, "Portkey's requests/s:\n{md}");
+    for text in [
+        "(target ≤ +30 µs)",
+        "Not measured: LiteLLM: `litellm` not found",
+        "Not measured: Bifrost:",
+    ] {
+        assert!(md.contains(text), "llm.md lacks {text:?}:\n{md}");
+    }
+    let csv = read(dir.path(), "llm.csv");
+    assert_eq!(csv.lines().count(), 1 + 6, "{csv}");
+}
