@@ -7,34 +7,161 @@ use super::body::{self, content_type, decode};
 use super::redact::{REDACTED, Secrets};
 use crate::diagnosis::discovery::template;
 use http::{HeaderMap, Version};
+use serde::Serialize;
 use serde_json::{Value, json};
+
+/// One entry as HAR writes it, serialized straight from these fields (no `Value` tree):
+/// each struct's fields are in the order of their JSON names, as the entries have always
+/// been written (sorted keys).
+#[derive(Serialize)]
+pub struct Entry<'a> {
+    #[serde(rename = "_tollgateCompleted")]
+    completed: bool,
+    #[serde(rename = "_tollgateError", skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(rename = "_tollgatePolicy", skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a str>,
+    #[serde(rename = "_tollgateRemedies")]
+    remedies: Vec<Acted<'a>>,
+    #[serde(rename = "_tollgateRequestId")]
+    request_id: &'a str,
+    #[serde(rename = "_tollgateRetries")]
+    retries: u32,
+    #[serde(rename = "_tollgateUsage", skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
+    cache: Empty,
+    request: Request<'a>,
+    response: Response<'a>,
+    #[serde(rename = "startedDateTime")]
+    pub started: String,
+    time: f64,
+    timings: Timings,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize)]
+struct Acted<'a> {
+    action: &'a str,
+    remedy: &'a str,
+}
+
+#[derive(Serialize)]
+struct Pair<'a> {
+    name: &'a str,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct Request<'a> {
+    #[serde(rename = "bodySize")]
+    body_size: i64,
+    cookies: Vec<Owned>,
+    headers: Vec<Pair<'a>>,
+    #[serde(rename = "headersSize")]
+    headers_size: i64,
+    #[serde(rename = "httpVersion")]
+    http_version: &'static str,
+    method: &'a str,
+    #[serde(rename = "postData", skip_serializing_if = "Option::is_none")]
+    post_data: Option<PostData>,
+    #[serde(rename = "queryString")]
+    query_string: Vec<Owned>,
+    url: String,
+}
+
+#[derive(Serialize)]
+struct PostData {
+    #[serde(rename = "_encoding", skip_serializing_if = "Option::is_none")]
+    encoding: Option<&'static str>,
+    #[serde(rename = "_tollgateSize", skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+    #[serde(rename = "_tollgateTruncated", skip_serializing_if = "Option::is_none")]
+    truncated: Option<bool>,
+    #[serde(rename = "mimeType")]
+    mime_type: String,
+    text: String,
+}
+
+/// A query parameter (decoded) or a cookie: names that are not the map's own.
+#[derive(Serialize)]
+struct Owned {
+    name: String,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct Response<'a> {
+    #[serde(rename = "bodySize")]
+    body_size: i64,
+    content: Content,
+    cookies: Vec<Owned>,
+    headers: Vec<Pair<'a>>,
+    #[serde(rename = "headersSize")]
+    headers_size: i64,
+    #[serde(rename = "httpVersion")]
+    http_version: &'static str,
+    #[serde(rename = "redirectURL")]
+    redirect_url: String,
+    status: u16,
+    #[serde(rename = "statusText")]
+    status_text: &'static str,
+}
+
+#[derive(Serialize)]
+struct Content {
+    #[serde(rename = "_tollgateSize", skip_serializing_if = "Option::is_none")]
+    full_size: Option<u64>,
+    #[serde(rename = "_tollgateTruncated", skip_serializing_if = "Option::is_none")]
+    truncated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compression: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encoding: Option<&'static str>,
+    #[serde(rename = "mimeType")]
+    mime_type: String,
+    size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Timings {
+    blocked: f64,
+    connect: i8,
+    dns: i8,
+    receive: f64,
+    send: u8,
+    ssl: i8,
+    wait: f64,
+}
 
 /// The entry, and this entry's secret values: the client's credentials and the values
 /// found under secret names in its bodies (the writer scrubs them from the whole entry:
 /// a provider may echo them back anywhere).
-pub fn build(r: &Record) -> (Value, Vec<String>) {
+pub fn build(r: &Record) -> (Entry<'_>, Vec<String>) {
     let c = &r.capture;
     let mut red = Secrets {
         red: &c.redactor,
         own: c.redactor.request_secrets(&c.request_headers, &c.url),
     };
     // The request body first: secrets found there are scrubbed from the response too.
-    let post = r
+    let post_data = r
         .request_body
         .as_ref()
         .filter(|(_, n)| *n > 0)
         .map(|(data, size)| {
             let mime = content_type(&c.request_headers);
             let (text, encoding) = body::text(data, &mime, &mut red);
-            let mut post = json!({ "mimeType": mime, "text": text });
-            if let Some(e) = encoding {
-                post["_encoding"] = e.into();
+            let truncated = *size > data.len() as u64;
+            PostData {
+                encoding,
+                size: truncated.then_some(*size),
+                truncated: truncated.then_some(true),
+                mime_type: mime,
+                text,
             }
-            if *size > data.len() as u64 {
-                post["_tollgateTruncated"] = true.into();
-                post["_tollgateSize"] = (*size).into();
-            }
-            post
         });
     let red = &mut red;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -44,22 +171,18 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
     let receive = (total - blocked - wait).max(0.0);
     let started: jiff::Timestamp = c.started.try_into().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
 
-    // Built values are moved in by assignment: `json!` would serialize each one into a
-    // copy (its `to_value`), the headers twice over as the entry nests them.
-    let (url, query) = url_and_query(&c.url, red, r.template.as_deref());
-    let mut request = json!({
-        "method": c.method.as_str(),
-        "url": url,
-        "httpVersion": "HTTP/1.1",
-        "headersSize": -1,
-        "bodySize": r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
-    });
-    request["cookies"] = Value::Array(cookies(&c.request_headers, "cookie", red));
-    request["headers"] = Value::Array(headers(&c.request_headers, red));
-    request["queryString"] = Value::Array(query);
-    if let Some(post) = post {
-        request["postData"] = post;
-    }
+    let (url, query_string) = url_and_query(&c.url, red, r.template.as_deref());
+    let request = Request {
+        body_size: r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
+        cookies: cookies(&c.request_headers, "cookie", red),
+        headers: headers(&c.request_headers, red),
+        headers_size: -1,
+        http_version: "HTTP/1.1",
+        method: c.method.as_str(),
+        post_data,
+        query_string,
+        url,
+    };
 
     let response = match &c.response {
         Some(h) => {
@@ -72,69 +195,83 @@ pub fn build(r: &Record) -> (Value, Vec<String>) {
                 None => (&data[..], None),
             };
             let (text, encoding) = body::text(body, &mime, red);
-            let mut content =
-                json!({ "size": body.len() as u64 + size - data.len() as u64, "mimeType": mime });
-            if !body.is_empty() {
-                content["text"] = text.into();
+            let content = Content {
+                full_size: truncated.then_some(size),
+                truncated: truncated.then_some(true),
+                compression,
+                encoding,
+                size: body.len() as u64 + size - data.len() as u64,
+                mime_type: mime,
+                text: (!body.is_empty()).then_some(text),
+            };
+            Response {
+                body_size: size as i64,
+                content,
+                cookies: cookies(&h.headers, "set-cookie", red),
+                headers: headers(&h.headers, red),
+                headers_size: -1,
+                http_version: version(h.version),
+                redirect_url: h
+                    .headers
+                    .get(http::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| red.scrub(v).into_owned())
+                    .unwrap_or_default(),
+                status: h.status.as_u16(),
+                status_text: h.status.canonical_reason().unwrap_or(""),
             }
-            if let Some(e) = encoding {
-                content["encoding"] = e.into();
-            }
-            if let Some(saved) = compression {
-                content["compression"] = saved.into();
-            }
-            if truncated {
-                content["_tollgateTruncated"] = true.into();
-                content["_tollgateSize"] = size.into();
-            }
-            let mut response = json!({
-                "status": h.status.as_u16(),
-                "statusText": h.status.canonical_reason().unwrap_or(""),
-                "httpVersion": version(h.version),
-                "redirectURL": h.headers.get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(|v| red.scrub(v).into_owned()).unwrap_or_default(),
-                "headersSize": -1,
-                "bodySize": size,
-            });
-            response["cookies"] = Value::Array(cookies(&h.headers, "set-cookie", red));
-            response["headers"] = Value::Array(headers(&h.headers, red));
-            response["content"] = content;
-            response
         }
-        None => json!({
-            "status": 0, "statusText": "", "httpVersion": "", "cookies": [], "headers": [],
-            "content": { "size": 0, "mimeType": "x-unknown" }, "redirectURL": "",
-            "headersSize": -1, "bodySize": -1,
-        }),
+        None => Response {
+            body_size: -1,
+            content: Content {
+                full_size: None,
+                truncated: None,
+                compression: None,
+                encoding: None,
+                mime_type: "x-unknown".into(),
+                size: 0,
+                text: None,
+            },
+            cookies: Vec::new(),
+            headers: Vec::new(),
+            headers_size: -1,
+            http_version: "",
+            redirect_url: String::new(),
+            status: 0,
+            status_text: "",
+        },
     };
 
-    let mut entry = json!({
-        "startedDateTime": started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        "time": total,
-        "cache": {},
-        "timings": {
-            "blocked": blocked, "dns": -1, "connect": -1, "ssl": -1,
-            "send": 0, "wait": wait, "receive": receive,
+    let entry = Entry {
+        completed: r.completed,
+        error: r.error,
+        policy: r.policy.as_deref(),
+        remedies: r
+            .acted
+            .iter()
+            .map(|a| Acted {
+                action: a.action,
+                remedy: a.remedy,
+            })
+            .collect(),
+        request_id: &r.request_id,
+        retries: r.retries,
+        usage: r.llm.as_ref().map(|m| m.read().summary(m.api)),
+        cache: Empty {},
+        request,
+        response,
+        started: started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        time: total,
+        timings: Timings {
+            blocked,
+            connect: -1,
+            dns: -1,
+            receive,
+            send: 0,
+            ssl: -1,
+            wait,
         },
-        "_tollgateRequestId": r.request_id,
-        "_tollgateRetries": r.retries,
-        "_tollgateCompleted": r.completed,
-    });
-    entry["request"] = request;
-    entry["response"] = response;
-    entry["_tollgateRemedies"] = r
-        .acted
-        .iter()
-        .map(|a| json!({"remedy": a.remedy, "action": a.action}))
-        .collect();
-    if let Some(p) = &r.policy {
-        entry["_tollgatePolicy"] = p.as_ref().into();
-    }
-    if let Some(e) = r.error {
-        entry["_tollgateError"] = e.into();
-    }
-    if let Some(m) = &r.llm {
-        entry["_tollgateUsage"] = m.read().summary(m.api);
-    }
+    };
     let own = std::mem::take(&mut red.own);
     (entry, own)
 }
@@ -148,18 +285,21 @@ fn version(v: Version) -> &'static str {
     }
 }
 
-fn headers(h: &HeaderMap, red: &Secrets) -> Vec<Value> {
+fn headers<'a>(h: &'a HeaderMap, red: &Secrets) -> Vec<Pair<'a>> {
     h.iter()
         .map(|(n, v)| {
             let value = String::from_utf8_lossy(v.as_bytes());
-            json!({ "name": n.as_str(), "value": red.header(n.as_str(), &value) })
+            Pair {
+                name: n.as_str(),
+                value: red.header(n.as_str(), &value),
+            }
         })
         .collect()
 }
 
 /// Cookies of `Cookie` (request) or `Set-Cookie` (response): names kept, values
 /// redacted while the header is a secret name (the default).
-fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Value> {
+fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Owned> {
     let mut out = Vec::new();
     for v in h.get_all(name) {
         let v = String::from_utf8_lossy(v.as_bytes());
@@ -175,7 +315,10 @@ fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Value> {
             } else {
                 red.header(name, val)
             };
-            out.push(json!({ "name": n, "value": value }));
+            out.push(Owned {
+                name: n.to_owned(),
+                value,
+            });
         }
     }
     out
@@ -183,7 +326,7 @@ fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Value> {
 
 /// The URL with path parameters obfuscated (when on) and query values redacted or
 /// obfuscated, and the query as HAR's `queryString`.
-fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, Vec<Value>) {
+fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, Vec<Owned>) {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let base = match red.red.obfuscator() {
         Some(o) => {
@@ -242,7 +385,7 @@ fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, V
         } else {
             shown.clone()
         });
-        pairs.push(json!({ "name": name, "value": shown }));
+        pairs.push(Owned { name, value: shown });
     }
     let url = if q.is_empty() {
         base
