@@ -57,18 +57,25 @@ struct Pair<'a> {
 struct Request<'a> {
     #[serde(rename = "bodySize")]
     body_size: i64,
-    cookies: Vec<Owned>,
-    headers: Vec<Pair<'a>>,
-    #[serde(rename = "headersSize")]
-    headers_size: i64,
-    #[serde(rename = "httpVersion")]
-    http_version: &'static str,
+    #[serde(flatten)]
+    head: Head<'a>,
     method: &'a str,
     #[serde(rename = "postData", skip_serializing_if = "Option::is_none")]
     post_data: Option<PostData>,
     #[serde(rename = "queryString")]
     query_string: Vec<Owned>,
     url: String,
+}
+
+/// What a request and a response share, in their key order.
+#[derive(Serialize)]
+struct Head<'a> {
+    cookies: Vec<Owned>,
+    headers: Vec<Pair<'a>>,
+    #[serde(rename = "headersSize")]
+    headers_size: i64,
+    #[serde(rename = "httpVersion")]
+    http_version: &'static str,
 }
 
 #[derive(Serialize)]
@@ -96,12 +103,8 @@ struct Response<'a> {
     #[serde(rename = "bodySize")]
     body_size: i64,
     content: Content,
-    cookies: Vec<Owned>,
-    headers: Vec<Pair<'a>>,
-    #[serde(rename = "headersSize")]
-    headers_size: i64,
-    #[serde(rename = "httpVersion")]
-    http_version: &'static str,
+    #[serde(flatten)]
+    head: Head<'a>,
     #[serde(rename = "redirectURL")]
     redirect_url: String,
     status: u16,
@@ -174,10 +177,12 @@ pub fn build(r: &Record) -> (Entry<'_>, Vec<String>) {
     let (url, query_string) = url_and_query(&c.url, red, r.template.as_deref());
     let request = Request {
         body_size: r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
-        cookies: cookies(&c.request_headers, "cookie", red),
-        headers: headers(&c.request_headers, red),
-        headers_size: -1,
-        http_version: "HTTP/1.1",
+        head: Head {
+            cookies: cookies(&c.request_headers, "cookie", red),
+            headers: headers(&c.request_headers, red),
+            headers_size: -1,
+            http_version: "HTTP/1.1",
+        },
         method: c.method.as_str(),
         post_data,
         query_string,
@@ -207,10 +212,12 @@ pub fn build(r: &Record) -> (Entry<'_>, Vec<String>) {
             Response {
                 body_size: size as i64,
                 content,
-                cookies: cookies(&h.headers, "set-cookie", red),
-                headers: headers(&h.headers, red),
-                headers_size: -1,
-                http_version: version(h.version),
+                head: Head {
+                    cookies: cookies(&h.headers, "set-cookie", red),
+                    headers: headers(&h.headers, red),
+                    headers_size: -1,
+                    http_version: version(h.version),
+                },
                 redirect_url: h
                     .headers
                     .get(http::header::LOCATION)
@@ -232,10 +239,12 @@ pub fn build(r: &Record) -> (Entry<'_>, Vec<String>) {
                 size: 0,
                 text: None,
             },
-            cookies: Vec::new(),
-            headers: Vec::new(),
-            headers_size: -1,
-            http_version: "",
+            head: Head {
+                cookies: Vec::new(),
+                headers: Vec::new(),
+                headers_size: -1,
+                http_version: "",
+            },
             redirect_url: String::new(),
             status: 0,
             status_text: "",
