@@ -14,11 +14,24 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        Self::on(free_port())
+        // A free port can be taken by another test between our look and redis-server's
+        // bind: a server that exits at once is started again on another.
+        for _ in 0..5 {
+            if let Some(s) = Self::try_on(free_port()) {
+                return s;
+            }
+        }
+        panic!("redis-server never started on a free port (five tries)");
     }
 
     /// A server on `port` (a restarted one keeps its predecessor's port, not its data).
     pub fn on(port: u16) -> Self {
+        Self::try_on(port).unwrap_or_else(|| panic!("redis-server could not listen on {port}"))
+    }
+
+    /// A server on `port` once it answers PING; `None` when it exited first (the port
+    /// was taken).
+    fn try_on(port: u16) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
         let child = std::process::Command::new("redis-server")
             .current_dir(dir.path())
@@ -27,18 +40,12 @@ impl RedisServer {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server on PATH (apt-get install redis-server)");
-        let s = Self {
+        let mut s = Self {
             port,
             child,
             _dir: dir,
         };
-        for _ in 0..500 {
-            if s.cli(&["PING"]) == "PONG" {
-                return s;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("redis-server on port {port} never answered PING");
+        answers(port, &mut s.child).then_some(s)
     }
 
     pub fn url(&self) -> String {
@@ -78,19 +85,24 @@ impl RedisCluster {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         let mut children = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..15 {
+            if nodes.len() == 3 {
+                break;
+            }
+            // Started again on another port when the one found free was taken.
             let port = free_port();
-            children.push(Self::node(dir.path(), port));
-            nodes.push(port);
+            let mut child = Self::node(dir.path(), port);
+            if answers(port, &mut child) {
+                children.push(child);
+                nodes.push(port);
+            }
         }
+        assert_eq!(nodes.len(), 3, "three cluster nodes on free ports");
         let c = Self {
             nodes,
             _dir: dir,
             children,
         };
-        for &p in &c.nodes {
-            c.wait_for(p, &["PING"], |o| o == "PONG");
-        }
         let addrs: Vec<String> = c.nodes.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = std::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
@@ -175,6 +187,26 @@ pub struct RedisSentinel {
     pub sentinel: u16,
     _dir: tempfile::TempDir,
     child: std::process::Child,
+}
+
+/// Whether the `redis-server` `child` answers on `port` (within 10 s): it, not another
+/// test's server that took the port (its `process_id`); `false` as soon as it has exited
+/// (it could not listen there).
+fn answers(port: u16, child: &mut std::process::Child) -> bool {
+    let own = format!("process_id:{}", child.id());
+    for _ in 0..1000 {
+        if redis_cli(port, &["INFO", "server"])
+            .lines()
+            .any(|l| l.trim() == own)
+        {
+            return true;
+        }
+        if child.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("redis-server on port {port} never answered");
 }
 
 /// `redis-cli -p PORT ARGS…`: its trimmed output.
