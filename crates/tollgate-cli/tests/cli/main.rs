@@ -508,10 +508,27 @@ fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once(
         let _ = get(
             &proxy,
             "/hang",
-            &[("x-tollgate-host", &silent_addr.to_string())],
+            // Plain HTTP: in flight until its answer's head (`response_timeout`, 10
+            // minutes); over TLS it would be bounded by the handshake's `connect_timeout`.
+            &[
+                ("x-tollgate-host", &silent_addr.to_string()),
+                ("x-tollgate-scheme", "http"),
+            ],
         );
     });
-    let _conn = silent.accept().unwrap();
+    // The gateway's connection carrying `/hang`, its head read: from here the request is
+    // in flight (not a connection still in its handshake).
+    let _conn = loop {
+        let (mut c, _) = silent.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && c.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        if head.starts_with(b"GET /hang ") {
+            break c;
+        }
+    };
     signal(&child, "-INT");
     // Wait for the drain to start, then the second signal.
     let mut logged = Vec::new();
