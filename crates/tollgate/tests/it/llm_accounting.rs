@@ -135,6 +135,7 @@ async fn other_spellings_of_a_path_are_counted_or_refused() {
 /// and never able to fit, so the SDK is told not to retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_choice_is_reserved_and_a_call_that_can_never_fit_says_so() {
+    clear_of_the_hour_end(30).await;
     let up = stand_in().await;
     let gw = gateway(
         "policies:\n  - name: ai\n    llm: {tokenizer: false}\n    token_limit: {limit: 600, window: hour}\n",
