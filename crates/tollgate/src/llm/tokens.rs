@@ -214,11 +214,6 @@ pub fn has_tokenizer(model: &str) -> bool {
     tiktoken_rs::tokenizer::get_tokenizer(model).is_some()
 }
 
-/// The estimate for a request to `model` with body `v`, counted exactly where it can be.
-pub fn estimate(model: Option<&str>, v: &Value) -> u64 {
-    Prompt::of(v, true).count(model)
-}
-
 /// The tokens of `text` for `model`.
 pub fn count(model: Option<&str>, text: &str) -> u64 {
     if text.is_empty() {
@@ -255,11 +250,14 @@ mod tests {
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Hello world"}]});
         // o200k_base: "You are a helpful assistant.\nHello world" is 8 tokens.
-        assert_eq!(estimate(Some("gpt-4o-mini"), &body), 8 + 2 * PER_MESSAGE);
+        assert_eq!(
+            Prompt::of(&body, true).count(Some("gpt-4o-mini")),
+            8 + 2 * PER_MESSAGE
+        );
         // Elsewhere, a quarter of the bytes.
         let text = "You are a helpful assistant.\nHello world";
         assert_eq!(
-            estimate(Some("claude-sonnet-4-5"), &body),
+            Prompt::of(&body, true).count(Some("claude-sonnet-4-5")),
             approximate(text) + 2 * PER_MESSAGE
         );
     }
