@@ -72,14 +72,17 @@ fn emulator_config(
     cfg
 }
 
+/// Starts `cmd` (its stdout as the caller set it, else discarded), and the lines of its
+/// stderr.
+fn started(cmd: &mut Command) -> (Child, std::io::Lines<BufReader<std::process::ChildStderr>>) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    (child, lines)
+}
+
 /// Starts a long-running subcommand and reads the addresses it prints on stderr.
 fn spawn(cmd: &mut Command, marker: &str) -> (Child, Vec<String>) {
-    let mut child = cmd
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (child, mut lines) = started(cmd.stdout(Stdio::null()));
     let line = loop {
         let l = lines
             .next()
@@ -322,13 +325,11 @@ fn har_to_stdout_and_files_then_discover_and_har_commands() {
             har.display()
         ),
     );
-    let mut child = run_on_ephemeral_ports(&cfg)
-        .args(["--threads", "1"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut child, mut err) = started(
+        run_on_ephemeral_ports(&cfg)
+            .args(["--threads", "1"])
+            .stdout(Stdio::piped()),
+    );
     let line = loop {
         let l = err.next().expect("listening line").unwrap();
         if l.contains("tollgate listening:") {
@@ -478,13 +479,11 @@ fn logs_are_plain_text_when_not_on_a_terminal_and_a_second_signal_exits_at_once(
         "log: { level: debug }\nshutdown: { drain_timeout: 10m }\nupstream: { response_timeout: 10m }\negress: { connect_ports: [1] }\npolicies:\n  - name: local\n    match: { host: localhost }\n    provider_throttling: {}\n",
     )
     .unwrap();
-    let mut child = run_on_ephemeral_ports(&cfg)
-        .args(["--threads", "1"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut child, mut lines) = started(
+        run_on_ephemeral_ports(&cfg)
+            .args(["--threads", "1"])
+            .stdout(Stdio::null()),
+    );
     let proxy = loop {
         let l = lines.next().expect("the listening line").unwrap();
         if let Some(rest) = l.split("proxy http://").nth(1) {
@@ -1014,13 +1013,11 @@ fn upstream_roots_from_the_system_store_trust_a_ca_installed_on_the_host() {
 /// A first run says what it runs on, where the dashboard is and one call to try.
 #[test]
 fn a_first_run_says_what_it_is_doing() {
-    let mut child = run_on_ephemeral_ports_alone()
-        .args(["--threads", "1"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut child, mut lines) = started(
+        run_on_ephemeral_ports_alone()
+            .args(["--threads", "1"])
+            .stdout(Stdio::null()),
+    );
     // Should the words never come, the process is stopped and the reading ends.
     let pid = child.id().to_string();
     let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -140,8 +140,7 @@ pub async fn admit<A: Action>(
     a: Admission<'_, A>,
 ) -> Result<Flow, ProxyError> {
     match reserve(x, stage, &r.limit, n).await {
-        Ok(remaining) => {
-            let end = r.limit.spec.window.bounds(clock::now_ms()).1;
+        Ok((remaining, end)) => {
             let used = r.limit.spec.limit.saturating_sub(remaining);
             r.gauges.set(&r.limit, used, end);
             a.actions.record(x, a.allowed);
@@ -171,14 +170,14 @@ struct Reserved {
 #[derive(Default)]
 pub struct Reservations(Vec<Reserved>);
 
-/// Reserves `n` on `limit` for `stage`: the amount left in the window, or why it does
-/// not fit.
-pub async fn reserve(
+/// Reserves `n` on `limit` for `stage`: the amount left in the window and when it ends
+/// (Unix ms), or why it does not fit.
+async fn reserve(
     x: &mut Exchange,
     stage: &'static str,
     limit: &Arc<Limit>,
     n: u64,
-) -> Result<u64, OverLimit> {
+) -> Result<(u64, u64), OverLimit> {
     let (_, expires_ms) = limit.spec.window.bounds(clock::now_ms());
     let t = limit.reserve(&x.parts.headers, n).await?;
     x.locals.get_or_default::<Reservations>().0.push(Reserved {
@@ -188,7 +187,7 @@ pub async fn reserve(
         amount: n,
         expires_ms,
     });
-    Ok(t.remaining)
+    Ok((t.remaining, expires_ms))
 }
 
 /// Settles `stage`'s reservation to `actual`: what it had reserved, if it had.
