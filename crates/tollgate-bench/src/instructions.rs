@@ -389,12 +389,18 @@ impl Spec {
             None => h.measure(t, &shape.path, n, 0, self.conns, Mode::Closed),
             Some(b) => h.measure_post(t, (&shape.path, b), n, self.conns),
         };
-        send(self.warmup.max(1))?;
+        let earlier = t.har_counts();
+        let warmup = send(self.warmup.max(1))?;
+        // The warm-up's entries are written before the count starts, so that the count
+        // holds the measured requests' entries and no others.
+        if let Some((e, d)) = earlier {
+            settle(t, e + d + warmup.ok + warmup.non_2xx);
+        }
         let har_before = t.har_counts();
         control(pid, "-z")?;
         let r = send(self.requests)?;
-        if har_before.is_some() {
-            settle(t);
+        if let Some((e, d)) = har_before {
+            settle(t, e + d + r.ok + r.non_2xx);
         }
         control(pid, "-d")?;
         // An entry dropped is an entry not built: its instructions are not in the count.
@@ -441,17 +447,15 @@ fn dump_name(target: &str) -> String {
     format!("callgrind.{target}.out")
 }
 
-/// Waits until the HAR writer has taken every queued entry (its counters stop moving), so
-/// that building the last requests' entries falls inside the count; at most 20 s.
-fn settle(t: &Target) {
-    let mut last = t.har_counts();
-    for _ in 0..40 {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = t.har_counts();
-        if now == last {
-            return;
+/// Waits until the HAR writer has written or dropped `calls` entries in all, so that
+/// building the last requests' entries falls inside the count; at most 60 s (the summary
+/// says how many were written while counted).
+fn settle(t: &Target, calls: u64) {
+    for _ in 0..600 {
+        match t.har_counts() {
+            Some((e, d)) if e + d < calls => std::thread::sleep(Duration::from_millis(100)),
+            _ => return,
         }
-        last = now;
     }
 }
 

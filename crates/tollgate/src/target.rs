@@ -192,11 +192,14 @@ pub fn url(target: &Target, uri: &Uri) -> String {
         Scheme::Http => "http",
         Scheme::Https => "https",
     };
-    format!(
-        "{scheme}://{}{}",
-        target.authority,
-        uri.path_and_query().map_or("/", |p| p.as_str())
-    )
+    // Pushed, not `format!`: this runs for every captured call.
+    let authority = target.authority.as_str();
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = String::with_capacity(scheme.len() + 3 + authority.len() + path.len());
+    for part in [scheme, "://", authority, path] {
+        out.push_str(part);
+    }
+    out
 }
 
 #[cfg(test)]

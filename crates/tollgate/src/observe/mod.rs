@@ -435,9 +435,15 @@ fn diagnose(
     if let (Some(endpoints), Some(h)) = (&d.endpoints, host) {
         let at_ms = crate::diagnosis::unix_ns() / 1_000_000;
         // `host:port` off the default port (bracketed when an IPv6 literal).
-        let with_port = diag.port.map(|p| match h.contains(':') {
-            true => format!("[{h}]:{p}"),
-            false => format!("{h}:{p}"),
+        let with_port = diag.port.map(|p| {
+            // Pushed, not `format!`: this runs per call.
+            let mut s = String::with_capacity(h.len() + 8);
+            let v6 = h.contains(':');
+            for part in [if v6 { "[" } else { "" }, h, if v6 { "]:" } else { ":" }] {
+                s.push_str(part);
+            }
+            s.push_str(itoa::Buffer::new().format(p));
+            s
         });
         let consumer = diag
             .consumer
@@ -475,10 +481,9 @@ fn diagnose(
                     }
                 }),
         };
-        let counted = endpoints
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(&call);
+        // Held while the labels it names are used (only `/discover` reads it otherwise).
+        let mut found = endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let counted = found.record(&call);
         if d.endpoint_metrics {
             endpoint_metrics.record(
                 m,
@@ -494,10 +499,10 @@ fn diagnose(
                 },
             );
         }
-        for part in [method, " ", &counted.host, " ", &counted.endpoint] {
+        for part in [method, " ", counted.host, " ", counted.endpoint] {
             key.push_str(part);
         }
-        endpoint.push_str(&counted.endpoint);
+        endpoint.push_str(counted.endpoint);
     } else {
         plain_endpoint(endpoint, diag);
     }

@@ -12,7 +12,11 @@ pub mod template;
 use crate::diagnosis::settings::Discovery;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+// Fx, not SipHash: every table here is capped (hosts, endpoints, a node's children), so a
+// crafted collision costs at most a cap's worth of comparisons, and the observer thread
+// hashes several keys per call.
+use rustc_hash::FxHashSet as HashSet;
+use std::collections::BTreeMap;
 
 pub const OTHER: &str = "other";
 const ID: &str = "{id}";
@@ -283,7 +287,8 @@ pub fn percentiles(h: &Histogram<u32>) -> Value {
 /// A learned-path trie node: literal children until there are too many, then one `{id}`.
 #[derive(Default)]
 struct Node {
-    children: HashMap<String, Node>,
+    /// Walked by `&str`: a known segment is not copied per call.
+    children: hashbrown::HashMap<String, Node, rustc_hash::FxBuildHasher>,
     collapsed: bool,
 }
 
@@ -298,38 +303,50 @@ impl Node {
 
 #[derive(Default)]
 struct Host {
-    endpoints: HashMap<(&'static str, String), Stats>,
+    /// Looked up by [`Ep`]: a known endpoint's name is not copied per call.
+    endpoints: hashbrown::HashMap<(&'static str, String), Stats, rustc_hash::FxBuildHasher>,
     trie: Node,
     /// Endpoints named by a policy's template: a collapse never rewrites them.
-    named: std::collections::HashSet<String>,
+    named: HashSet<String>,
 }
 
 /// Every endpoint seen, within the caps.
 pub struct Discovered {
     settings: Discovery,
-    hosts: HashMap<String, Host>,
+    /// Looked up by `&str`: a known host's name is not copied per call.
+    hosts: hashbrown::HashMap<String, Host, rustc_hash::FxBuildHasher>,
     count: usize,
     pub folded: u64,
 }
 
 /// Where a call was counted: host and endpoint labels (either may be `other`).
-pub struct Counted {
-    pub host: String,
-    pub endpoint: String,
+pub struct Counted<'a> {
+    pub host: &'a str,
+    pub endpoint: &'a str,
     pub folded: bool,
+}
+
+/// An endpoint's key borrowed: hashes as the `(method, template)` tuple it stands for.
+#[derive(Hash)]
+struct Ep<'a>(&'static str, &'a str);
+
+impl hashbrown::Equivalent<(&'static str, String)> for Ep<'_> {
+    fn equivalent(&self, k: &(&'static str, String)) -> bool {
+        self.0 == k.0 && self.1 == k.1
+    }
 }
 
 impl Discovered {
     pub fn new(settings: Discovery) -> Self {
         Self {
             settings,
-            hosts: HashMap::new(),
+            hosts: Default::default(),
             count: 0,
             folded: 0,
         }
     }
 
-    pub fn record(&mut self, c: &Seen) -> Counted {
+    pub fn record(&mut self, c: &Seen) -> Counted<'_> {
         let mut folded = false;
         let host_key =
             if self.hosts.contains_key(c.host) || self.hosts.len() < self.settings.max_hosts {
@@ -339,39 +356,57 @@ impl Discovered {
                 OTHER
             };
         let max_children = self.settings.max_children;
-        let host = self.hosts.entry(host_key.to_owned()).or_default();
+        if !self.hosts.contains_key(host_key) {
+            self.hosts.insert(host_key.to_owned(), Host::default());
+        }
+        let Some((host_name, host)) = self.hosts.get_key_value_mut(host_key) else {
+            // Inserted just above.
+            return Counted {
+                host: OTHER,
+                endpoint: OTHER,
+                folded: true,
+            };
+        };
+        let learned;
         let endpoint = match c.template {
             Some(t) => {
                 if !host.named.contains(t) {
                     host.named.insert(t.to_owned());
                 }
-                t.to_owned()
+                t
             }
-            None => learn(host, c.path, max_children),
+            None => {
+                learned = learn(host, c.path, max_children);
+                learned.as_str()
+            }
         };
-        let key = (c.method, endpoint);
-        let key = if host.endpoints.contains_key(&key)
-            || (host.endpoints.len() < self.settings.max_endpoints_per_host
-                && self.count < self.settings.max_endpoints)
-        {
-            key
-        } else {
-            folded = true;
-            (c.method, OTHER.to_owned())
-        };
-        if !host.endpoints.contains_key(&key) {
-            self.count += 1;
+        let mut ep = Ep(c.method, endpoint);
+        if !host.endpoints.contains_key(&ep) {
+            if host.endpoints.len() >= self.settings.max_endpoints_per_host
+                || self.count >= self.settings.max_endpoints
+            {
+                folded = true;
+                ep = Ep(c.method, OTHER);
+            }
+            if !host.endpoints.contains_key(&ep) {
+                self.count += 1;
+                host.endpoints
+                    .insert((ep.0, ep.1.to_owned()), Stats::new(c.at_ms));
+            }
         }
-        let endpoint = key.1.clone();
-        host.endpoints
-            .entry(key)
-            .or_insert_with(|| Stats::new(c.at_ms))
-            .add(c, self.settings.max_consumers);
         if folded {
             self.folded += 1;
         }
+        let max_consumers = self.settings.max_consumers;
+        let endpoint = match host.endpoints.get_key_value_mut(&ep) {
+            Some((k, stats)) => {
+                stats.add(c, max_consumers);
+                k.1.as_str()
+            }
+            None => OTHER,
+        };
         Counted {
-            host: host_key.to_owned(),
+            host: host_name,
             endpoint,
             folded,
         }
@@ -437,26 +472,28 @@ impl Discovered {
 /// The learned template of `path` on `host`, collapsing a position (and merging its
 /// endpoints) when it has too many distinct values.
 fn learn(host: &mut Host, path: &str, max_children: usize) -> String {
-    let segs = template::segments(path);
-    let mut out: Vec<String> = Vec::with_capacity(segs.len());
+    let mut walked: smallvec::SmallVec<[&str; 8]> = smallvec::SmallVec::new();
     let mut node = &mut host.trie;
     let mut collapse_at = None;
-    for seg in &segs {
+    for seg in template::pieces(path) {
         let key = if node.collapsed {
-            ID.to_owned()
+            ID
         } else if node.children.contains_key(seg) || node.children.len() < max_children || seg == ID
         {
-            seg.clone()
+            seg
         } else {
-            collapse_at = Some(out.len());
+            collapse_at = Some(walked.len());
             break;
         };
-        out.push(key.clone());
-        node = node.children.entry(key).or_default();
+        walked.push(key);
+        node = node.children.entry_ref(key).or_default();
     }
     let Some(at) = collapse_at else {
-        return template::join(&out);
+        let mut out = String::with_capacity(path.len() + 8);
+        template::push_joined(&mut out, walked.into_iter());
+        return out;
     };
+    let out: Vec<String> = walked.iter().map(|s| (*s).to_owned()).collect();
     // Collapse the node at `out` (prefix): its literal children merge into `{id}`.
     let mut node = &mut host.trie;
     for s in &out {

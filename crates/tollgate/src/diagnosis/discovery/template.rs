@@ -38,7 +38,7 @@ pub fn id_like(seg: &str) -> bool {
 }
 
 /// The path's segments as a template reads them: identifier-like ones as `{id}`.
-fn pieces(path: &str) -> impl Iterator<Item = &str> {
+pub(super) fn pieces(path: &str) -> impl Iterator<Item = &str> {
     path.split('/')
         .filter(|s| !s.is_empty())
         .map(|s| if id_like(s) { "{id}" } else { s })
@@ -62,7 +62,7 @@ pub fn join(segments: &[String]) -> String {
 }
 
 /// `/a/b` for the pieces `a`, `b`; `/` for none.
-fn push_joined<'a>(out: &mut String, pieces: impl Iterator<Item = &'a str>) {
+pub(super) fn push_joined<'a>(out: &mut String, pieces: impl Iterator<Item = &'a str>) {
     let start = out.len();
     for s in pieces {
         out.push('/');

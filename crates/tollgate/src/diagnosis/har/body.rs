@@ -14,20 +14,20 @@ use std::io::Read;
 /// Most bytes a compressed body is decoded to.
 const MAX_DECODED: u64 = 16 << 20;
 
-pub fn content_type(h: &HeaderMap) -> String {
+pub fn content_type(h: &HeaderMap) -> &str {
     h.get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
-        .to_owned()
 }
 
 /// The media type without parameters, lower case.
-fn essence(mime: &str) -> String {
-    mime.split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+fn essence(mime: &str) -> Cow<'_, str> {
+    let m = mime.split(';').next().unwrap_or("").trim();
+    if m.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(m.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(m)
+    }
 }
 
 fn is_text(m: &str) -> bool {
@@ -41,31 +41,42 @@ fn is_text(m: &str) -> bool {
         || m.is_empty()
 }
 
-/// The body as HAR text, and `Some("base64")` when it is not text.
-pub fn text(data: &[u8], mime: &str, s: &mut Secrets) -> (String, Option<&'static str>) {
+/// The body as HAR text (borrowed when nothing in it is replaced), and `Some("base64")`
+/// when it is not text.
+pub fn text<'d>(
+    data: &'d [u8],
+    mime: &str,
+    s: &mut Secrets,
+) -> (Cow<'d, str>, Option<&'static str>) {
     if data.is_empty() {
-        return (String::new(), None);
+        return (Cow::Borrowed(""), None);
     }
     let m = essence(mime);
-    let data: Cow<[u8]> = if m == "multipart/form-data" {
+    let data: Cow<'d, [u8]> = if m == "multipart/form-data" {
         multipart(data, mime, s)
     } else {
         Cow::Borrowed(data)
     };
-    if (is_text(&m) || m.starts_with("multipart/"))
-        && let Ok(text) = std::str::from_utf8(&data)
-    {
-        if m == "application/x-www-form-urlencoded" {
-            return (form(text, s), None);
+    if is_text(&m) || m.starts_with("multipart/") {
+        let text: Option<Cow<'d, str>> = match &data {
+            Cow::Borrowed(d) => std::str::from_utf8(d).ok().map(Cow::Borrowed),
+            Cow::Owned(d) => std::str::from_utf8(d)
+                .ok()
+                .map(|t| Cow::Owned(t.to_owned())),
+        };
+        if let Some(text) = text {
+            if m == "application/x-www-form-urlencoded" {
+                return (Cow::Owned(form(&text, s)), None);
+            }
+            return match json_edit::edit(&text, &mut JsonHooks { s }) {
+                Some(Cow::Owned(edited)) => (Cow::Owned(edited), None),
+                _ => (text, None),
+            };
         }
-        if let Some(edited) = json_edit::edit(text, &mut JsonHooks { s }) {
-            return (edited, None);
-        }
-        return (text.to_owned(), None);
     }
     let data = scrub_bytes(&data, s);
     (
-        base64::engine::general_purpose::STANDARD.encode(&data),
+        Cow::Owned(base64::engine::general_purpose::STANDARD.encode(&data)),
         Some("base64"),
     )
 }
@@ -91,9 +102,13 @@ impl Hooks for JsonHooks<'_, '_> {
         Some(json_edit::quote(REDACTED))
     }
 
-    fn leaf(&mut self, path: &[String], raw: &str) -> Option<String> {
+    fn leaves(&self) -> bool {
+        self.s.red.obfuscator().is_some()
+    }
+
+    fn leaf(&mut self, path: &[Cow<str>], raw: &str) -> Option<String> {
         let o = self.s.red.obfuscator()?;
-        let p: Vec<&str> = path.iter().map(String::as_str).collect();
+        let p: Vec<&str> = path.iter().map(|k| &**k).collect();
         if o.json_excluded(&p) {
             return None;
         }

@@ -1,288 +1,228 @@
 //! One captured call as a HAR 1.2 entry (http://www.softwareishard.com/blog/har-12-spec/),
 //! redacted and obfuscated on the way. tollgate's own fields start with `_tollgate`, as
-//! the spec allows for custom fields.
+//! the spec allows for custom fields. The entry is written as JSON text straight from the
+//! record (no `Value` tree, no intermediate structs): keys in sorted order, as entries
+//! have always been written.
 
 use super::Record;
 use super::body::{self, content_type, decode};
+use super::json_out::{bool as jbool, float, int, string};
 use super::redact::{REDACTED, Secrets};
 use crate::diagnosis::discovery::template;
 use http::{HeaderMap, Version};
-use serde::Serialize;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
-/// One entry as HAR writes it, serialized straight from these fields (no `Value` tree):
-/// each struct's fields are in the order of their JSON names, as the entries have always
-/// been written (sorted keys).
-#[derive(Serialize)]
-pub struct Entry<'a> {
-    #[serde(rename = "_tollgateCompleted")]
-    completed: bool,
-    #[serde(rename = "_tollgateError", skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-    #[serde(rename = "_tollgatePolicy", skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a str>,
-    #[serde(rename = "_tollgateRemedies")]
-    remedies: Vec<Acted<'a>>,
-    #[serde(rename = "_tollgateRequestId")]
-    request_id: &'a str,
-    #[serde(rename = "_tollgateRetries")]
-    retries: u32,
-    #[serde(rename = "_tollgateUsage", skip_serializing_if = "Option::is_none")]
-    usage: Option<Value>,
-    cache: Empty,
-    request: Request<'a>,
-    response: Response<'a>,
-    #[serde(rename = "startedDateTime")]
-    pub started: String,
-    time: f64,
-    timings: Timings,
-}
-
-#[derive(Serialize)]
-struct Empty {}
-
-#[derive(Serialize)]
-struct Acted<'a> {
-    action: &'a str,
-    remedy: &'a str,
-}
-
-#[derive(Serialize)]
-struct Pair<'a> {
-    name: &'a str,
-    value: String,
-}
-
-#[derive(Serialize)]
-struct Request<'a> {
-    #[serde(rename = "bodySize")]
-    body_size: i64,
-    #[serde(flatten)]
-    head: Head<'a>,
-    method: &'a str,
-    #[serde(rename = "postData", skip_serializing_if = "Option::is_none")]
-    post_data: Option<PostData>,
-    #[serde(rename = "queryString")]
-    query_string: Vec<Owned>,
-    url: String,
-}
-
-/// What a request and a response share, in their key order.
-#[derive(Serialize)]
-struct Head<'a> {
-    cookies: Vec<Owned>,
-    headers: Vec<Pair<'a>>,
-    #[serde(rename = "headersSize")]
-    headers_size: i64,
-    #[serde(rename = "httpVersion")]
-    http_version: &'static str,
-}
-
-#[derive(Serialize)]
-struct PostData {
-    #[serde(rename = "_encoding", skip_serializing_if = "Option::is_none")]
-    encoding: Option<&'static str>,
-    #[serde(rename = "_tollgateSize", skip_serializing_if = "Option::is_none")]
-    size: Option<u64>,
-    #[serde(rename = "_tollgateTruncated", skip_serializing_if = "Option::is_none")]
-    truncated: Option<bool>,
-    #[serde(rename = "mimeType")]
-    mime_type: String,
-    text: String,
-}
-
-/// A query parameter (decoded) or a cookie: names that are not the map's own.
-#[derive(Serialize)]
-struct Owned {
-    name: String,
-    value: String,
-}
-
-#[derive(Serialize)]
-struct Response<'a> {
-    #[serde(rename = "bodySize")]
-    body_size: i64,
-    content: Content,
-    #[serde(flatten)]
-    head: Head<'a>,
-    #[serde(rename = "redirectURL")]
-    redirect_url: String,
-    status: u16,
-    #[serde(rename = "statusText")]
-    status_text: &'static str,
-}
-
-#[derive(Serialize)]
-struct Content {
-    #[serde(rename = "_tollgateSize", skip_serializing_if = "Option::is_none")]
-    full_size: Option<u64>,
-    #[serde(rename = "_tollgateTruncated", skip_serializing_if = "Option::is_none")]
-    truncated: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    compression: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    encoding: Option<&'static str>,
-    #[serde(rename = "mimeType")]
-    mime_type: String,
-    size: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Timings {
-    blocked: f64,
-    connect: i8,
-    dns: i8,
-    receive: f64,
-    send: u8,
-    ssl: i8,
-    wait: f64,
-}
-
-/// The entry, and this entry's secret values: the client's credentials and the values
-/// found under secret names in its bodies (the writer scrubs them from the whole entry:
-/// a provider may echo them back anywhere).
-pub fn build(r: &Record) -> (Entry<'_>, Vec<String>) {
+/// Writes the entry's JSON text into `out`, and returns this entry's secret values: the
+/// client's credentials and the values found under secret names in its bodies (the writer
+/// scrubs them from the whole entry: a provider may echo them back anywhere).
+pub fn write(r: &Record, out: &mut String) -> Vec<String> {
     let c = &r.capture;
     let mut red = Secrets {
         red: &c.redactor,
         own: c.redactor.request_secrets(&c.request_headers, &c.url),
     };
-    // The request body first: secrets found there are scrubbed from the response too.
+    // The bodies first: secrets found there are scrubbed from the heads too.
+    let request_mime = content_type(&c.request_headers);
     let post_data = r
         .request_body
         .as_ref()
         .filter(|(_, n)| *n > 0)
         .map(|(data, size)| {
-            let mime = content_type(&c.request_headers);
-            let (text, encoding) = body::text(data, &mime, &mut red);
-            let truncated = *size > data.len() as u64;
-            PostData {
-                encoding,
-                size: truncated.then_some(*size),
-                truncated: truncated.then_some(true),
-                mime_type: mime,
-                text,
-            }
+            let (text, encoding) = body::text(data, request_mime, &mut red);
+            (text, encoding, *size > data.len() as u64, *size)
         });
-    let red = &mut red;
+    let (url, query_string) = url_and_query(&c.url, &red, r.template.as_deref());
+    let response_body = c.response.as_ref().map(|h| {
+        let data = &c.response_body.data;
+        (decode(&h.headers, data), data)
+    });
+    let response_text = match (&c.response, &response_body) {
+        (Some(h), Some((decoded, data))) => {
+            let body: &[u8] = decoded.as_deref().unwrap_or(data);
+            Some(body::text(body, content_type(&h.headers), &mut red))
+        }
+        _ => None,
+    };
+    let red = &red;
+
+    out.push_str("{\"_tollgateCompleted\":");
+    jbool(out, r.completed);
+    if let Some(e) = r.error {
+        out.push_str(",\"_tollgateError\":");
+        string(out, e);
+    }
+    if let Some(p) = &r.policy {
+        out.push_str(",\"_tollgatePolicy\":");
+        string(out, p);
+    }
+    out.push_str(",\"_tollgateRemedies\":[");
+    for (i, a) in r.acted.iter().enumerate() {
+        out.push_str(if i == 0 {
+            "{\"action\":"
+        } else {
+            ",{\"action\":"
+        });
+        string(out, a.action);
+        out.push_str(",\"remedy\":");
+        string(out, a.remedy);
+        out.push('}');
+    }
+    out.push_str("],\"_tollgateRequestId\":");
+    string(out, &r.request_id);
+    out.push_str(",\"_tollgateRetries\":");
+    int(out, r.retries);
+    if let Some(m) = &r.llm {
+        out.push_str(",\"_tollgateUsage\":");
+        out.push_str(&m.read().summary(m.api).to_string());
+    }
+
+    out.push_str(",\"cache\":{},\"request\":{\"bodySize\":");
+    int(out, r.request_body.as_ref().map_or(0, |(_, n)| *n as i64));
+    out.push_str(",\"cookies\":");
+    cookies(out, &c.request_headers, "cookie", red);
+    out.push_str(",\"headers\":");
+    headers(out, &c.request_headers, red);
+    out.push_str(",\"headersSize\":-1,\"httpVersion\":\"HTTP/1.1\",\"method\":");
+    string(out, c.method.as_str());
+    if let Some((text, encoding, truncated, size)) = &post_data {
+        out.push_str(",\"postData\":{");
+        if let Some(e) = encoding {
+            out.push_str("\"_encoding\":");
+            string(out, e);
+            out.push(',');
+        }
+        if *truncated {
+            out.push_str("\"_tollgateSize\":");
+            int(out, *size);
+            out.push_str(",\"_tollgateTruncated\":true,");
+        }
+        out.push_str("\"mimeType\":");
+        string(out, request_mime);
+        out.push_str(",\"text\":");
+        string(out, text);
+        out.push('}');
+    }
+    out.push_str(",\"queryString\":[");
+    for (i, (name, value)) in query_string.iter().enumerate() {
+        pair(out, i, name, value);
+    }
+    out.push_str("],\"url\":");
+    string(out, &url);
+
+    out.push_str("},\"response\":{\"bodySize\":");
+    match (&c.response, &response_body, &response_text) {
+        (Some(h), Some((decoded, data)), Some((text, encoding))) => {
+            let size = c.response_body.size;
+            let truncated = c.response_body.truncated();
+            let body_len = decoded.as_ref().map_or(data.len(), Vec::len);
+            int(out, size as i64);
+            out.push_str(",\"content\":{");
+            if truncated {
+                out.push_str("\"_tollgateSize\":");
+                int(out, size);
+                out.push_str(",\"_tollgateTruncated\":true,");
+            }
+            if decoded.is_some() {
+                out.push_str("\"compression\":");
+                int(out, body_len as i64 - data.len() as i64);
+                out.push(',');
+            }
+            if let Some(e) = encoding {
+                out.push_str("\"encoding\":");
+                string(out, e);
+                out.push(',');
+            }
+            out.push_str("\"mimeType\":");
+            string(out, content_type(&h.headers));
+            out.push_str(",\"size\":");
+            int(out, body_len as u64 + size - data.len() as u64);
+            if body_len > 0 {
+                out.push_str(",\"text\":");
+                string(out, text);
+            }
+            out.push_str("},\"cookies\":");
+            cookies(out, &h.headers, "set-cookie", red);
+            out.push_str(",\"headers\":");
+            headers(out, &h.headers, red);
+            out.push_str(",\"headersSize\":-1,\"httpVersion\":");
+            string(out, version(h.version));
+            out.push_str(",\"redirectURL\":");
+            let location = h
+                .headers
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map_or(Cow::Borrowed(""), |v| red.scrub(v));
+            string(out, &location);
+            out.push_str(",\"status\":");
+            int(out, h.status.as_u16());
+            out.push_str(",\"statusText\":");
+            string(out, h.status.canonical_reason().unwrap_or(""));
+        }
+        _ => out.push_str(
+            "-1,\"content\":{\"mimeType\":\"x-unknown\",\"size\":0},\"cookies\":[],\"headers\":[],\
+             \"headersSize\":-1,\"httpVersion\":\"\",\"redirectURL\":\"\",\"status\":0,\"statusText\":\"\"",
+        ),
+    }
+
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let total = ms(r.total);
     let blocked = c.sent_after.map_or(0.0, ms);
     let wait = r.wait.map_or(0.0, ms);
     let receive = (total - blocked - wait).max(0.0);
-    let started: jiff::Timestamp = c.started.try_into().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    out.push_str("},\"startedDateTime\":\"");
+    started(out, c.started);
+    out.push_str("\",\"time\":");
+    float(out, total);
+    out.push_str(",\"timings\":{\"blocked\":");
+    float(out, blocked);
+    out.push_str(",\"connect\":-1,\"dns\":-1,\"receive\":");
+    float(out, receive);
+    out.push_str(",\"send\":0,\"ssl\":-1,\"wait\":");
+    float(out, wait);
+    out.push_str("}}");
+    red.own.clone()
+}
 
-    let (url, query_string) = url_and_query(&c.url, red, r.template.as_deref());
-    let request = Request {
-        body_size: r.request_body.as_ref().map_or(0, |(_, n)| *n as i64),
-        head: Head {
-            cookies: cookies(&c.request_headers, "cookie", red),
-            headers: headers(&c.request_headers, red),
-            headers_size: -1,
-            http_version: "HTTP/1.1",
-        },
-        method: c.method.as_str(),
-        post_data,
-        query_string,
-        url,
-    };
+/// `{"name":…,"value":…}`, after a comma unless it is the first.
+fn pair(out: &mut String, i: usize, name: &str, value: &str) {
+    out.push_str(if i == 0 { "{\"name\":" } else { ",{\"name\":" });
+    string(out, name);
+    out.push_str(",\"value\":");
+    string(out, value);
+    out.push('}');
+}
 
-    let response = match &c.response {
-        Some(h) => {
-            let mime = content_type(&h.headers);
-            let (data, size) = (&c.response_body.data, c.response_body.size);
-            let truncated = c.response_body.truncated();
-            let decoded = decode(&h.headers, data);
-            let (body, compression) = match &decoded {
-                Some(d) => (&d[..], Some(d.len() as i64 - data.len() as i64)),
-                None => (&data[..], None),
-            };
-            let (text, encoding) = body::text(body, &mime, red);
-            let content = Content {
-                full_size: truncated.then_some(size),
-                truncated: truncated.then_some(true),
-                compression,
-                encoding,
-                size: body.len() as u64 + size - data.len() as u64,
-                mime_type: mime,
-                text: (!body.is_empty()).then_some(text),
-            };
-            Response {
-                body_size: size as i64,
-                content,
-                head: Head {
-                    cookies: cookies(&h.headers, "set-cookie", red),
-                    headers: headers(&h.headers, red),
-                    headers_size: -1,
-                    http_version: version(h.version),
-                },
-                redirect_url: h
-                    .headers
-                    .get(http::header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .map(|v| red.scrub(v).into_owned())
-                    .unwrap_or_default(),
-                status: h.status.as_u16(),
-                status_text: h.status.canonical_reason().unwrap_or(""),
-            }
-        }
-        None => Response {
-            body_size: -1,
-            content: Content {
-                full_size: None,
-                truncated: None,
-                compression: None,
-                encoding: None,
-                mime_type: "x-unknown".into(),
-                size: 0,
-                text: None,
-            },
-            head: Head {
-                cookies: Vec::new(),
-                headers: Vec::new(),
-                headers_size: -1,
-                http_version: "",
-            },
-            redirect_url: String::new(),
-            status: 0,
-            status_text: "",
-        },
+/// HAR's `startedDateTime`: ISO 8601 in UTC to the millisecond, `2026-11-29T01:19:47.749Z`.
+fn started(out: &mut String, at: std::time::SystemTime) {
+    let ts: jiff::Timestamp = at.try_into().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let t = jiff::tz::Offset::UTC.to_datetime(ts);
+    if !(0..=9999).contains(&t.year()) {
+        out.push_str(&ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string());
+        return;
+    }
+    let two = |out: &mut String, n: i8| {
+        out.push((b'0' + (n as u8) / 10) as char);
+        out.push((b'0' + (n as u8) % 10) as char);
     };
-
-    let entry = Entry {
-        completed: r.completed,
-        error: r.error,
-        policy: r.policy.as_deref(),
-        remedies: r
-            .acted
-            .iter()
-            .map(|a| Acted {
-                action: a.action,
-                remedy: a.remedy,
-            })
-            .collect(),
-        request_id: &r.request_id,
-        retries: r.retries,
-        usage: r.llm.as_ref().map(|m| m.read().summary(m.api)),
-        cache: Empty {},
-        request,
-        response,
-        started: started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        time: total,
-        timings: Timings {
-            blocked,
-            connect: -1,
-            dns: -1,
-            receive,
-            send: 0,
-            ssl: -1,
-            wait,
-        },
-    };
-    let own = std::mem::take(&mut red.own);
-    (entry, own)
+    let y = t.year() as u16;
+    two(out, (y / 100) as i8);
+    two(out, (y % 100) as i8);
+    out.push('-');
+    two(out, t.month());
+    out.push('-');
+    two(out, t.day());
+    out.push('T');
+    two(out, t.hour());
+    out.push(':');
+    two(out, t.minute());
+    out.push(':');
+    two(out, t.second());
+    out.push('.');
+    let ms = t.subsec_nanosecond() / 1_000_000;
+    out.push((b'0' + (ms / 100) as u8) as char);
+    two(out, (ms % 100) as i8);
+    out.push('Z');
 }
 
 fn version(v: Version) -> &'static str {
@@ -294,49 +234,51 @@ fn version(v: Version) -> &'static str {
     }
 }
 
-fn headers<'a>(h: &'a HeaderMap, red: &Secrets) -> Vec<Pair<'a>> {
-    h.iter()
-        .map(|(n, v)| {
-            let value = String::from_utf8_lossy(v.as_bytes());
-            Pair {
-                name: n.as_str(),
-                value: red.header(n.as_str(), &value),
-            }
-        })
-        .collect()
+/// A head's headers as HAR's `headers`, in the order they came, values redacted.
+fn headers(out: &mut String, h: &HeaderMap, red: &Secrets) {
+    out.push('[');
+    for (i, (n, v)) in h.iter().enumerate() {
+        let value = String::from_utf8_lossy(v.as_bytes());
+        pair(out, i, n.as_str(), &red.header(n.as_str(), &value));
+    }
+    out.push(']');
 }
 
 /// Cookies of `Cookie` (request) or `Set-Cookie` (response): names kept, values
 /// redacted while the header is a secret name (the default).
-fn cookies(h: &HeaderMap, name: &str, red: &Secrets) -> Vec<Owned> {
-    let mut out = Vec::new();
+fn cookies(out: &mut String, h: &HeaderMap, name: &str, red: &Secrets) {
+    out.push('[');
+    let mut i = 0;
     for v in h.get_all(name) {
         let v = String::from_utf8_lossy(v.as_bytes());
-        let pairs: Vec<&str> = if name == "cookie" {
-            v.split(';').collect()
-        } else {
-            v.split(';').take(1).collect()
-        };
-        for pair in pairs {
-            let (n, val) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
+        let pairs = v
+            .split(';')
+            .take(if name == "cookie" { usize::MAX } else { 1 });
+        for p in pairs {
+            let (n, val) = p.trim().split_once('=').unwrap_or((p.trim(), ""));
             let value = if red.red.is_secret(name) {
-                REDACTED.to_owned()
+                Cow::Borrowed(REDACTED)
             } else {
                 red.header(name, val)
             };
-            out.push(Owned {
-                name: n.to_owned(),
-                value,
-            });
+            pair(out, i, n, &value);
+            i += 1;
         }
     }
-    out
+    out.push(']');
 }
 
 /// The URL with path parameters obfuscated (when on) and query values redacted or
 /// obfuscated, and the query as HAR's `queryString`.
-fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, Vec<Owned>) {
+fn url_and_query<'u>(
+    url: &'u str,
+    red: &Secrets,
+    template: Option<&str>,
+) -> (Cow<'u, str>, Vec<(String, String)>) {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    if query.is_empty() && red.red.obfuscator().is_none() {
+        return (red.scrub(url), Vec::new());
+    }
     let base = match red.red.obfuscator() {
         Some(o) => {
             // scheme://authority + path
@@ -394,14 +336,14 @@ fn url_and_query(url: &str, red: &Secrets, template: Option<&str>) -> (String, V
         } else {
             shown.clone()
         });
-        pairs.push(Owned { name, value: shown });
+        pairs.push((name, shown));
     }
     let url = if q.is_empty() {
         base
     } else {
         format!("{base}?{q}")
     };
-    (red.scrub(&url).into_owned(), pairs)
+    (Cow::Owned(red.scrub(&url).into_owned()), pairs)
 }
 
 /// The HAR document around entries: `{"log": {"version": "1.2", "creator", "entries"}}`.
@@ -411,4 +353,155 @@ pub fn document(entries: Vec<Value>) -> Value {
 
 pub fn creator() -> Value {
     json!({ "name": "tollgate", "version": env!("CARGO_PKG_VERSION") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Capture, Record, redact::Redactor};
+    use super::*;
+    use http::{HeaderValue, Method, StatusCode};
+    use std::io::Write as _;
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    fn record(red: Redactor, answer: bool) -> Record {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("api.example"));
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-live-123456"),
+        );
+        h.insert("cookie", HeaderValue::from_static("a=1; sid=xyz"));
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.append(
+            "x-odd",
+            HeaderValue::from_bytes(b"tab\there \"q\" \xff").unwrap(),
+        );
+        let mut c = Capture::new(
+            Method::POST,
+            "https://api.example/v1/items?page=2&token=abc%2Fdef&flag".into(),
+            h,
+            1 << 20,
+            None,
+            Arc::new(red),
+        );
+        c.started = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_764_380_387_749_987_654);
+        c.sent_after = Some(Duration::from_micros(12_497));
+        if answer {
+            let mut rh = HeaderMap::new();
+            rh.insert(
+                "content-type",
+                HeaderValue::from_static("Application/JSON; charset=utf-8"),
+            );
+            rh.insert("content-encoding", HeaderValue::from_static("gzip"));
+            rh.insert("set-cookie", HeaderValue::from_static("s=1; Path=/"));
+            rh.insert("location", HeaderValue::from_static("/next"));
+            c.respond(StatusCode::CREATED, Version::HTTP_2, &rh);
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all("{\"echo\":\"sk-live-123456\",\"n\":1E3,\"é\":\"\\u00e9\\n\"}".as_bytes())
+                .unwrap();
+            c.response_body.push(&gz.finish().unwrap());
+        }
+        Record {
+            capture: c,
+            request_body: Some((
+                bytes::Bytes::from_static(
+                    b"{\"password\":\"hunter22\",\"q\":[1,2.50,{\"k\\u0065y\":null}]}",
+                ),
+                300,
+            )),
+            request_id: "req-\"1\"".into(),
+            policy: Some("llm \\ spend".into()),
+            template: None,
+            acted: vec![super::super::super::Acted {
+                remedy: "retry",
+                action: "attempt",
+                at_unix_ns: 0,
+            }],
+            retries: 1,
+            error: answer.then_some("upstream_timeout"),
+            total: Duration::from_nanos(70_481_644),
+            wait: Some(Duration::from_nanos(46_700_099)),
+            completed: answer,
+            llm: None,
+        }
+    }
+
+    /// The text written by hand is JSON whose keys are sorted and whose strings and numbers
+    /// are spelled as `serde_json` spells them: parsed and written again by `serde_json`
+    /// (sorted maps, numbers kept as written), it comes back byte for byte.
+    #[test]
+    fn entries_are_canonical_json_with_secrets_redacted() {
+        for answer in [true, false] {
+            let r = record(
+                Redactor::with_names(&[
+                    "authorization",
+                    "cookie",
+                    "set-cookie",
+                    "password",
+                    "token",
+                ]),
+                answer,
+            );
+            let mut out = String::new();
+            let own = write(&r, &mut out);
+            let v: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(serde_json::to_string(&v).unwrap(), out);
+            for secret in ["sk-live-123456", "hunter22"] {
+                assert!(own.iter().any(|o| o == secret), "{own:?}");
+            }
+            assert_eq!(v["startedDateTime"], "2025-11-29T01:39:47.749Z");
+            assert_eq!(
+                v["time"].to_string(),
+                serde_json::to_string(&70.481644).unwrap()
+            );
+            assert_eq!(v["request"]["postData"]["_tollgateSize"].to_string(), "300");
+            assert_eq!(
+                v["request"]["postData"]["text"],
+                "{\"password\":\"REDACTED\",\"q\":[1,2.50,{\"k\\u0065y\":null}]}"
+            );
+            assert_eq!(
+                v["request"]["url"],
+                "https://api.example/v1/items?page=2&token=REDACTED&flag="
+            );
+            assert_eq!(v["request"]["queryString"][1]["value"], "REDACTED");
+            assert_eq!(
+                v["request"]["headers"][4]["value"],
+                "tab\there \"q\" \u{fffd}"
+            );
+            assert_eq!(v["request"]["cookies"][1]["name"], "sid");
+            assert_eq!(v["request"]["cookies"][1]["value"], "REDACTED");
+            if answer {
+                let content = &v["response"]["content"];
+                assert_eq!(
+                    content["text"],
+                    "{\"echo\":\"sk-live-123456\",\"n\":1E3,\"é\":\"\\u00e9\\n\"}"
+                );
+                assert!(content["compression"].as_i64().unwrap() < 0);
+                assert_eq!(v["response"]["httpVersion"], "HTTP/2");
+                assert_eq!(v["response"]["redirectURL"], "/next");
+                assert_eq!(v["_tollgateError"], "upstream_timeout");
+            } else {
+                assert_eq!(v["response"]["content"]["mimeType"], "x-unknown");
+                assert_eq!(v["response"]["status"], 0);
+            }
+        }
+    }
+
+    #[test]
+    fn started_is_the_millisecond_in_utc() {
+        for ns in [
+            0u64,
+            999_999,
+            1_000_000,
+            951_782_400_123_000_000,
+            4_102_444_799_999_999_999,
+        ] {
+            let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(ns);
+            let mut out = String::new();
+            started(&mut out, at);
+            let ts: jiff::Timestamp = at.try_into().unwrap();
+            assert_eq!(out, ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string());
+        }
+    }
 }

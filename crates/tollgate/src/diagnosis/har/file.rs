@@ -91,7 +91,14 @@ impl FileSink {
     /// `max_bytes` by at most one entry.
     pub fn append(&mut self, entries: &[String]) -> Result<(), AppendError> {
         let mut written = 0;
-        let mut chunk = String::new();
+        // Sized once: grown by doubling, a batch of entries was copied twice more.
+        let mut chunk = String::with_capacity(
+            entries
+                .iter()
+                .map(|e| e.len() + 2)
+                .sum::<usize>()
+                .min(self.settings.max_bytes),
+        );
         while written < entries.len() {
             let fail = |error| AppendError { written, error };
             if self.current.as_ref().is_none_or(|c| self.due(c)) {

@@ -3,25 +3,33 @@
 //! whitespace, numbers as written (`1E3`, `19.990`, 30-digit integers) — is kept. A HAR
 //! body is evidence, so redaction must not re-serialise it.
 
+use std::borrow::Cow;
+
 /// What the caller replaces. Replacements are JSON text, written as they are.
 pub trait Hooks {
     /// A replacement for a member's whole value, by its (decoded) key; `raw` is the
     /// value's JSON text. `None` keeps walking into the value.
     fn member(&mut self, key: &str, raw: &str) -> Option<String>;
+    /// Whether [`Hooks::leaf`] may replace anything (when not, leaves and their paths are
+    /// not even gathered).
+    fn leaves(&self) -> bool;
     /// A replacement for a string or number leaf: `path` is the keys down to it (`*` for
     /// an array item), `raw` its JSON text.
-    fn leaf(&mut self, path: &[String], raw: &str) -> Option<String>;
+    fn leaf(&mut self, path: &[Cow<str>], raw: &str) -> Option<String>;
 }
 
 /// Deeper documents are not walked (they are scrubbed as text instead), so a hostile
 /// body cannot exhaust the stack.
 const MAX_DEPTH: usize = 128;
 
-/// `text` with the replacements the hooks chose, or `None` when it is not one JSON value.
-pub fn edit(text: &str, hooks: &mut dyn Hooks) -> Option<String> {
+/// `text` with the replacements the hooks chose (borrowed when there are none), or `None`
+/// when it is not one JSON value.
+pub fn edit<'t>(text: &'t str, hooks: &mut dyn Hooks) -> Option<Cow<'t, str>> {
     let mut s = Scanner {
+        text,
         src: text.as_bytes(),
         pos: 0,
+        leaves: hooks.leaves(),
         path: Vec::new(),
         edits: Vec::new(),
         hooks,
@@ -32,6 +40,9 @@ pub fn edit(text: &str, hooks: &mut dyn Hooks) -> Option<String> {
     if s.pos != s.src.len() {
         return None;
     }
+    if s.edits.is_empty() {
+        return Some(Cow::Borrowed(text));
+    }
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for (start, end, with) in &s.edits {
@@ -40,12 +51,21 @@ pub fn edit(text: &str, hooks: &mut dyn Hooks) -> Option<String> {
         at = *end;
     }
     out.push_str(&text[at..]);
-    Some(out)
+    Some(Cow::Owned(out))
 }
 
 /// A JSON string's text (with its quotes) decoded, `None` when not valid.
 pub fn decode_string(raw: &str) -> Option<String> {
     serde_json::from_str(raw).ok()
+}
+
+/// A member's key (its JSON text, quotes included) as text: borrowed unless it has an
+/// escape to decode.
+fn key(raw: &str) -> Option<Cow<'_, str>> {
+    match raw.get(1..raw.len().saturating_sub(1)) {
+        Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
+        _ => decode_string(raw).map(Cow::Owned),
+    }
 }
 
 /// `text` as a JSON string literal.
@@ -54,9 +74,12 @@ pub fn quote(text: &str) -> String {
 }
 
 struct Scanner<'a, 'h> {
+    text: &'a str,
     src: &'a [u8],
     pos: usize,
-    path: Vec<String>,
+    /// Whether leaves go to the hooks (and so whether `path` is kept).
+    leaves: bool,
+    path: Vec<Cow<'a, str>>,
     /// Replacements in document order: (start, end, JSON text).
     edits: Vec<(usize, usize, String)>,
     hooks: &'h mut dyn Hooks,
@@ -80,7 +103,7 @@ impl<'a> Scanner<'a, '_> {
     /// The text from `start` to here. Spans start and end at ASCII delimiters, so they
     /// are char boundaries.
     fn raw(&self, start: usize) -> &'a str {
-        std::str::from_utf8(&self.src[start..self.pos]).unwrap_or("")
+        self.text.get(start..self.pos).unwrap_or("")
     }
 
     fn value(&mut self, depth: usize) -> Option<()> {
@@ -106,6 +129,9 @@ impl<'a> Scanner<'a, '_> {
     }
 
     fn leaf(&mut self, start: usize) {
+        if !self.leaves {
+            return;
+        }
         let raw = self.raw(start);
         if let Some(with) = self.hooks.leaf(&self.path, raw) {
             self.edits.push((start, self.pos, with));
@@ -122,14 +148,19 @@ impl<'a> Scanner<'a, '_> {
             self.ws();
             let key_start = self.pos;
             self.string()?;
-            let key = decode_string(self.raw(key_start))?;
+            let key = key(self.raw(key_start))?;
             self.ws();
             self.eat(b':')?;
             self.ws();
             let (start, mark) = (self.pos, self.edits.len());
-            self.path.push(key);
-            self.value(depth + 1)?;
-            let key = self.path.pop().unwrap_or_default();
+            let key = if self.leaves {
+                self.path.push(key);
+                self.value(depth + 1)?;
+                self.path.pop().unwrap_or_default()
+            } else {
+                self.value(depth + 1)?;
+                key
+            };
             let raw = self.raw(start);
             if let Some(with) = self.hooks.member(&key, raw) {
                 // The whole value goes: edits inside it are void.
@@ -152,9 +183,13 @@ impl<'a> Scanner<'a, '_> {
         }
         loop {
             self.ws();
-            self.path.push("*".into());
-            self.value(depth + 1)?;
-            self.path.pop();
+            if self.leaves {
+                self.path.push(Cow::Borrowed("*"));
+                self.value(depth + 1)?;
+                self.path.pop();
+            } else {
+                self.value(depth + 1)?;
+            }
             self.ws();
             if self.eat(b',').is_some() {
                 continue;
@@ -166,6 +201,13 @@ impl<'a> Scanner<'a, '_> {
     /// RFC 8259 §7: no raw control characters; escapes are checked when decoded.
     fn string(&mut self) -> Option<()> {
         self.eat(b'"')?;
+        // Eight plain bytes at a time, then byte by byte from the first that is not.
+        while let Some(word) = self.src.get(self.pos..self.pos + 8) {
+            if super::json_out::flag(u64::from_le_bytes(word.try_into().ok()?)) != 0 {
+                break;
+            }
+            self.pos += 8;
+        }
         loop {
             match self.peek()? {
                 b'"' => {
@@ -227,7 +269,10 @@ mod tests {
         fn member(&mut self, key: &str, _: &str) -> Option<String> {
             (key == self.0).then(|| quote("REDACTED"))
         }
-        fn leaf(&mut self, _: &[String], _: &str) -> Option<String> {
+        fn leaves(&self) -> bool {
+            false
+        }
+        fn leaf(&mut self, _: &[Cow<str>], _: &str) -> Option<String> {
             None
         }
     }
@@ -248,6 +293,14 @@ mod tests {
         ] {
             assert!(edit(bad, &mut Redact("a")).is_none(), "{bad:?}");
         }
+        // Past the first eight bytes too (the scan goes a word at a time).
+        assert!(edit("\"0123456789ab\ncdef\"", &mut Redact("a")).is_none());
+        let long = "{\"a long key with \\\"quotes\\\" past eight\":\"and a value of many words\"}";
+        assert_eq!(edit(long, &mut Redact("x")).unwrap(), long);
+        assert_eq!(
+            edit(long, &mut Redact("a long key with \"quotes\" past eight")).unwrap(),
+            "{\"a long key with \\\"quotes\\\" past eight\":\"REDACTED\"}"
+        );
         let deep = "[".repeat(MAX_DEPTH + 2) + &"]".repeat(MAX_DEPTH + 2);
         assert!(edit(&deep, &mut Redact("a")).is_none());
         assert_eq!(

@@ -8,6 +8,7 @@ pub mod collector;
 pub mod entry;
 pub mod file;
 mod json_edit;
+mod json_out;
 pub mod publish;
 pub mod read;
 pub mod recent;

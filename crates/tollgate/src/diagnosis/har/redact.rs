@@ -192,14 +192,14 @@ impl Secrets<'_> {
     }
 
     /// A header value as it goes into an entry.
-    pub fn header(&self, name: &str, value: &str) -> String {
+    pub fn header<'t>(&self, name: &str, value: &'t str) -> Cow<'t, str> {
         if self.red.is_secret(name) {
-            return REDACTED.into();
+            return Cow::Borrowed(REDACTED);
         }
         if self.red.header_obfuscated(name) {
-            return self.hide(value).unwrap_or_default();
+            return Cow::Owned(self.hide(value).unwrap_or_default());
         }
-        self.scrub(value).into_owned()
+        self.scrub(value)
     }
 
     /// A query parameter value as it goes into an entry.

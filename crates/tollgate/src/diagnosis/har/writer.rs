@@ -134,7 +134,7 @@ impl Sinks {
     /// and about [`BATCH_BYTES`]), so what is held at once stays bounded.
     pub fn drain(&mut self) -> Drained {
         let mut lines: Vec<String> = Vec::new();
-        let mut starts: Vec<String> = Vec::new();
+        let mut starts: Vec<std::time::SystemTime> = Vec::new();
         let mut bytes = 0;
         let keep = self.recent.wanted();
         let open = loop {
@@ -143,12 +143,15 @@ impl Sinks {
             }
             match self.rx.try_recv() {
                 Ok(r) => {
-                    self.queued.fetch_sub(r.size(), Relaxed);
-                    let (entry, own) = super::entry::build(&r);
+                    let size = r.size();
+                    self.queued.fetch_sub(size, Relaxed);
+                    // Room for the entry at once: its heads and bodies, some escaping and
+                    // the keys around them.
+                    let mut text = String::with_capacity(size + size / 4 + 768);
+                    let own = super::entry::write(&r, &mut text);
                     // The whole entry once more through the value scrubber: no secret
                     // value leaves in any form the walk above did not see.
                     let red = &r.capture.redactor;
-                    let text = serde_json::to_string(&entry).unwrap_or_default();
                     let line = match red.scrub_with(&text, &own) {
                         std::borrow::Cow::Borrowed(_) => text,
                         std::borrow::Cow::Owned(scrubbed) => scrubbed,
@@ -157,7 +160,7 @@ impl Sinks {
                         self.recent.keep(&r.request_id, &line);
                     }
                     bytes += line.len();
-                    starts.push(entry.started);
+                    starts.push(r.capture.started);
                     lines.push(line);
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break true,
@@ -168,8 +171,8 @@ impl Sinks {
         // Calls complete out of order: each batch goes out in start order (a closed file
         // is sorted whole, see `file`).
         if starts.windows(2).any(|w| w[0] > w[1]) {
-            let mut pairs: Vec<(String, String)> = starts.into_iter().zip(lines).collect();
-            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut pairs: Vec<_> = starts.into_iter().zip(lines).collect();
+            pairs.sort_by_key(|p| p.0);
             lines = pairs.into_iter().map(|(_, l)| l).collect();
         }
         self.written.inc_by(lines.len() as u64);
