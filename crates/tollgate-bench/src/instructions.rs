@@ -325,6 +325,8 @@ pub fn run(args: InstructionsArgs) -> Result<(), String> {
 struct Shape {
     path: String,
     body: Option<bytes::Bytes>,
+    /// Every call is captured as a HAR entry: the count waits for the writer.
+    captured: bool,
 }
 
 impl Shape {
@@ -332,6 +334,7 @@ impl Shape {
         Shape {
             path: path.into(),
             body: None,
+            captured: false,
         }
     }
 }
@@ -356,6 +359,7 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
             let call = Shape {
                 path: "/v1/chat/completions".into(),
                 body: Some(bytes::Bytes::from_static(LLM_CALL)),
+                captured: false,
             };
             return Ok((target, call));
         }
@@ -366,7 +370,11 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
             return Ok((target, Shape::get("/social")));
         }
     };
-    Ok((h.tollgate(name, &config, workers)?, Shape::get("/static")))
+    let shape = Shape {
+        captured: name == "with-diagnosis",
+        ..Shape::get("/static")
+    };
+    Ok((h.tollgate(name, &config, workers)?, shape))
 }
 
 struct Spec {
@@ -389,14 +397,14 @@ impl Spec {
             None => h.measure(t, &shape.path, n, 0, self.conns, Mode::Closed),
             Some(b) => h.measure_post(t, (&shape.path, b), n, self.conns),
         };
-        let earlier = t.har_counts();
+        let earlier = t.har_counts().filter(|_| shape.captured);
         let warmup = send(self.warmup.max(1))?;
         // The warm-up's entries are written before the count starts, so that the count
         // holds the measured requests' entries and no others.
         if let Some((e, d)) = earlier {
             settle(t, e + d + warmup.ok + warmup.non_2xx);
         }
-        let har_before = t.har_counts();
+        let har_before = t.har_counts().filter(|_| shape.captured);
         control(pid, "-z")?;
         let r = send(self.requests)?;
         if let Some((e, d)) = har_before {

@@ -45,6 +45,7 @@ mod remedies_paused;
 mod resilience;
 mod routing;
 mod sdks;
+mod shared_cache;
 mod shared_store;
 mod shutdown;
 mod streaming;

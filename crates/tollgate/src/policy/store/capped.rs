@@ -3,7 +3,9 @@
 //! store's address that announces a huge bulk reply and streams bytes would otherwise
 //! grow the reply buffer without end. tollgate's commands get small replies (counters,
 //! pairs of numbers, `OK`), so a connection may read 1 MiB plus 64 bytes for each byte
-//! it sent; past that it fails (cause `reply`) and the store falls back and reconnects.
+//! it sent, plus what the commands that read a value (a shared cache's entry) announced
+//! they may read ([`Credit`]); past that it fails (cause `reply`) and the store falls
+//! back and reconnects.
 //! TCP or TLS (`rediss://`, webpki roots); a Unix socket keeps redis-rs's own connection.
 
 use redis::aio::MultiplexedConnection;
@@ -23,24 +25,35 @@ const PER_BYTE_SENT: u64 = 64;
 /// What the error says: [`super::redis`] reads it as the cause `reply`.
 pub const TOO_LARGE: &str = "the peer at the store's address sent more than tollgate's commands ask for (a reply over the bound)";
 
+/// Bytes that commands reading a stored value may read beyond the per-byte bound: raised
+/// by each such command (by the largest value it may get) before it is sent, for every
+/// connection of one store.
+pub type Credit = Arc<std::sync::atomic::AtomicU64>;
+
 /// A stream whose reads are bounded by its writes.
 pub struct Capped<S> {
     inner: S,
     read: u64,
     written: u64,
+    credit: Credit,
 }
 
 impl<S> Capped<S> {
-    pub fn new(inner: S) -> Self {
+    pub fn new(inner: S, credit: Credit) -> Self {
         Self {
             inner,
             read: 0,
             written: 0,
+            credit,
         }
     }
 
     fn over(&self) -> bool {
-        self.read > SLACK.saturating_add(self.written.saturating_mul(PER_BYTE_SENT))
+        let credit = self.credit.load(std::sync::atomic::Ordering::Relaxed);
+        self.read
+            > SLACK
+                .saturating_add(self.written.saturating_mul(PER_BYTE_SENT))
+                .saturating_add(credit)
     }
 }
 
@@ -102,6 +115,7 @@ pub fn handles(info: &ConnectionInfo) -> bool {
 pub async fn connect(
     info: ConnectionInfo,
     timeout: Duration,
+    credit: Credit,
 ) -> RedisResult<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new()
         // Later than the store's own bound, which then fires first.
@@ -119,9 +133,9 @@ pub async fn connect(
         match info.addr() {
             ConnectionAddr::TcpTls { insecure, .. } => {
                 let tls = tls(&host, *insecure, tcp).await?;
-                multiplexed(&info, Capped::new(tls), config).await
+                multiplexed(&info, Capped::new(tls, credit), config).await
             }
-            _ => multiplexed(&info, Capped::new(tcp), config).await,
+            _ => multiplexed(&info, Capped::new(tcp, credit), config).await,
         }
     };
     tokio::time::timeout(timeout, connecting)

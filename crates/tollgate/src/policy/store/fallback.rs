@@ -329,6 +329,20 @@ impl Store for RedisBacked {
         self.run(|r| r.leased(key), move |me| me.local.get(&k))
     }
 
+    /// A shared cache's entry: when Redis cannot answer, none (the cache serves from
+    /// this replica's memory or fetches), never an error and never a wait past the
+    /// timeout.
+    fn value(&self, key: &Key, max: u64) -> StoreFuture<'_, Option<Vec<u8>>> {
+        self.run(|r| r.value(key, max), |_| StoreFuture::ready(Ok(None)))
+    }
+
+    fn set_value(&self, key: &Key, value: Vec<u8>, ttl_ms: u64) -> StoreFuture<'_, ()> {
+        self.run(
+            |r| r.set_value(key, value, ttl_ms),
+            |_| StoreFuture::ready(Ok(())),
+        )
+    }
+
     fn shared(&self) -> bool {
         true
     }

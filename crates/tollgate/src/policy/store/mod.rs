@@ -251,6 +251,17 @@ pub trait Store: Send + Sync + 'static {
     fn leased(&self, key: &Key) -> StoreFuture<'_, u64> {
         self.get(key)
     }
+    /// The value at `key` (a shared cache's entry, at most `max` bytes), `None` when
+    /// absent. Memory keeps no values here (the cache's own memory does): always `None`.
+    fn value(&self, key: &Key, max: u64) -> StoreFuture<'_, Option<Vec<u8>>> {
+        let _ = (key, max);
+        StoreFuture::ready(Ok(None))
+    }
+    /// Stores `value` at `key` for `ttl_ms`; memory: nothing.
+    fn set_value(&self, key: &Key, value: Vec<u8>, ttl_ms: u64) -> StoreFuture<'_, ()> {
+        let _ = (key, value, ttl_ms);
+        StoreFuture::ready(Ok(()))
+    }
     /// Whether replicas share it (`store.backend: redis`).
     fn shared(&self) -> bool {
         false

@@ -207,6 +207,8 @@ pub struct Redis {
     client: Client,
     prefix: String,
     timeout: Duration,
+    /// What value-reading commands announced they may read ([`super::capped::Credit`]).
+    credit: super::capped::Credit,
 }
 
 impl Redis {
@@ -242,6 +244,7 @@ impl Redis {
             client,
             prefix: prefix.to_owned(),
             timeout,
+            credit: Default::default(),
         })
     }
 
@@ -281,7 +284,8 @@ impl Redis {
                 Client::Single(client) if super::capped::handles(client.get_connection_info()) => {
                     use futures_util::FutureExt;
                     let info = client.get_connection_info().clone();
-                    Conn::Single(super::capped::connect(info, self.timeout).boxed().shared())
+                    let connect = super::capped::connect(info, self.timeout, self.credit.clone());
+                    Conn::Single(connect.boxed().shared())
                 }
                 Client::Single(client) => {
                     let config = ConnectionManagerConfig::new()
@@ -425,6 +429,35 @@ impl Redis {
     pub fn get(&self, key: &Key) -> impl Future<Output = Result<u64, StoreError>> + Send + use<> {
         let run = self.command::<Option<u64>>("GET", key, &[]);
         async move { Ok(run.await?.unwrap_or(0)) }
+    }
+
+    /// The value at `key` (a shared cache's entry), `None` when absent; at most `max`
+    /// bytes are expected (the connection's read bound is raised by that much first).
+    pub fn value(
+        &self,
+        key: &Key,
+        max: u64,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send + use<> {
+        // The reply's framing: `$<len>\r\n` … `\r\n`.
+        self.credit
+            .fetch_add(max.saturating_add(32), Ordering::Relaxed);
+        self.command::<Option<Vec<u8>>>("GET", key, &[])
+    }
+
+    /// Stores `value` at `key` for `ttl_ms` (`SET … PX`): the key never outlives it.
+    pub fn set_value(
+        &self,
+        key: &Key,
+        value: Vec<u8>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {
+        let conn = self.connection();
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key(key))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1));
+        async move { cmd.query_async::<()>(&mut conn?).await.map_err(error) }
     }
 
     pub fn reset(&self, key: &Key) -> impl Future<Output = Result<(), StoreError>> + Send + use<> {

@@ -28,8 +28,20 @@ pub struct RawCache {
     pub shared: bool,
     /// Store for `ttl` whatever the provider's `Cache-Control` says.
     pub ignore_cache_control: bool,
+    /// Where entries live: `local`, this replica's memory; `shared`, also on the shared store (`store.backend: redis`), so an answer one replica fetched serves every replica (with the memory store, the same as `local`). See "Shared across replicas" in docs/policies.md.
+    pub store: CacheStore,
     /// Keep entries with an `ETag` or `Last-Modified` for another `ttl` once stale, and revalidate them with `If-None-Match` / `If-Modified-Since`; a **304** is answered from the entry (its headers refreshed), so the provider's body is not resent and, for APIs that do not charge 304s (GitHub), your quota is spared.
     pub revalidate: bool,
+}
+
+/// Where a cache's entries live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheStore {
+    /// This replica's memory.
+    Local,
+    /// This replica's memory and the shared store, which every replica reads.
+    Shared,
 }
 
 impl Default for RawCache {
@@ -44,6 +56,7 @@ impl Default for RawCache {
             max_size: Size::bytes(64 << 20),
             shared: false,
             ignore_cache_control: false,
+            store: CacheStore::Local,
             revalidate: true,
         }
     }
@@ -93,5 +106,6 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
         shared: c.shared,
         ignore_cache_control: c.ignore_cache_control,
         revalidate: c.revalidate,
+        store: c.store,
     }
 }

@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod front;
 pub mod key;
+mod shared;
 pub mod store;
 mod tee;
 
@@ -48,6 +49,8 @@ pub struct CacheSpec {
     pub shared: bool,
     pub ignore_cache_control: bool,
     pub revalidate: bool,
+    /// Entries kept on the shared store too (`store: shared`).
+    pub store: config::CacheStore,
 }
 
 /// One slot's keys being fetched.
@@ -79,6 +82,7 @@ crate::policy::actions::actions! {
     /// What the cache did.
     pub enum Action for "cache" {
         Hit = "hit",
+        SharedHit = "shared_hit",
         Miss = "miss",
         Bypass = "bypass",
         Stored = "stored",
@@ -91,6 +95,8 @@ crate::policy::actions::actions! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheStatus {
     Hit,
+    /// Answered from an entry another replica stored (read from the shared store).
+    SharedHit,
     Miss,
     Bypass,
 }
@@ -99,6 +105,7 @@ impl CacheStatus {
     fn header(self) -> HeaderValue {
         HeaderValue::from_static(match self {
             CacheStatus::Hit => "hit",
+            CacheStatus::SharedHit => "shared-hit",
             CacheStatus::Miss => "miss",
             CacheStatus::Bypass => "bypass",
         })
@@ -237,11 +244,13 @@ pub struct CacheStage {
 /// `cache:` in a policy.
 pub struct Kind;
 
-/// `tollgate_cache_entries` and `tollgate_cache_bytes`, by policy.
+/// `tollgate_cache_entries`, `tollgate_cache_bytes` and
+/// `tollgate_cache_shared_corrupt_total`, by policy.
 #[derive(Default)]
 pub struct Metrics {
     entries: Family<NameLabels, Gauge>,
     bytes: Family<NameLabels, Gauge>,
+    corrupt: Family<NameLabels, prometheus_client::metrics::counter::Counter>,
 }
 
 impl RemedyKind for Kind {
@@ -261,6 +270,10 @@ impl RemedyKind for Kind {
         Metrics {
             entries: f.add("cache_entries", "Cached responses, by policy"),
             bytes: f.add("cache_bytes", "Bytes held by a policy's cache"),
+            corrupt: f.add(
+                "cache_shared_corrupt",
+                "Values on the shared store that were not a cache entry (read as misses), by policy",
+            ),
         }
     }
 
@@ -276,9 +289,23 @@ impl RemedyKind for Kind {
             let l = NameLabels {
                 name: b.policy.to_owned(),
             };
+            let memory = store::MemoryCache::new(spec.max_size);
+            let shared = b.store_for(true);
+            let store: Arc<dyn CacheStore> =
+                if spec.store == config::CacheStore::Shared && shared.shared() {
+                    Arc::new(shared::SharedCache::new(
+                        memory,
+                        shared,
+                        b.policy,
+                        spec.max_entry,
+                        metrics.corrupt.get_or_create(&l).clone(),
+                    ))
+                } else {
+                    Arc::new(memory)
+                };
             Cache::new(
                 spec.clone(),
-                Arc::new(store::MemoryCache::new(spec.max_size)),
+                store,
                 actions,
                 metrics.entries.get_or_create(&l).clone(),
                 metrics.bytes.get_or_create(&l).clone(),
@@ -302,11 +329,15 @@ impl Remedy for CacheStage {
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         let c = &self.cache;
         let (entries, bytes) = c.store.size();
-        let (hits, misses) = (c.actions.get(Action::Hit), c.actions.get(Action::Miss));
+        let shared_hits = c.actions.get(Action::SharedHit);
+        let hits = c.actions.get(Action::Hit) + shared_hits;
+        let misses = c.actions.get(Action::Miss);
         Some(Box::pin(std::future::ready(serde_json::json!({
+            "store": if c.store.shared() { "shared" } else { "local" },
             "entries": entries,
             "bytes": bytes,
             "hits": hits,
+            "shared_hits": shared_hits,
             "misses": misses,
             "bypassed": c.actions.get(Action::Bypass),
             "revalidated": c.actions.get(Action::Revalidated),
@@ -365,7 +396,10 @@ impl Remedy for CacheStage {
                     // that waits for no one.
                     break (None, None);
                 }
-                let got = c.store.get(&key).await.ok().flatten();
+                let (got, from_shared) = match c.store.get(&key).await {
+                    Ok(Some((e, shared))) => (Some(e), shared),
+                    _ => (None, false),
+                };
                 let empty = got.is_none();
                 let now = clock::now_ms();
                 let mut copied = false;
@@ -389,8 +423,12 @@ impl Remedy for CacheStage {
                     {
                         f.keep(&key, e, generation, now);
                     }
-                    c.actions.record(x, Action::Hit);
-                    x.locals.insert(CacheStatus::Hit);
+                    let (action, status) = match from_shared {
+                        true => (Action::SharedHit, CacheStatus::SharedHit),
+                        false => (Action::Hit, CacheStatus::Hit),
+                    };
+                    c.actions.record(x, action);
+                    x.locals.insert(status);
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());

@@ -50,10 +50,17 @@ impl Entry {
 }
 
 pub trait CacheStore: Send + Sync + 'static {
-    fn get(&self, key: &str) -> StoreFuture<'_, Option<Arc<Entry>>>;
+    /// The entry, and whether it was read from the shared store (another replica stored
+    /// it: `x-tollgate-cache: shared-hit` when it answers).
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<(Arc<Entry>, bool)>>;
     fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()>;
-    /// Entries and bytes held, for `GET /policies` and the gauges.
+    /// Entries and bytes held in this replica's memory, for `GET /policies` and the
+    /// gauges.
     fn size(&self) -> (u64, u64);
+    /// Whether entries are shared with other replicas (`store: shared` on Redis).
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 pub struct MemoryCache {
@@ -98,13 +105,23 @@ impl MemoryCache {
     }
 }
 
+impl MemoryCache {
+    pub fn entry(&self, key: &str) -> Option<Arc<Entry>> {
+        self.cache.get(key)
+    }
+
+    pub fn insert(&self, key: String, entry: Arc<Entry>) {
+        self.cache.insert(key, entry);
+    }
+}
+
 impl CacheStore for MemoryCache {
-    fn get(&self, key: &str) -> StoreFuture<'_, Option<Arc<Entry>>> {
-        StoreFuture::ready(Ok(self.cache.get(key)))
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<(Arc<Entry>, bool)>> {
+        StoreFuture::ready(Ok(self.entry(key).map(|e| (e, false))))
     }
 
     fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()> {
-        self.cache.insert(key, entry);
+        self.insert(key, entry);
         StoreFuture::ready(Ok(()))
     }
 

@@ -1,0 +1,348 @@
+//! The cache on the shared store (`store: shared` on a cache, with `store.backend: redis`):
+//! every entry this replica stores is also written to Redis, under a key that hashes the
+//! cache key (SHA-256: the caller's `Authorization` digest and any key header are in it,
+//! none of them is readable in Redis), expiring when the entry can no longer be served or
+//! revalidated (`SET … PX`). A replica that misses in its own memory reads Redis before it
+//! calls the provider, so an answer one replica fetched serves every replica; a 304 that
+//! refreshes an entry refreshes it for all of them.
+//!
+//! What Redis holds is a small binary record (a version tag, the status, the times, the
+//! head, the `Vary` values and the body), read back with every length checked: a value
+//! that is not one (another program's, a truncated one) is a miss, counted. Entries that
+//! carry a secret (a `Set-Cookie`, or a response that varies on `Authorization` or
+//! `Cookie`, whose values the record would hold) stay in this replica's memory only.
+//! Redis slow or down is the store's `on_error` path: no answer within `store.timeout`,
+//! a miss; nothing waits and nothing fails ([`crate::policy::store::fallback`]).
+
+use super::store::{CacheStore, Entry, MemoryCache};
+use crate::policy::clock;
+use crate::policy::store::{Key, Store, StoreFuture};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use prometheus_client::metrics::counter::Counter;
+use std::sync::Arc;
+
+/// The record's first bytes: a value without them is not one of ours.
+const TAG: &[u8; 4] = b"TGC1";
+
+/// Request headers whose values a stored `Vary` would keep: entries varying on them are
+/// not shared.
+const SECRET_VARY: [HeaderName; 3] = [
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+];
+
+pub struct SharedCache {
+    local: MemoryCache,
+    store: Arc<dyn Store>,
+    /// `cache:POLICY:`, before each entry's hash.
+    prefix: String,
+    /// The largest record this cache writes: its largest entry and head.
+    max_record: u64,
+    /// Values on Redis that were not a record (`tollgate_cache_shared_corrupt_total`).
+    corrupt: Counter,
+}
+
+impl SharedCache {
+    pub fn new(
+        local: MemoryCache,
+        store: Arc<dyn Store>,
+        policy: &str,
+        max_entry: usize,
+        corrupt: Counter,
+    ) -> Self {
+        Self {
+            local,
+            store,
+            prefix: format!("cache:{policy}:"),
+            // Heads are bounded by hyper's limits (100 fields of at most 64 KiB each,
+            // far above what providers send); 1 MiB covers them.
+            max_record: max_entry as u64 + (1 << 20),
+            corrupt,
+        }
+    }
+
+    /// The entry's key on the store: its own hash as the Cluster hash tag, so a cache's
+    /// entries spread over the slots.
+    fn key(&self, key: &str) -> Key {
+        let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+        let mut resource = String::with_capacity(self.prefix.len() + 64);
+        resource.push_str(&self.prefix);
+        for b in digest.as_ref() {
+            resource.push(char::from(b"0123456789abcdef"[(b >> 4) as usize]));
+            resource.push(char::from(b"0123456789abcdef"[(b & 0xf) as usize]));
+        }
+        let resource: Arc<str> = resource.into();
+        Key::new(&resource, &Arc::from("entry"), 0)
+    }
+}
+
+impl CacheStore for SharedCache {
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<(Arc<Entry>, bool)>> {
+        if let Some(e) = self.local.entry(key) {
+            return StoreFuture::ready(Ok(Some((e, false))));
+        }
+        let k = self.key(key);
+        let key = key.to_owned();
+        StoreFuture::Pending(Box::pin(async move {
+            let Ok(Some(value)) = self.store.value(&k, self.max_record).await else {
+                return Ok(None);
+            };
+            let Some(entry) = decode(&value) else {
+                self.corrupt.inc();
+                return Ok(None);
+            };
+            if entry.keep_until_ms <= clock::now_ms() {
+                return Ok(None);
+            }
+            let entry = Arc::new(entry);
+            // This replica's copy: its next hits do not ask Redis.
+            self.local.insert(key, entry.clone());
+            Ok(Some((entry, true)))
+        }))
+    }
+
+    fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()> {
+        let shared = shareable(&entry).then(|| (self.key(&key), encode(&entry)));
+        let ttl = entry.keep_until_ms.saturating_sub(clock::now_ms());
+        self.local.insert(key, entry);
+        match shared {
+            Some((k, record)) if ttl > 0 => StoreFuture::Pending(Box::pin(async move {
+                // A failure is the store's to count; the entry is in memory regardless.
+                let _ = self.store.set_value(&k, record, ttl).await;
+                Ok(())
+            })),
+            _ => StoreFuture::ready(Ok(())),
+        }
+    }
+
+    fn size(&self) -> (u64, u64) {
+        self.local.size()
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+/// Whether `e` may go to the shared store: nothing in it is a caller's secret.
+fn shareable(e: &Entry) -> bool {
+    !e.headers.contains_key(header::SET_COOKIE)
+        && !e.vary.iter().any(|(n, _)| SECRET_VARY.contains(n))
+}
+
+fn encode(e: &Entry) -> Vec<u8> {
+    let head: usize = e
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 6)
+        .sum();
+    let mut out = Vec::with_capacity(64 + head + e.body.len());
+    out.extend_from_slice(TAG);
+    out.extend_from_slice(&e.status.as_u16().to_le_bytes());
+    for n in [
+        e.stored_ms,
+        e.fresh_until_ms,
+        e.keep_until_ms,
+        e.initial_age,
+    ] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.extend_from_slice(&(e.headers.len() as u32).to_le_bytes());
+    for (n, v) in &e.headers {
+        bytes(&mut out, n.as_str().as_bytes());
+        bytes(&mut out, v.as_bytes());
+    }
+    out.extend_from_slice(&(e.vary.len() as u32).to_le_bytes());
+    for (n, v) in &e.vary {
+        bytes(&mut out, n.as_str().as_bytes());
+        match v {
+            Some(v) => {
+                out.push(1);
+                bytes(&mut out, v.as_bytes());
+            }
+            None => out.push(0),
+        }
+    }
+    bytes(&mut out, &e.body);
+    out
+}
+
+/// A length (u32, little-endian) and the bytes.
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// The record read back, `None` unless every part of it is one.
+fn decode(v: &[u8]) -> Option<Entry> {
+    let mut r = Reader(v);
+    if r.take(4)? != TAG {
+        return None;
+    }
+    let status = StatusCode::from_u16(u16::from_le_bytes(r.take(2)?.try_into().ok()?)).ok()?;
+    let stored_ms = r.u64()?;
+    let fresh_until_ms = r.u64()?;
+    let keep_until_ms = r.u64()?;
+    let initial_age = r.u64()?;
+    let fields = r.u32()? as usize;
+    // Each field takes at least 8 bytes: a count past what is left is not a record.
+    if fields > r.0.len() / 8 {
+        return None;
+    }
+    // Room for what a hit adds (as a stored head keeps: see `HIT_ADDS`).
+    let mut headers = HeaderMap::with_capacity(fields + super::HIT_ADDS);
+    for _ in 0..fields {
+        let n = HeaderName::from_bytes(r.bytes()?).ok()?;
+        let v = HeaderValue::from_bytes(r.bytes()?).ok()?;
+        headers.append(n, v);
+    }
+    let varied = r.u32()? as usize;
+    if varied > r.0.len() / 5 {
+        return None;
+    }
+    let mut vary = Vec::with_capacity(varied);
+    for _ in 0..varied {
+        let n = HeaderName::from_bytes(r.bytes()?).ok()?;
+        let v = match r.take(1)?[0] {
+            0 => None,
+            1 => Some(HeaderValue::from_bytes(r.bytes()?).ok()?),
+            _ => return None,
+        };
+        vary.push((n, v));
+    }
+    let body = Bytes::copy_from_slice(r.bytes()?);
+    if !r.0.is_empty() {
+        return None;
+    }
+    Some(Entry {
+        status,
+        headers,
+        body,
+        stored_ms,
+        fresh_until_ms,
+        keep_until_ms,
+        initial_age,
+        vary,
+    })
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.append("x-multi", HeaderValue::from_static("a"));
+        headers.append("x-multi", HeaderValue::from_static("b"));
+        headers.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
+        Entry {
+            status: StatusCode::CREATED,
+            headers,
+            body: Bytes::from_static(b"{\"ok\":true}"),
+            stored_ms: 1,
+            fresh_until_ms: 2,
+            keep_until_ms: 3,
+            initial_age: 4,
+            vary: vec![
+                (
+                    header::ACCEPT,
+                    Some(HeaderValue::from_static("application/json")),
+                ),
+                (HeaderName::from_static("x-tenant"), None),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_as_the_entry_it_was() {
+        let e = entry();
+        let d = decode(&encode(&e)).unwrap();
+        assert_eq!(d.status, e.status);
+        assert_eq!(d.headers, e.headers);
+        let order = |h: &HeaderMap| {
+            h.iter()
+                .map(|(n, v)| format!("{n}:{v:?}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(&d.headers), order(&e.headers));
+        assert_eq!(d.body, e.body);
+        assert_eq!(
+            (
+                d.stored_ms,
+                d.fresh_until_ms,
+                d.keep_until_ms,
+                d.initial_age
+            ),
+            (1, 2, 3, 4)
+        );
+        assert_eq!(d.vary, e.vary);
+    }
+
+    #[test]
+    fn what_is_not_a_whole_record_is_none() {
+        let record = encode(&entry());
+        for cut in 0..record.len() {
+            assert!(decode(&record[..cut]).is_none(), "cut at {cut}");
+        }
+        let mut longer = record.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_none());
+        assert!(decode(b"{\"not\":\"ours\"}").is_none());
+        // A count of fields far past the bytes there are.
+        let mut huge = record[..4 + 2 + 32].to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&huge).is_none());
+        // A header name that is not one.
+        let mut bad = record.clone();
+        let at = 4 + 2 + 32 + 4 + 4;
+        bad[at] = b' ';
+        assert!(decode(&bad).is_none());
+    }
+
+    #[test]
+    fn entries_that_hold_a_secret_are_not_shared() {
+        assert!(shareable(&entry()));
+        let mut e = entry();
+        e.headers
+            .insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
+        assert!(!shareable(&e));
+        let mut e = entry();
+        e.vary.push((
+            header::AUTHORIZATION,
+            Some(HeaderValue::from_static("Bearer x")),
+        ));
+        assert!(!shareable(&e));
+    }
+}

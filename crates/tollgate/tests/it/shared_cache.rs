@@ -1,0 +1,211 @@
+//! `cache: {store: shared}` on `store.backend: redis`: an answer one gateway fetched serves
+//! the others from a real `redis-server`, a revalidation by one refreshes the entry for
+//! all, `Vary` still holds, no secret reaches Redis, a value that is not an entry is a
+//! miss, and a Redis that goes away costs no request.
+
+use crate::support::redis_procs::RedisServer;
+use crate::support::*;
+use http::StatusCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn config(redis: &RedisServer, cache: &str) -> String {
+    format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 200ms\npolicies:\n  - name: gh\n    cache: {cache}\n",
+        redis.url()
+    )
+}
+
+/// An upstream counting its calls, answering `body` with `headers`.
+async fn counted(headers: &'static [(&'static str, &'static str)]) -> (Server, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let up = upstream(move |req: http::Request<hyper::body::Incoming>| {
+        let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+        let conditional = req.headers().contains_key("if-none-match");
+        async move {
+            if conditional {
+                return answer(304, &[("etag", "\"v1\"")], "");
+            }
+            let mut h: Vec<(&str, &str)> = headers.to_vec();
+            h.push(("content-type", "application/json"));
+            answer(200, &h, &format!("{{\"call\":{n}}}"))
+        }
+    })
+    .await;
+    (up, calls)
+}
+
+/// The entry on Redis once it is there and differs from `before` (the store is written as
+/// the answer's last byte goes, so a client may read it first); fails if it never comes.
+async fn entry_on_redis(redis: &RedisServer, before: Option<&str>) -> (String, String) {
+    for _ in 0..100 {
+        let keys = redis.cli(&["--scan", "--pattern", "tollgate:{cache:gh:*"]);
+        if let Some(key) = keys.lines().next() {
+            let value = redis.cli(&["GET", key]);
+            if before != Some(value.as_str()) {
+                return (key.to_owned(), value);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no (new) entry on Redis");
+}
+
+fn cache_header(g: &Got) -> String {
+    g.headers
+        .get("x-tollgate-cache")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_one_gateway_fetched_serves_the_others_from_redis() {
+    let redis = RedisServer::start();
+    let (up, calls) = counted(&[]).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared}");
+    let gws = [
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let first = get_via(&gws[0], up.addr, "/repos/o/r", &[]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(cache_header(&first), "miss");
+    let (key, _) = entry_on_redis(&redis, None).await;
+    let mut seen = Vec::new();
+    for gw in &gws[1..] {
+        let g = get_via(gw, up.addr, "/repos/o/r", &[]).await;
+        assert_eq!(g.body, first.body, "the same bytes from another replica");
+        seen.push(cache_header(&g));
+    }
+    assert_eq!(seen, ["shared-hit", "shared-hit"]);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "one provider call for three replicas"
+    );
+    // Read once from Redis, the entry is the replica's own: its next hit is a plain hit.
+    let again = get_via(&gws[1], up.addr, "/repos/o/r", &[]).await;
+    assert_eq!(cache_header(&again), "hit");
+    // The entry expires on Redis (never a key without one) and `/policies` says where
+    // entries live and how many hits came from the other replicas.
+    let ttl: i64 = redis.cli(&["PTTL", &key]).trim().parse().unwrap();
+    assert!(ttl > 0 && ttl <= 120_000, "{ttl}");
+    let p = admin_get(&gws[1], "/policies").await.json();
+    let cache = &p["policies"][0]["state"]["cache"];
+    assert_eq!(cache["store"], "shared", "{p}");
+    assert_eq!(cache["shared_hits"], 1, "{p}");
+    let m = metrics_when(&gws[2], |t| t.contains("action=\"shared_hit\"")).await;
+    assert!(m.contains("action=\"shared_hit\""), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revalidation_by_one_replica_refreshes_the_entry_for_the_others() {
+    let redis = RedisServer::start();
+    let (up, calls) = counted(&[("etag", "\"v1\""), ("cache-control", "max-age=1")]).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(cache_header(&get_via(&a, up.addr, "/r", &[]).await), "miss");
+    let (_, stored) = entry_on_redis(&redis, None).await;
+    // Stale after its max-age: A revalidates, the provider answers 304.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let revalidated = get_via(&a, up.addr, "/r", &[]).await;
+    assert_eq!(revalidated.status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    entry_on_redis(&redis, Some(&stored)).await;
+    // B never saw the entry: it reads the refreshed one, fresh, from Redis.
+    let g = get_via(&b, up.addr, "/r", &[]).await;
+    assert_eq!(cache_header(&g), "shared-hit");
+    assert_eq!(g.body, revalidated.body);
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "no call for B");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vary_holds_across_replicas_and_no_secret_reaches_redis() {
+    let redis = RedisServer::start();
+    let (up, calls) = counted(&[("vary", "accept")]).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared, key_headers: [x-tenant]}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    let token = "Bearer ghp_secretvalue1234567890";
+    let json = [
+        ("accept", "application/json"),
+        ("authorization", token),
+        ("x-tenant", "acme-tenant-77"),
+    ];
+    assert_eq!(
+        cache_header(&get_via(&a, up.addr, "/v", &json).await),
+        "miss"
+    );
+    entry_on_redis(&redis, None).await;
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/v", &json).await),
+        "shared-hit"
+    );
+    // Another `Accept`: the entry varied on it, so B fetches.
+    let other = [
+        ("accept", "text/plain"),
+        ("authorization", token),
+        ("x-tenant", "acme-tenant-77"),
+    ];
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/v", &other).await),
+        "miss"
+    );
+    // Another caller's credential is another key: not served the first caller's answer.
+    let stranger = [
+        ("accept", "application/json"),
+        ("authorization", "Bearer someone-else-000"),
+    ];
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/v", &stranger).await),
+        "miss"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // Everything on Redis, keys and values: neither the credential nor the key header.
+    let keys = redis.cli(&["--scan", "--pattern", "*"]);
+    assert!(keys.lines().count() >= 2, "{keys}");
+    for key in keys.lines() {
+        let value = redis.cli(&["GET", key]);
+        for secret in [
+            "ghp_secretvalue1234567890",
+            "acme-tenant-77",
+            "someone-else",
+        ] {
+            assert!(!key.contains(secret), "{key}");
+            assert!(!value.contains(secret), "{key}: {value}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_value_that_is_not_an_entry_is_a_miss_and_a_dead_redis_costs_no_request() {
+    let redis = RedisServer::start();
+    let (up, calls) = counted(&[]).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(cache_header(&get_via(&a, up.addr, "/c", &[]).await), "miss");
+    let (key, _) = entry_on_redis(&redis, None).await;
+    redis.cli(&["SET", &key, "not an entry", "PX", "60000"]);
+    let g = get_via(&b, up.addr, "/c", &[]).await;
+    assert_eq!(
+        (g.status, cache_header(&g).as_str()),
+        (StatusCode::OK, "miss")
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let m = metrics_when(&b, |t| {
+        t.contains("tollgate_cache_shared_corrupt_total{name=\"gh\"} 1")
+    })
+    .await;
+    assert!(
+        m.contains("tollgate_cache_shared_corrupt_total{name=\"gh\"} 1"),
+        "{m}"
+    );
+    // Redis gone: every call answered, from memory or the provider.
+    let _port = redis.kill();
+    let mut statuses = Vec::new();
+    for (gw, path) in [(&a, "/c"), (&b, "/c"), (&a, "/d"), (&b, "/d"), (&b, "/d")] {
+        statuses.push(get_via(gw, up.addr, path, &[]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200; 5]);
+}
