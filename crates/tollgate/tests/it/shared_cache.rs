@@ -209,3 +209,69 @@ async fn a_value_that_is_not_an_entry_is_a_miss_and_a_dead_redis_costs_no_reques
     }
     assert_eq!(statuses, [200; 5]);
 }
+
+/// An upstream whose first answer takes `first`, the others `rest`: its calls counted.
+async fn slow(first: u64, rest: u64) -> (Server, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let up = upstream(move |_req| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let wait = if n == 0 { first } else { rest };
+            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+            answer(
+                200,
+                &[("content-type", "application/json")],
+                "{\"listing\":[1,2,3]}",
+            )
+        }
+    })
+    .await;
+    (up, calls)
+}
+
+/// `n` GETs of `path` at once, spread over `gws`: the `x-tollgate-cache` of each (all 200).
+async fn at_once_cached(
+    gws: &[tollgate::Gateway],
+    up: std::net::SocketAddr,
+    path: &str,
+    n: usize,
+) -> Vec<String> {
+    let got = at_once(gws, up, n, |_| path.to_owned()).await;
+    assert!(got.iter().all(|g| g.status == StatusCode::OK));
+    got.iter().map(cache_header).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_identical_calls_across_three_replicas_make_one_provider_call() {
+    let redis = RedisServer::start();
+    let (up, calls) = slow(300, 300).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared}");
+    let gws = [
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let seen = at_once_cached(&gws, up.addr, "/listing", 30).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "{seen:?}");
+    assert_eq!(seen.iter().filter(|s| *s == "miss").count(), 1, "{seen:?}");
+    // The two other replicas waited for the first's entry and read it from Redis.
+    assert!(seen.iter().any(|s| s == "shared-hit"), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_past_max_wait_costs_at_most_one_call_per_replica() {
+    let redis = RedisServer::start();
+    // The first fetch takes far past `max_wait` (as a replica that died holding the key
+    // would): each other replica waits `max_wait`, then fetches once for its own waiters.
+    let (up, calls) = slow(1500, 50).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared, max_wait: 200ms}");
+    let gws = [
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let seen = at_once_cached(&gws, up.addr, "/listing", 30).await;
+    let n = calls.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&n), "{n} calls: {seen:?}");
+}

@@ -14,7 +14,7 @@ fn store(redis: &RedisServer, extra: &str) -> String {
     )
 }
 
-/// `n` GETs of `path` spread over `gws` round-robin, all in flight together: the
+/// `n` GETs of `path/i` spread over `gws` round-robin, all in flight together: the
 /// statuses.
 async fn spread(
     gws: &[tollgate::Gateway],
@@ -22,24 +22,11 @@ async fn spread(
     path: &str,
     n: usize,
 ) -> Vec<u16> {
-    let mut tasks = Vec::new();
-    for i in 0..n {
-        let gw_proxy = gws[i % gws.len()].proxy_addr;
-        let path = format!("{path}/{i}");
-        tasks.push(tokio::spawn(async move {
-            let req = http::Request::get(format!("http://{gw_proxy}{path}"))
-                .header("x-tollgate-host", up.to_string())
-                .header("x-tollgate-scheme", "http")
-                .body(empty())
-                .unwrap();
-            send(&client(), req).await.status.as_u16()
-        }));
-    }
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
+    at_once(gws, up, n, |i| format!("{path}/{i}"))
+        .await
+        .iter()
+        .map(|g| g.status.as_u16())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -263,6 +263,28 @@ pub async fn send(client: &TestClient, req: Request<Body>) -> Got {
 }
 
 /// A request to the gateway in header-routed mode for an http upstream.
+/// `n` GETs all in flight together, the `i`th to `path(i)` on `gws[i % len]` in header
+/// mode towards `up`: the answers, in order.
+pub async fn at_once(
+    gws: &[Gateway],
+    up: SocketAddr,
+    n: usize,
+    path: impl Fn(usize) -> String,
+) -> Vec<Got> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let req = via_header(&gws[i % gws.len()], up, &path(i))
+            .body(empty())
+            .unwrap();
+        tasks.push(tokio::spawn(async move { send(&client(), req).await }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
 pub fn via_header(gw: &Gateway, upstream: SocketAddr, path: &str) -> http::request::Builder {
     Request::get(format!("http://{}{path}", gw.proxy_addr))
         .header("x-tollgate-host", upstream.to_string())

@@ -30,6 +30,8 @@ pub struct RawCache {
     pub ignore_cache_control: bool,
     /// Where entries live: `local`, this replica's memory; `shared`, also on the shared store (`store.backend: redis`), so an answer one replica fetched serves every replica (with the memory store, the same as `local`). See "Shared across replicas" in docs/policies.md.
     pub store: CacheStore,
+    /// With `store: shared`: how long a replica that misses a key another replica is fetching waits for that replica's entry before it fetches itself (also how long a replica that dies while fetching holds the key). Single flight across replicas: N replicas missing one key make one provider call when the first stores its answer, at most one each otherwise.
+    pub max_wait: Dur<100, { 5 * 60 * SEC_MS }>,
     /// Keep entries with an `ETag` or `Last-Modified` for another `ttl` once stale, and revalidate them with `If-None-Match` / `If-Modified-Since`; a **304** is answered from the entry (its headers refreshed), so the provider's body is not resent and, for APIs that do not charge 304s (GitHub), your quota is spared.
     pub revalidate: bool,
 }
@@ -57,6 +59,7 @@ impl Default for RawCache {
             shared: false,
             ignore_cache_control: false,
             store: CacheStore::Local,
+            max_wait: Dur::secs(10),
             revalidate: true,
         }
     }
@@ -107,5 +110,6 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
         ignore_cache_control: c.ignore_cache_control,
         revalidate: c.revalidate,
         store: c.store,
+        max_wait: c.max_wait.get(),
     }
 }

@@ -34,7 +34,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use store::{CacheStore, Entry};
+use store::{CacheStore, Claim, Entry};
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +51,8 @@ pub struct CacheSpec {
     pub revalidate: bool,
     /// Entries kept on the shared store too (`store: shared`).
     pub store: config::CacheStore,
+    /// With `store: shared`: how long a replica waits for another's fetch of a key.
+    pub max_wait: Duration,
 }
 
 /// One slot's keys being fetched.
@@ -134,6 +136,9 @@ pub struct Fill {
     cache: Arc<Cache>,
     key: Arc<str>,
     done: watch::Sender<bool>,
+    /// On a shared store, this replica's lease on fetching the key for every replica:
+    /// given back after the waiters here are told (a field drops after `drop`).
+    flight: Option<store::Flight>,
 }
 
 impl Drop for Fill {
@@ -203,6 +208,7 @@ impl Cache {
             cache: self.clone(),
             key,
             done: tx,
+            flight: None,
         })
     }
 
@@ -297,7 +303,7 @@ impl RemedyKind for Kind {
                         memory,
                         shared,
                         b.policy,
-                        spec.max_entry,
+                        (spec.max_entry, spec.max_wait),
                         metrics.corrupt.get_or_create(&l).clone(),
                     ))
                 } else {
@@ -443,6 +449,24 @@ impl Remedy for CacheStage {
                     break (None, stale);
                 }
                 match c.join_or_fill(&key) {
+                    Ok(mut fill) if c.store.shared() => match c.store.claim(&key).await {
+                        // Another replica fetched it meanwhile: this replica's waiters
+                        // find it in memory once the fill goes.
+                        Ok(Claim::Found(e))
+                            if e.matches(&x.parts.headers)
+                                && e.fresh_until_ms > clock::now_ms() =>
+                        {
+                            drop(fill);
+                            c.actions.record(x, Action::SharedHit);
+                            x.locals.insert(CacheStatus::SharedHit);
+                            return Ok(Flow::Answer(c.hit(&e, &x.method)));
+                        }
+                        Ok(Claim::Fetch(flight)) => {
+                            fill.flight = flight;
+                            break (Some(fill), stale);
+                        }
+                        _ => break (Some(fill), stale),
+                    },
                     Ok(fill) => break (Some(fill), stale),
                     Err(_) if waited => break (None, stale),
                     Err(mut rx) => {

@@ -14,13 +14,17 @@
 //! Redis slow or down is the store's `on_error` path: no answer within `store.timeout`,
 //! a miss; nothing waits and nothing fails ([`crate::policy::store::fallback`]).
 
-use super::store::{CacheStore, Entry, MemoryCache};
+use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache};
 use crate::policy::clock;
 use crate::policy::store::{Key, Store, StoreFuture};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a replica waiting for another's fetch looks for the entry.
+const POLL: Duration = Duration::from_millis(10);
 
 /// The record's first bytes: a value without them is not one of ours.
 const TAG: &[u8; 4] = b"TGC1";
@@ -35,6 +39,9 @@ const SECRET_VARY: [HeaderName; 3] = [
 
 pub struct SharedCache {
     local: MemoryCache,
+    /// How long a replica waits for another's fetch of a key before fetching itself; the
+    /// fetching replica's lease on the key lasts as long.
+    max_wait: Duration,
     store: Arc<dyn Store>,
     /// `cache:POLICY:`, before each entry's hash.
     prefix: String,
@@ -49,11 +56,12 @@ impl SharedCache {
         local: MemoryCache,
         store: Arc<dyn Store>,
         policy: &str,
-        max_entry: usize,
+        (max_entry, max_wait): (usize, Duration),
         corrupt: Counter,
     ) -> Self {
         Self {
             local,
+            max_wait,
             store,
             prefix: format!("cache:{policy}:"),
             // Heads are bounded by hyper's limits (100 fields of at most 64 KiB each,
@@ -66,6 +74,11 @@ impl SharedCache {
     /// The entry's key on the store: its own hash as the Cluster hash tag, so a cache's
     /// entries spread over the slots.
     fn key(&self, key: &str) -> Key {
+        self.key_of(key, "entry")
+    }
+
+    /// `part` of the entry's keys (`entry`, `fetching`), in the entry's hash tag.
+    fn key_of(&self, key: &str, part: &str) -> Key {
         let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
         let mut resource = String::with_capacity(self.prefix.len() + 64);
         resource.push_str(&self.prefix);
@@ -74,7 +87,26 @@ impl SharedCache {
             resource.push(char::from(b"0123456789abcdef"[(b & 0xf) as usize]));
         }
         let resource: Arc<str> = resource.into();
-        Key::new(&resource, &Arc::from("entry"), 0)
+        Key::new(&resource, &Arc::from(part), 0)
+    }
+
+    /// The entry on the store, fresh enough to keep, kept in this replica's memory too;
+    /// `None` when there is none (or Redis cannot say).
+    async fn read(&self, k: &Key, key: &str) -> Option<Arc<Entry>> {
+        let Ok(Some(value)) = self.store.value(k, self.max_record).await else {
+            return None;
+        };
+        let Some(entry) = decode(&value) else {
+            self.corrupt.inc();
+            return None;
+        };
+        if entry.keep_until_ms <= clock::now_ms() {
+            return None;
+        }
+        let entry = Arc::new(entry);
+        // This replica's copy: its next hits do not ask Redis.
+        self.local.insert(key.to_owned(), entry.clone());
+        Some(entry)
     }
 }
 
@@ -86,20 +118,46 @@ impl CacheStore for SharedCache {
         let k = self.key(key);
         let key = key.to_owned();
         StoreFuture::Pending(Box::pin(async move {
-            let Ok(Some(value)) = self.store.value(&k, self.max_record).await else {
-                return Ok(None);
-            };
-            let Some(entry) = decode(&value) else {
-                self.corrupt.inc();
-                return Ok(None);
-            };
-            if entry.keep_until_ms <= clock::now_ms() {
-                return Ok(None);
+            Ok(self.read(&k, &key).await.map(|e| (e, true)))
+        }))
+    }
+
+    /// Single flight across replicas: a lease on the key's `fetching` (one holder, ending
+    /// after `max_wait`). Without it, another replica is fetching: wait for its entry,
+    /// looking every 10 ms, until it is there (found), the lease is given back or ended
+    /// without one (its answer could not be stored, or the replica died), or `max_wait`
+    /// passed: then fetch. So N replicas asked for one missing key at once make one call
+    /// when the first stores its answer, and at most one each otherwise. Redis away: the
+    /// store's `on_error` lease, a fetch here.
+    fn claim(&self, key: &str) -> StoreFuture<'_, Claim> {
+        let lock = self.key_of(key, "fetching");
+        let entry = self.key(key);
+        let key = key.to_owned();
+        StoreFuture::Pending(Box::pin(async move {
+            let ttl = self.max_wait.as_millis() as u64;
+            match self.store.lease(&lock, 1, ttl).await {
+                Ok(Some(id)) => {
+                    let store = self.store.clone();
+                    return Ok(Claim::Fetch(Some(Flight {
+                        store,
+                        key: lock,
+                        id,
+                    })));
+                }
+                Ok(None) => {}
+                Err(_) => return Ok(Claim::Fetch(None)),
             }
-            let entry = Arc::new(entry);
-            // This replica's copy: its next hits do not ask Redis.
-            self.local.insert(key, entry.clone());
-            Ok(Some((entry, true)))
+            let deadline = tokio::time::Instant::now() + self.max_wait;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+                if let Some(e) = self.read(&entry, &key).await {
+                    return Ok(Claim::Found(e));
+                }
+                if self.store.leased(&lock).await.unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+            Ok(Claim::Fetch(None))
         }))
     }
 

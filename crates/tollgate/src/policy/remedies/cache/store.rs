@@ -61,6 +61,36 @@ pub trait CacheStore: Send + Sync + 'static {
     fn shared(&self) -> bool {
         false
     }
+    /// Before this replica's fetch of a key it misses: on a shared store, the right to
+    /// fetch it for every replica, or the entry another replica fetched meanwhile.
+    fn claim(&self, key: &str) -> StoreFuture<'_, Claim> {
+        let _ = key;
+        StoreFuture::ready(Ok(Claim::Fetch(None)))
+    }
+}
+
+/// A replica's lease on fetching one key for all of them: given back when dropped (after
+/// the entry is stored, or when it could not be), or ending with `max_wait` if the
+/// replica dies holding it.
+pub struct Flight {
+    pub store: Arc<dyn crate::policy::store::Store>,
+    pub key: crate::policy::store::Key,
+    pub id: u64,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.store.unlease(&self.key, self.id);
+    }
+}
+
+/// What [`CacheStore::claim`] found.
+pub enum Claim {
+    /// Fetch from the provider; with a shared store, holding the flight's lease (given
+    /// back when dropped, once the entry is stored).
+    Fetch(Option<Flight>),
+    /// Another replica stored it while this one waited.
+    Found(Arc<Entry>),
 }
 
 pub struct MemoryCache {
