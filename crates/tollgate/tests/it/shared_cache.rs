@@ -39,8 +39,18 @@ async fn counted(headers: &'static [(&'static str, &'static str)]) -> (Server, A
 /// The entry on Redis once it is there and differs from `before` (the store is written as
 /// the answer's last byte goes, so a client may read it first); fails if it never comes.
 async fn entry_on_redis(redis: &RedisServer, before: Option<&str>) -> (String, String) {
+    entry_of(redis, "gh", before).await
+}
+
+/// [`entry_on_redis`] for the cache of `policy`.
+async fn entry_on_redis_with(redis: &RedisServer, policy: &str) -> (String, String) {
+    entry_of(redis, policy, None).await
+}
+
+async fn entry_of(redis: &RedisServer, policy: &str, before: Option<&str>) -> (String, String) {
+    let pattern = format!("tollgate:{{cache:{policy}:*}}:entry:0");
     for _ in 0..100 {
-        let keys = redis.cli(&["--scan", "--pattern", "tollgate:{cache:gh:*"]);
+        let keys = redis.cli(&["--scan", "--pattern", &pattern]);
         if let Some(key) = keys.lines().next() {
             let value = redis.cli(&["GET", key]);
             if before != Some(value.as_str()) {
@@ -274,4 +284,63 @@ async fn a_fetch_past_max_wait_costs_at_most_one_call_per_replica() {
     let seen = at_once_cached(&gws, up.addr, "/listing", 30).await;
     let n = calls.load(Ordering::SeqCst);
     assert!((2..=3).contains(&n), "{n} calls: {seen:?}");
+}
+
+/// The token limit's `used_tokens` in `gw`'s `/policies`.
+async fn used_tokens(gw: &tollgate::Gateway) -> u64 {
+    admin_get(gw, "/policies").await.json()["policies"][0]["state"]["token_limit"]["used_tokens"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_saved() {
+    clear_of_the_hour_end(30).await;
+    let redis = RedisServer::start();
+    let up = crate::llm::stand_in().await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 200ms\npolicies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    cache: {{methods: [POST], key_body: true, ignore_cache_control: true, store: shared}}\n    token_limit: {{limit: 100000, window: hour}}\n",
+        redis.url()
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    for (stream, path) in [
+        (false, "/v1/chat/completions"),
+        (true, "/v1/chat/completions"),
+    ] {
+        let body = crate::llm::chat(stream, false, 9);
+        let first = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
+        assert_eq!(
+            (first.status, cache_header(&first).as_str()),
+            (StatusCode::OK, "miss")
+        );
+        eventually("the first call settled", || async {
+            match used_tokens(&a).await {
+                0 => Err(0),
+                n => Ok(n),
+            }
+        })
+        .await;
+        let charged = used_tokens(&a).await;
+        entry_on_redis_with(&redis, "ai").await;
+        let replayed = crate::llm::post(Some(&b), &up, path, &body, &[]).await;
+        assert_eq!(cache_header(&replayed), "shared-hit", "stream: {stream}");
+        // The same bytes (a stream's events as the first caller got them), charged 0.
+        assert_eq!(
+            String::from_utf8_lossy(&replayed.body),
+            String::from_utf8_lossy(&first.body)
+        );
+        assert_eq!(used_tokens(&b).await, charged, "stream: {stream}");
+        redis.cli(&["FLUSHALL"]);
+        // The token limit's count went with the flush: start the next case from 0.
+    }
+    // Both hits counted what the provider's answers had: 9 output tokens each.
+    let line = "tollgate_cache_saved_tokens_total{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\",kind=\"output\"} 18";
+    let m = metrics_when(&b, |t| t.contains(line)).await;
+    assert!(m.contains(line), "{m}");
+    assert!(
+        m.contains(
+            "tollgate_cache_saved_usd_total{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\"}"
+        ),
+        "{m}"
+    );
 }

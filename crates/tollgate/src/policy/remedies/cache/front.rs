@@ -265,6 +265,7 @@ fn copied(e: &Entry) -> Entry {
             .iter()
             .map(|(n, v)| (own_name(n), v.as_ref().map(own_value)))
             .collect(),
+        llm: e.llm.clone(),
     }
 }
 
@@ -297,6 +298,7 @@ mod tests {
             keep_until_ms: NOW + fresh_for,
             initial_age: 0,
             vary: Vec::new(),
+            llm: None,
         })
     }
 

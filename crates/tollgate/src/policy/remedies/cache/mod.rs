@@ -20,7 +20,7 @@ mod tee;
 use crate::body::{Body, full};
 use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_CACHE;
-use crate::metrics::{Families, NameLabels};
+use crate::metrics::{Families, FloatCounter, LlmLabels, LlmTokenLabels, NameLabels};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
@@ -29,6 +29,7 @@ use crate::policy::kind::{Check, Phases, RemedyKind};
 pub use config::RawCache;
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
@@ -78,6 +79,50 @@ pub struct Cache {
     pub actions: Actions<Action>,
     pub entries: prometheus_client::metrics::gauge::Gauge,
     pub bytes: prometheus_client::metrics::gauge::Gauge,
+    /// What LLM answers served from the cache saved.
+    saving: Saving,
+}
+
+/// `tollgate_cache_saved_tokens_total{policy,model,kind}` and
+/// `tollgate_cache_saved_usd_total{policy,model}`: each hit of an LLM answer counts the
+/// usage and cost the provider's answer had. Models are labels up to [`MAX_MODELS`] per
+/// cache, `other` past them.
+struct Saving {
+    policy: String,
+    tokens: Family<LlmTokenLabels, Counter>,
+    usd: Family<LlmLabels, FloatCounter>,
+    models: Mutex<rustc_hash::FxHashSet<Arc<str>>>,
+}
+
+const MAX_MODELS: usize = 100;
+
+impl Saving {
+    fn add(&self, s: &store::Saved) {
+        let model = {
+            let mut m = self.models.lock().unwrap_or_else(|p| p.into_inner());
+            if m.contains(&s.model) || m.len() < MAX_MODELS {
+                m.insert(s.model.clone());
+                s.model.to_string()
+            } else {
+                "other".to_owned()
+            }
+        };
+        for (kind, n) in [("input", s.input), ("output", s.output)] {
+            self.tokens
+                .get_or_create(&LlmTokenLabels {
+                    policy: self.policy.clone(),
+                    model: model.clone(),
+                    kind,
+                })
+                .inc_by(n);
+        }
+        self.usd
+            .get_or_create(&LlmLabels {
+                policy: self.policy.clone(),
+                model,
+            })
+            .inc_by(s.cost_nanos as f64 / 1e9);
+    }
 }
 
 crate::policy::actions::actions! {
@@ -152,12 +197,12 @@ impl Drop for Fill {
 }
 
 impl Cache {
-    pub fn new(
+    fn new(
         spec: CacheSpec,
         store: Arc<dyn CacheStore>,
         actions: Actions<Action>,
-        entries: prometheus_client::metrics::gauge::Gauge,
-        bytes: prometheus_client::metrics::gauge::Gauge,
+        (entries, bytes): (Gauge, Gauge),
+        saving: Saving,
     ) -> Self {
         let pass = moka::sync::Cache::builder()
             .max_capacity(10_000)
@@ -172,12 +217,16 @@ impl Cache {
             actions,
             entries,
             bytes,
+            saving,
         }
     }
 
     /// A response served from `e`. Its `x-tollgate-cache: hit` is set by the response
     /// phase ([`with_status`]), as every status is.
     fn hit(&self, e: &Entry, method: &Method) -> Response<Body> {
+        if let Some(s) = &e.llm {
+            self.saving.add(s);
+        }
         let mut resp = Response::new(if method == Method::HEAD {
             crate::body::empty()
         } else {
@@ -185,7 +234,7 @@ impl Cache {
         });
         *resp.status_mut() = e.status;
         *resp.headers_mut() = e.headers.clone();
-        let age = e.initial_age + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
+        let age = u64::from(e.initial_age) + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
         resp.headers_mut().insert(header::AGE, age_value(age));
         resp
     }
@@ -256,7 +305,9 @@ pub struct Kind;
 pub struct Metrics {
     entries: Family<NameLabels, Gauge>,
     bytes: Family<NameLabels, Gauge>,
-    corrupt: Family<NameLabels, prometheus_client::metrics::counter::Counter>,
+    corrupt: Family<NameLabels, Counter>,
+    saved_tokens: Family<LlmTokenLabels, Counter>,
+    saved_usd: Family<LlmLabels, FloatCounter>,
 }
 
 impl RemedyKind for Kind {
@@ -279,6 +330,14 @@ impl RemedyKind for Kind {
             corrupt: f.add(
                 "cache_shared_corrupt",
                 "Values on the shared store that were not a cache entry (read as misses), by policy",
+            ),
+            saved_tokens: f.add(
+                "cache_saved_tokens",
+                "Tokens of LLM answers served from the cache instead of the provider, by policy, model and kind (input, output): what each hit's answer had cost when it was fetched",
+            ),
+            saved_usd: f.add(
+                "cache_saved_usd",
+                "What LLM answers served from the cache would have cost in US dollars by the policy's prices, by policy and model",
             ),
         }
     }
@@ -313,8 +372,16 @@ impl RemedyKind for Kind {
                 spec.clone(),
                 store,
                 actions,
-                metrics.entries.get_or_create(&l).clone(),
-                metrics.bytes.get_or_create(&l).clone(),
+                (
+                    metrics.entries.get_or_create(&l).clone(),
+                    metrics.bytes.get_or_create(&l).clone(),
+                ),
+                Saving {
+                    policy: b.policy.to_owned(),
+                    tokens: metrics.saved_tokens.clone(),
+                    usd: metrics.saved_usd.clone(),
+                    models: Mutex::default(),
+                },
             )
         });
         Built::from(Arc::new(CacheStage { cache, front: None }))
@@ -532,6 +599,7 @@ impl Remedy for CacheStage {
                 keep_until_ms: now + 2 * c.spec.ttl.as_millis() as u64,
                 initial_age: 0,
                 vary: stale.vary.clone(),
+                llm: stale.llm.clone(),
             });
             let resp = with_status(c.hit(&entry, &x.method), CacheStatus::Hit);
             let cache = c.clone();
@@ -602,6 +670,10 @@ impl Remedy for CacheStage {
                 initial_age,
                 vary,
                 fill: pending.fill,
+                llm: x
+                    .locals
+                    .get::<crate::llm::request::Call>()
+                    .map(|c| c.meter.clone()),
             },
         );
         Response::from_parts(head, tee.boxed_unsync())

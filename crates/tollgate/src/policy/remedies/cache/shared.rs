@@ -14,7 +14,7 @@
 //! Redis slow or down is the store's `on_error` path: no answer within `store.timeout`,
 //! a miss; nothing waits and nothing fails ([`crate::policy::store::fallback`]).
 
-use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache};
+use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache, Saved};
 use crate::policy::clock;
 use crate::policy::store::{Key, Store, StoreFuture};
 use bytes::Bytes;
@@ -203,7 +203,7 @@ fn encode(e: &Entry) -> Vec<u8> {
         e.stored_ms,
         e.fresh_until_ms,
         e.keep_until_ms,
-        e.initial_age,
+        u64::from(e.initial_age),
     ] {
         out.extend_from_slice(&n.to_le_bytes());
     }
@@ -224,6 +224,16 @@ fn encode(e: &Entry) -> Vec<u8> {
         }
     }
     bytes(&mut out, &e.body);
+    match &e.llm {
+        Some(l) => {
+            out.push(1);
+            bytes(&mut out, l.model.as_bytes());
+            for n in [l.input, l.output, l.cost_nanos] {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        None => out.push(0),
+    }
     out
 }
 
@@ -243,7 +253,7 @@ fn decode(v: &[u8]) -> Option<Entry> {
     let stored_ms = r.u64()?;
     let fresh_until_ms = r.u64()?;
     let keep_until_ms = r.u64()?;
-    let initial_age = r.u64()?;
+    let initial_age = u32::try_from(r.u64()?).ok()?;
     let fields = r.u32()? as usize;
     // Each field takes at least 8 bytes: a count past what is left is not a record.
     if fields > r.0.len() / 8 {
@@ -271,6 +281,16 @@ fn decode(v: &[u8]) -> Option<Entry> {
         vary.push((n, v));
     }
     let body = Bytes::copy_from_slice(r.bytes()?);
+    let llm = match r.take(1)?[0] {
+        0 => None,
+        1 => Some(Box::new(Saved {
+            model: std::str::from_utf8(r.bytes()?).ok()?.into(),
+            input: r.u64()?,
+            output: r.u64()?,
+            cost_nanos: r.u64()?,
+        })),
+        _ => return None,
+    };
     if !r.0.is_empty() {
         return None;
     }
@@ -283,6 +303,7 @@ fn decode(v: &[u8]) -> Option<Entry> {
         keep_until_ms,
         initial_age,
         vary,
+        llm,
     })
 }
 
@@ -340,6 +361,12 @@ mod tests {
                 ),
                 (HeaderName::from_static("x-tenant"), None),
             ],
+            llm: Some(Box::new(Saved {
+                model: "gpt-4o-mini-2025-01-01".into(),
+                input: 12,
+                output: 7,
+                cost_nanos: 6_000,
+            })),
         }
     }
 
@@ -366,6 +393,12 @@ mod tests {
             (1, 2, 3, 4)
         );
         assert_eq!(d.vary, e.vary);
+        assert_eq!(d.llm, e.llm);
+        let plain = Entry {
+            llm: None,
+            ..entry()
+        };
+        assert_eq!(decode(&encode(&plain)).unwrap().llm, None);
     }
 
     #[test]

@@ -22,10 +22,39 @@ pub struct Entry {
     /// Kept (for revalidation) until this unix ms.
     pub keep_until_ms: u64,
     /// The `Age` it had when it arrived, in seconds.
-    pub initial_age: u64,
+    /// (u32: 136 years; it packs beside `status`, keeping the entry at 200 bytes.)
+    pub initial_age: u32,
     /// The request headers the response's `Vary` names, with the values they had
     /// (RFC 9111 §4.1): the entry serves only requests that send the same.
     pub vary: Vec<(http::HeaderName, Option<http::HeaderValue>)>,
+    /// An LLM answer's usage and cost when it was fetched: what each hit saves (boxed:
+    /// an entry's size is copied into each worker's copies; most entries have none).
+    pub llm: Option<Box<Saved>>,
+}
+
+/// What an LLM answer cost when the provider generated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    pub model: Arc<str>,
+    pub input: u64,
+    pub output: u64,
+    /// Nano-dollars, by the policy's prices (0 for an unpriced model).
+    pub cost_nanos: u64,
+}
+
+impl Saved {
+    /// What the answer `meter` read cost, once it ended: `None` when no model is known.
+    pub fn of(meter: &crate::llm::Meter) -> Option<Box<Self>> {
+        let m = meter.read();
+        let model = m.model()?.clone();
+        let u = m.usage();
+        Some(Box::new(Self {
+            model,
+            input: u.input,
+            output: u.output,
+            cost_nanos: m.cost_nanos().unwrap_or(0),
+        }))
+    }
 }
 
 impl Entry {
@@ -176,6 +205,7 @@ mod tests {
             keep_until_ms: now + 60_000,
             initial_age: 0,
             vary: Vec::new(),
+            llm: None,
         })
     }
 

@@ -18,9 +18,11 @@ pub struct Storing {
     pub headers: HeaderMap,
     pub ttl: Duration,
     pub keep: Duration,
-    pub initial_age: u64,
+    pub initial_age: u32,
     pub vary: Vec<(http::HeaderName, Option<http::HeaderValue>)>,
     pub fill: Option<super::Fill>,
+    /// An LLM call's meter: read when the body ends, for what the entry's hits save.
+    pub llm: Option<Arc<crate::llm::Meter>>,
 }
 
 /// Watches a response body being cached: keeps a copy up to the cap, stores it when the
@@ -86,6 +88,7 @@ fn store(s: Storing, body: Bytes) {
         keep_until_ms: now + s.keep.max(s.ttl).as_millis() as u64,
         initial_age: s.initial_age,
         vary: s.vary,
+        llm: s.llm.as_deref().and_then(super::store::Saved::of),
     });
     let cache = s.cache;
     let fill = s.fill;
