@@ -112,7 +112,7 @@ async fn provider_cache_control_is_honoured() {
 async fn post_bodies_in_the_key_are_canonical_json() {
     let (up, hits) = counting_upstream(|req, _| echo_json(req)).await;
     let gw = gateway(
-        "policies:\n  - name: llm\n    match: {host: 127.0.0.1, path: /v1/completions}\n    cache: {ttl: 1h, methods: [POST], key_body: true}\n",
+        "policies:\n  - name: llm\n    match: {host: 127.0.0.1, path: /v1/completions}\n    cache: {ttl: 1h, methods: [POST], key_body: true, sampled: true}\n",
     )
     .await;
     let post = |body: &'static str| {

@@ -307,7 +307,7 @@ async fn the_openai_sdk_gets_key_injection_retries_and_a_post_cache_through_http
     // The cookbook's OpenAI policy, matched on the stand-in's host.
     let gw = gateway(&s.config(
         "[localhost]",
-        "policies:\n  - name: openai-chat\n    match: {host: localhost, path: /v1/chat/completions, methods: [POST]}\n    cache: {ttl: 1h, methods: [POST], key_body: true}\n    credentials: {bearer: sk-from-tollgate}\n    retry: {attempts: 3, base_delay: 10ms, max_delay: 5s, statuses: [429], methods: [POST]}\n",
+        "policies:\n  - name: openai-chat\n    match: {host: localhost, path: /v1/chat/completions, methods: [POST]}\n    cache: {ttl: 1h, methods: [POST], key_body: true, sampled: true}\n    credentials: {bearer: sk-from-tollgate}\n    retry: {attempts: 3, base_delay: 10ms, max_delay: 5s, statuses: [429], methods: [POST]}\n",
     ))
     .await;
     let path = tokio::task::spawn_blocking(python_path).await.unwrap();

@@ -307,7 +307,11 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
         (false, "/v1/chat/completions"),
         (true, "/v1/chat/completions"),
     ] {
-        let body = crate::llm::chat(stream, false, 9);
+        let mut body = crate::llm::chat(stream, false, 9);
+        // A sampled call (no temperature: the providers' default is 1) is not cached.
+        let sampled = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
+        assert_eq!(cache_header(&sampled), "bypass");
+        body["temperature"] = serde_json::json!(0);
         let first = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
         assert_eq!(
             (first.status, cache_header(&first).as_str()),
@@ -321,6 +325,7 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
         })
         .await;
         let charged = used_tokens(&a).await;
+        assert!(charged > 0);
         entry_on_redis_with(&redis, "ai").await;
         let replayed = crate::llm::post(Some(&b), &up, path, &body, &[]).await;
         assert_eq!(cache_header(&replayed), "shared-hit", "stream: {stream}");

@@ -20,6 +20,10 @@ pub struct RawCache {
     pub key_headers: Vec<String>,
     /// Put a SHA-256 of the request body in the key; a JSON body is canonicalised first (keys sorted, no whitespace), so `{"a":1, "b":2}` and `{"b":2,"a":1}` share an entry; numbers keep their spelling (`1.0` and `1.00` are different keys). For search and LLM completion APIs. A body over `max_entry` bypasses.
     pub key_body: bool,
+    /// With `key_body`: top-level members of a JSON body left out of the key, for fields that do not change the answer (a request id, a trace label). Recognised LLM calls also leave out `user`, `safety_identifier` and `metadata`.
+    pub key_ignore: Vec<String>,
+    /// With `key_body`, for recognised LLM calls: also cache calls that sample, whose `temperature` is above 0 or unset (the providers' default is 1). Their answer differs from call to call; a cached one is one sample, served again. Without it they bypass the cache (`temperature: 0` calls are cached).
+    pub sampled: bool,
     /// Largest response stored; larger ones stream through uncached.
     pub max_entry: Size<1, { 1 << 30 }>,
     /// Total size (bodies, headers, keys); least recently used entries are evicted beyond it. Each worker also keeps copies of the entries it serves, up to a sixteenth of this (see "Per worker").
@@ -54,6 +58,8 @@ impl Default for RawCache {
             statuses: vec![200],
             key_headers: Vec::new(),
             key_body: false,
+            key_ignore: Vec::new(),
+            sampled: false,
             max_entry: Size::bytes(1 << 20),
             max_size: Size::bytes(64 << 20),
             shared: false,
@@ -104,6 +110,8 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
             .filter_map(|(i, h)| e.header_name(&format!("{path}.key_headers[{i}]"), h))
             .collect(),
         key_body: c.key_body,
+        key_ignore: c.key_ignore.clone(),
+        sampled: c.sampled,
         max_entry: c.max_entry.get(),
         max_size: c.max_size.get() as u64,
         shared: c.shared,

@@ -51,22 +51,60 @@ pub fn key(
             let _ = write!(k, "{byte:02x}");
         }
     }
-    if let Some(b) = body {
-        let digest = match serde_json::from_slice::<serde_json::Value>(b) {
-            // serde_json's maps are sorted (no `preserve_order`), and `to_vec` writes no
-            // whitespace: the canonical form.
-            Ok(v) => ring::digest::digest(
-                &ring::digest::SHA256,
-                &serde_json::to_vec(&v).unwrap_or_default(),
-            ),
-            Err(_) => ring::digest::digest(&ring::digest::SHA256, b),
-        };
+    if let Some(digest) = body {
         k.push_str("\nbody:");
-        for byte in digest.as_ref() {
+        for byte in digest {
             let _ = write!(k, "{byte:02x}");
         }
     }
     k
+}
+
+/// Members of a recognised LLM call's body that never change its answer: who asks
+/// (`user`, OpenAI's `safety_identifier`) and labels for the caller's own bookkeeping
+/// (`metadata`). Left out of the key, so callers asking the same share an entry.
+pub const LLM_IGNORED: &[&str] = &["user", "safety_identifier", "metadata"];
+
+/// How a request body is part of the key: `Some(digest)`, or `None` when the call must
+/// not be cached (a sampled LLM call, and the policy does not cache those).
+///
+/// A JSON body is canonicalised first (object keys sorted, no whitespace, numbers as
+/// written), with `ignore`'s top-level members left out (and [`LLM_IGNORED`] for an LLM
+/// call); another body is hashed as it is.
+pub fn body_digest(body: &[u8], ignore: &[String], llm: bool, sampled: bool) -> Option<[u8; 32]> {
+    let sha = |b: &[u8]| {
+        let mut out = [0; 32];
+        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, b).as_ref());
+        out
+    };
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Some(sha(body));
+    };
+    if llm && !sampled && !deterministic(&v) {
+        return None;
+    }
+    if let Some(o) = v.as_object_mut() {
+        for name in ignore
+            .iter()
+            .map(String::as_str)
+            .chain(if llm { LLM_IGNORED } else { &[] }.iter().copied())
+        {
+            o.remove(name);
+        }
+    }
+    // serde_json's maps are sorted (no `preserve_order`), and `to_vec` writes no
+    // whitespace: the canonical form.
+    Some(sha(&serde_json::to_vec(&v).unwrap_or_default()))
+}
+
+/// Whether an LLM call asks for its most likely answer: `temperature` 0 (top level, or
+/// Gemini's `generationConfig.temperature`). Unset is the provider's default, 1 for
+/// OpenAI, Anthropic and Gemini: sampled, a different answer each time.
+fn deterministic(v: &serde_json::Value) -> bool {
+    let t = v
+        .get("temperature")
+        .or_else(|| v.get("generationConfig")?.get("temperature"));
+    t.and_then(serde_json::Value::as_f64) == Some(0.0)
 }
 
 #[cfg(test)]
@@ -78,12 +116,47 @@ mod tests {
         let h = HeaderMap::new();
         let u1: Uri = "/s?b=2&a=1".parse().unwrap();
         let u2: Uri = "/s?a=1&b=2".parse().unwrap();
-        let k = |u: &Uri, b: &[u8]| key(&Method::POST, "api", u, &h, &[], false, Some(b));
+        let k = |u: &Uri, b: &[u8]| {
+            let d = body_digest(b, &[], false, false).unwrap();
+            key(&Method::POST, "api", u, &h, &[], false, Some(&d))
+        };
         assert_eq!(
             k(&u1, br#"{"model": "x", "messages": [1, 2]}"#),
             k(&u2, br#"{"messages":[1,2],"model":"x"}"#)
         );
         assert_ne!(k(&u1, br#"{"model":"x"}"#), k(&u1, br#"{"model":"y"}"#));
+    }
+
+    #[test]
+    fn llm_calls_leave_out_who_asks_and_are_cached_only_at_temperature_0() {
+        let d = |b: &str, sampled| body_digest(b.as_bytes(), &["trace".into()], true, sampled);
+        let asked = d(r#"{"model":"m","temperature":0,"messages":[1]}"#, false).unwrap();
+        for same in [
+            r#"{"messages":[1],"model":"m","temperature":0.0,"user":"u-1"}"#,
+            r#"{"model":"m","temperature":0,"messages":[1],"metadata":{"run":7},"trace":"t"}"#,
+        ] {
+            assert_eq!(d(same, false), Some(asked), "{same}");
+        }
+        assert_ne!(
+            d(r#"{"model":"m","temperature":0,"messages":[2]}"#, false),
+            Some(asked)
+        );
+        // Sampled (or unset: the providers' default is 1): not cached unless the policy says.
+        for sampled in [
+            r#"{"model":"m","messages":[1]}"#,
+            r#"{"model":"m","temperature":0.7,"messages":[1]}"#,
+        ] {
+            assert_eq!(d(sampled, false), None, "{sampled}");
+            assert!(d(sampled, true).is_some());
+        }
+        let gemini = r#"{"contents":[1],"generationConfig":{"temperature":0}}"#;
+        assert!(d(gemini, false).is_some());
+        // Not an LLM call: `user` is part of what is asked.
+        let plain = |b: &str| body_digest(b.as_bytes(), &[], false, false);
+        assert_ne!(
+            plain(r#"{"q":1,"user":"a"}"#),
+            plain(r#"{"q":1,"user":"b"}"#)
+        );
     }
 
     #[test]

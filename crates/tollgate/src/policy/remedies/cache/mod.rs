@@ -54,6 +54,10 @@ pub struct CacheSpec {
     pub store: config::CacheStore,
     /// With `store: shared`: how long a replica waits for another's fetch of a key.
     pub max_wait: Duration,
+    /// Top-level members of a JSON body left out of the key.
+    pub key_ignore: Vec<String>,
+    /// Cache LLM calls that sample (temperature above 0, or unset).
+    pub sampled: bool,
 }
 
 /// One slot's keys being fetched.
@@ -427,8 +431,17 @@ impl Remedy for CacheStage {
                 return Ok(bypass(x, c));
             }
             let body = if s.key_body {
-                match x.buffer(s.max_entry).await? {
-                    Some(b) => Some(b.clone()),
+                let llm = x.method == Method::POST
+                    && crate::llm::Api::of_path(&crate::policy::path::normalized(
+                        x.parts.uri.path(),
+                    ))
+                    .is_some();
+                let digest = match x.buffer(s.max_entry).await? {
+                    Some(b) => key::body_digest(b, &s.key_ignore, llm, s.sampled),
+                    None => None,
+                };
+                match digest {
+                    Some(d) => Some(d),
                     None => return Ok(bypass(x, c)),
                 }
             } else {
@@ -441,7 +454,7 @@ impl Remedy for CacheStage {
                 &x.parts.headers,
                 &s.key_headers,
                 carries.authorization,
-                body.as_deref(),
+                body.as_ref().map(|d| &d[..]),
             );
             // This worker's copy first: a hit there touches nothing another worker writes.
             let generation = c.generations.of(&key);
