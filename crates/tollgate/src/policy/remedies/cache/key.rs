@@ -132,7 +132,7 @@ mod tests {
         let d = |b: &str, sampled| body_digest(b.as_bytes(), &["trace".into()], true, sampled);
         let asked = d(r#"{"model":"m","temperature":0,"messages":[1]}"#, false).unwrap();
         for same in [
-            r#"{"messages":[1],"model":"m","temperature":0.0,"user":"u-1"}"#,
+            r#"{"messages":[1],"model":"m","temperature":0,"user":"u-1"}"#,
             r#"{"model":"m","temperature":0,"messages":[1],"metadata":{"run":7},"trace":"t"}"#,
         ] {
             assert_eq!(d(same, false), Some(asked), "{same}");
