@@ -303,27 +303,21 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
         redis.url()
     );
     let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
-    for (stream, path) in [
-        (false, "/v1/chat/completions"),
-        (true, "/v1/chat/completions"),
-    ] {
+    let path = "/v1/chat/completions";
+    for (i, stream) in [false, true].into_iter().enumerate() {
         let mut body = crate::llm::chat(stream, false, 9);
-        // A sampled call (no temperature: the providers' default is 1) is not cached.
-        let sampled = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
-        assert_eq!(cache_header(&sampled), "bypass");
         body["temperature"] = serde_json::json!(0);
         let first = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
         assert_eq!(
             (first.status, cache_header(&first).as_str()),
             (StatusCode::OK, "miss")
         );
-        eventually("the first call settled", || async {
-            match used_tokens(&a).await {
-                0 => Err(0),
-                n => Ok(n),
-            }
-        })
-        .await;
+        // Counted once the call ended, after its reservation settled.
+        let ended = format!(
+            "tollgate_llm_calls_total{{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\"}} {}\n",
+            i + 1
+        );
+        metrics_when(&a, |t| t.contains(&ended)).await;
         let charged = used_tokens(&a).await;
         assert!(charged > 0);
         entry_on_redis_with(&redis, "ai").await;
@@ -335,9 +329,13 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
             String::from_utf8_lossy(&first.body)
         );
         assert_eq!(used_tokens(&b).await, charged, "stream: {stream}");
+        // The token limit's count goes with the flush: the next case starts from 0.
         redis.cli(&["FLUSHALL"]);
-        // The token limit's count went with the flush: start the next case from 0.
     }
+    // A sampled call (no temperature: the providers' default is 1) is not cached.
+    let sampled = crate::llm::chat(false, false, 9);
+    let got = crate::llm::post(Some(&a), &up, path, &sampled, &[]).await;
+    assert_eq!(cache_header(&got), "bypass");
     // Both hits counted what the provider's answers had: 9 output tokens each.
     let line = "tollgate_cache_saved_tokens_total{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\",kind=\"output\"} 18";
     let m = metrics_when(&b, |t| t.contains(line)).await;
@@ -348,4 +346,86 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
         ),
         "{m}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_entries_spread_over_the_nodes_and_serve_every_replica() {
+    let cluster = crate::support::redis_procs::RedisCluster::start();
+    let (up, calls) = counted(&[]).await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  cluster: ['redis://127.0.0.1:{}']\n  timeout: 500ms\npolicies:\n  - name: gh\n    cache: {{ttl: 60s, store: shared}}\n",
+        cluster.nodes[0]
+    );
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    let paths: Vec<String> = (0..12).map(|i| format!("/repos/o/r{i}")).collect();
+    for p in &paths {
+        assert_eq!(cache_header(&get_via(&a, up.addr, p, &[]).await), "miss");
+    }
+    let on = |port: u16| {
+        cluster
+            .cli(
+                port,
+                &["--scan", "--pattern", "tollgate:{cache:gh:*}:entry:0"],
+            )
+            .lines()
+            .count()
+    };
+    eventually("every entry on the cluster", || async {
+        match cluster.nodes.iter().map(|&p| on(p)).sum::<usize>() {
+            12 => Ok(()),
+            n => Err(n),
+        }
+    })
+    .await;
+    // Each entry is its own hash tag: a cache is not one node's load.
+    let holding = cluster.nodes.iter().filter(|&&p| on(p) > 0).count();
+    assert!(holding >= 2, "entries on {holding} node(s)");
+    for p in &paths {
+        assert_eq!(
+            cache_header(&get_via(&b, up.addr, p, &[]).await),
+            "shared-hit",
+            "{p}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_or_killed_redis_under_load_fails_no_call() {
+    let redis = RedisServer::start();
+    let (up, _calls) = counted(&[]).await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 100ms\npolicies:\n  - name: gh\n    cache: {{ttl: 60s, store: shared, max_wait: 300ms}}\n",
+        redis.url()
+    );
+    let gws = [
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ];
+    let load = |round: usize| {
+        let gws = &gws;
+        async move {
+            // Misses and hits alike: 60 calls over 20 paths, all at once.
+            at_once(gws, up.addr, 60, |i| format!("/load/{round}/{}", i % 20)).await
+        }
+    };
+    assert!(load(0).await.iter().all(|g| g.status == StatusCode::OK));
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "3000", "ALL"]), "OK");
+    let paused = std::time::Instant::now();
+    let during = load(1).await;
+    assert!(
+        during.iter().all(|g| g.status == StatusCode::OK),
+        "{:?}",
+        during.iter().map(|g| g.status).collect::<Vec<_>>()
+    );
+    // Answered within the store's timeout (and max_wait), not the pause.
+    assert!(
+        paused.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        paused.elapsed()
+    );
+    let _ = redis.kill();
+    let gone = load(2).await;
+    assert!(gone.iter().all(|g| g.status == StatusCode::OK));
 }
