@@ -46,7 +46,28 @@ pub fn write(r: &Record, out: &mut String) -> Vec<String> {
     };
     let red = &red;
 
-    out.push_str("{\"_tollgateCompleted\":");
+    // What the cache made of the call, as `x-tollgate-cache` said it.
+    let cache = r
+        .acted
+        .iter()
+        .rev()
+        .find(|a| a.remedy == "cache")
+        .and_then(|a| {
+            Some(match a.action {
+                "hit" | "revalidated" => "hit",
+                "shared_hit" => "shared-hit",
+                "miss" | "stored" | "coalesced" => "miss",
+                "bypass" => "bypass",
+                _ => return None,
+            })
+        });
+    out.push('{');
+    if let Some(c) = cache {
+        out.push_str("\"_tollgateCache\":");
+        string(out, c);
+        out.push(',');
+    }
+    out.push_str("\"_tollgateCompleted\":");
     jbool(out, r.completed);
     if let Some(e) = r.error {
         out.push_str(",\"_tollgateError\":");
@@ -413,11 +434,18 @@ mod tests {
             request_id: "req-\"1\"".into(),
             policy: Some("llm \\ spend".into()),
             template: None,
-            acted: vec![super::super::super::Acted {
-                remedy: "retry",
-                action: "attempt",
-                at_unix_ns: 0,
-            }],
+            acted: vec![
+                super::super::super::Acted {
+                    remedy: "cache",
+                    action: "shared_hit",
+                    at_unix_ns: 0,
+                },
+                super::super::super::Acted {
+                    remedy: "retry",
+                    action: "attempt",
+                    at_unix_ns: 0,
+                },
+            ],
             retries: 1,
             error: answer.then_some("upstream_timeout"),
             total: Duration::from_nanos(70_481_644),
@@ -451,6 +479,7 @@ mod tests {
                 assert!(own.iter().any(|o| o == secret), "{own:?}");
             }
             assert_eq!(v["startedDateTime"], "2025-11-29T01:39:47.749Z");
+            assert_eq!(v["_tollgateCache"], "shared-hit");
             assert_eq!(
                 v["time"].to_string(),
                 serde_json::to_string(&70.481644).unwrap()
