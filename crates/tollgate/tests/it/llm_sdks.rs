@@ -118,8 +118,9 @@ async fn the_sdks_see_the_same_streams_by_base_url_and_tollgate_counts_them() {
     assert_same_and_counted(&gw, &direct, &through).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_them() {
+/// An HTTPS stand-in on `localhost`, and a gateway intercepting it with `policies`
+/// (trusting the stand-in's CA as `upstream-ca.pem`).
+async fn intercepting(policies: &str) -> (Setup, Provider, tollgate::Gateway) {
     let s = Setup::new();
     let tls = tollgate_provider::tls::server_config(s.dir.path()).unwrap();
     std::fs::copy(
@@ -128,10 +129,15 @@ async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_t
     )
     .unwrap();
     let up = Provider::start_with(local0(), Some(tls)).await.unwrap();
-    let gw = gateway(&s.config(
-        "[localhost]",
+    let gw = gateway(&s.config("[localhost]", policies)).await;
+    (s, up, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_see_the_same_streams_through_https_proxy_and_tollgate_counts_them() {
+    let (s, up, gw) = intercepting(
         "policies:\n  - name: ai\n    match: {host: localhost}\n    llm: {}\n    budget: {limit: \"$100\", per: day}\n",
-    ))
+    )
     .await;
     let base = format!("https://localhost:{}", up.addr.port());
     let provider_ca = s.dir.path().join("upstream-ca.pem");
@@ -310,4 +316,62 @@ print(json.dumps(out))
     assert_eq!(direct, through, "the SDK parsed something else");
     assert_eq!(direct["whole"][1], 5);
     counted(&gw, "gemini-2.5-flash", "output", 5 + 6).await;
+}
+
+/// The same streamed call twice at temperature 0, and what `x-tollgate-cache` said.
+const TWICE: &str = r#"
+import os, json, openai
+seen = []
+hooks = {"response": [lambda r: seen.append(r.headers.get("x-tollgate-cache"))]}
+oc = openai.OpenAI(base_url=os.environ["BASE"] + "/v1", api_key="sk-test", max_retries=0,
+    http_client=openai.DefaultHttpxClient(event_hooks=hooks))
+msgs = [{"role": "user", "content": "Say hello to the gateway."}]
+def call():
+    return [c.model_dump() for c in oc.chat.completions.create(
+        model="gpt-4o-mini", messages=msgs, stream=True, max_tokens=5, temperature=0)]
+print(json.dumps({"first": call(), "second": call(), "cache": seen}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_through_https_proxy_gets_a_cached_stream_charged_once() {
+    let (s, up, gw) = intercepting(
+        "policies:\n  - name: ai\n    match: {host: localhost}\n    llm: {}\n    cache: {methods: [POST], key_body: true, ignore_cache_control: true}\n    token_limit: {limit: 1000000, window: minute}\n",
+    )
+    .await;
+    let path = tokio::task::spawn_blocking(sdks).await.unwrap();
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let ca = s.dir.path().join("tollgate-ca.pem").display().to_string();
+    let got = python(
+        &path,
+        TWICE,
+        &format!("https://localhost:{}", up.addr.port()),
+        &[
+            ("HTTPS_PROXY", proxy.clone()),
+            ("https_proxy", proxy),
+            ("SSL_CERT_FILE", ca),
+        ],
+    )
+    .await;
+    assert_eq!(got["cache"], serde_json::json!(["miss", "hit"]));
+    // The SDK parsed the replayed stream as the first: the same chunks.
+    assert!(!got["first"].as_array().unwrap().is_empty());
+    assert_eq!(got["first"], got["second"]);
+    // Charged once: the provider's 5 output tokens counted for the first call only, and
+    // saved by the second.
+    counted(&gw, "gpt-4o-mini-2025-01-01", "output", 5).await;
+    let saved = "tollgate_cache_saved_tokens_total{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\",kind=\"output\"} 5\n";
+    let m = metrics_when(&gw, |t| t.contains(saved)).await;
+    assert!(!m.contains("kind=\"output\"} 10"), "{m}");
+    let used = admin_get(&gw, "/policies").await.json()["policies"][0]["state"]["token_limit"]
+        ["used_tokens"]
+        .as_u64()
+        .unwrap();
+    let input = m
+        .lines()
+        .find(|l| {
+            l.starts_with("tollgate_llm_tokens_total{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\",kind=\"input\"}")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .unwrap();
+    assert_eq!(used, input + 5, "one call's tokens");
 }
