@@ -429,3 +429,40 @@ async fn a_paused_or_killed_redis_under_load_fails_no_call() {
     let gone = load(2).await;
     assert!(gone.iter().all(|g| g.status == StatusCode::OK));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_holds_no_entry_past_max_entry_and_no_key_without_an_expiry() {
+    let redis = RedisServer::start();
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        let size = if req.uri().path() == "/big" {
+            4096
+        } else {
+            100
+        };
+        answer(200, &[("content-type", "text/plain")], &"x".repeat(size))
+    })
+    .await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared, max_entry: 1KiB}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    for path in ["/big", "/small"] {
+        assert_eq!(get_via(&a, up.addr, path, &[]).await.status, StatusCode::OK);
+    }
+    let (key, value) = entry_on_redis(&redis, None).await;
+    // Only the small answer is there, its record about its size: the head, the body.
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{cache:gh:*}:entry:0"]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    assert!(value.len() < 1024, "{}", value.len());
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/small", &[]).await),
+        "shared-hit"
+    );
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/big", &[]).await),
+        "miss"
+    );
+    // Every key the cache wrote expires (the fetch leases too).
+    for k in redis.cli(&["--scan", "--pattern", "*"]).lines() {
+        let ttl: i64 = redis.cli(&["PTTL", k]).trim().parse().unwrap();
+        assert!(ttl > 0, "{k} ({key}) has no expiry: {ttl}");
+    }
+}
