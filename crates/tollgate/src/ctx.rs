@@ -119,6 +119,7 @@ impl Ctx {
             wait: self.upstream,
             completed,
             llm: d.llm.clone(),
+            saved: d.saved.clone(),
         }));
         true
     }

@@ -177,6 +177,8 @@ pub struct RequestDiag {
     pub sent_at: Option<tokio::time::Instant>,
     /// An LLM call's usage, as its answer tells it.
     pub llm: Option<std::sync::Arc<crate::llm::Meter>>,
+    /// Answered from the cache with an LLM answer: what the provider's answer had cost.
+    pub saved: Option<Box<crate::llm::Saved>>,
     /// Its HAR entry was handed to the writer.
     pub captured: bool,
 }

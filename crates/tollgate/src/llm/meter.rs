@@ -108,6 +108,31 @@ impl Metered {
     }
 }
 
+/// What an LLM answer cost when the provider generated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    pub model: Arc<str>,
+    pub input: u64,
+    pub output: u64,
+    /// Nano-dollars, by the policy's prices (0 for an unpriced model).
+    pub cost_nanos: u64,
+}
+
+impl Saved {
+    /// What the answer `meter` read cost, once it ended: `None` when no model is known.
+    pub fn of(meter: &Meter) -> Option<Box<Self>> {
+        let m = meter.read();
+        let model = m.model()?.clone();
+        let u = m.usage();
+        Some(Box::new(Self {
+            model,
+            input: u.input,
+            output: u.output,
+            cost_nanos: m.cost_nanos().unwrap_or(0),
+        }))
+    }
+}
+
 /// The shared record of one call. Its lock is the call's own (never contended across
 /// requests).
 #[derive(Debug)]

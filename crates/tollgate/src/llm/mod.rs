@@ -14,7 +14,7 @@ pub mod sse;
 pub mod tokens;
 pub mod usage;
 
-pub use meter::{Meter, Metered};
+pub use meter::{Meter, Metered, Saved};
 pub use request::Call;
 pub use usage::Usage;
 

@@ -466,6 +466,7 @@ fn diagnose(
                 .iter()
                 .any(|a| a.remedy == "cache" && a.action == "hit"),
             at_ms,
+            saved: diag.saved.as_deref(),
             llm: diag
                 .llm
                 .as_ref()

@@ -70,6 +70,16 @@ pub(crate) async fn read_then_leave(req: Request<tollgate::body::Body>, needle: 
     }
 }
 
+/// `endpoint`'s row in `gw`'s `/discover`, once it has one.
+pub(crate) async fn discovered(gw: &tollgate::Gateway, endpoint: &str) -> Option<Value> {
+    let d = admin_get(gw, "/discover").await.json();
+    d["endpoints"]
+        .as_array()?
+        .iter()
+        .find(|e| e["endpoint"] == endpoint)
+        .cloned()
+}
+
 pub(crate) fn llm_policy(extra: &str) -> String {
     format!("policies:\n  - name: ai\n    llm: {{}}\n{extra}")
 }
@@ -614,14 +624,7 @@ async fn discovery_shows_each_endpoints_tokens_cost_and_time_to_first_byte() {
         used.1 += u["completion_tokens"].as_u64().unwrap();
     }
     let row = eventually("discovery counted both calls", || async {
-        let d = admin_get(&gw, "/discover").await.json();
-        let row = d["endpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["endpoint"] == "/v1/chat/completions")
-            .cloned();
-        match row {
+        match discovered(&gw, "/v1/chat/completions").await {
             Some(r) if r["llm"]["calls"] == 2 => Ok(r),
             other => Err(other),
         }

@@ -299,7 +299,7 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
     let redis = RedisServer::start();
     let up = crate::llm::stand_in().await;
     let yaml = format!(
-        "store:\n  backend: redis\n  url: {}\n  timeout: 200ms\npolicies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    cache: {{methods: [POST], key_body: true, ignore_cache_control: true, store: shared}}\n    token_limit: {{limit: 100000, window: hour}}\n",
+        "store:\n  backend: redis\n  url: {}\n  timeout: 200ms\ndiagnosis:\n  discovery: {{enabled: true}}\npolicies:\n  - name: ai\n    llm: {{tokenizer: false}}\n    cache: {{methods: [POST], key_body: true, ignore_cache_control: true, store: shared}}\n    token_limit: {{limit: 100000, window: hour}}\n",
         redis.url()
     );
     let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
@@ -346,6 +346,15 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
         ),
         "{m}"
     );
+    // Discovery counts what the endpoint's hits saved, beside what its calls used.
+    let saved = eventually("discovery counted the saving", || async {
+        match crate::llm::discovered(&b, "/v1/chat/completions").await {
+            Some(r) if r["llm"]["saved"]["calls"] == 2 => Ok(r["llm"]["saved"].clone()),
+            other => Err(other),
+        }
+    })
+    .await;
+    assert_eq!(saved["output_tokens"], 18, "{saved}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

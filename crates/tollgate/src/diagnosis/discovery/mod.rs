@@ -42,6 +42,8 @@ pub struct Seen<'a> {
     pub at_ms: u64,
     /// An LLM call's usage: tokens in and out, cost (nano-dollars) and time to first byte.
     pub llm: Option<LlmSeen>,
+    /// Answered from the cache with an LLM answer: what the provider's answer had cost.
+    pub saved: Option<&'a crate::llm::Saved>,
 }
 
 /// What an LLM call used, as discovery counts it.
@@ -60,6 +62,17 @@ pub struct LlmStats {
     pub output: u64,
     pub cost_nanos: u64,
     first_byte: Histogram<u32>,
+    /// Calls answered from the cache, and what their answers had cost.
+    saved: Saved,
+}
+
+/// What the cache saved an endpoint's LLM calls.
+#[derive(Default, Clone, Copy)]
+struct Saved {
+    calls: u64,
+    input: u64,
+    output: u64,
+    cost_nanos: u64,
 }
 
 impl LlmStats {
@@ -70,7 +83,16 @@ impl LlmStats {
             output: 0,
             cost_nanos: 0,
             first_byte: Histogram::new(2).expect("2 significant figures is valid"),
+            saved: Saved::default(),
         }
+    }
+
+    fn save(&mut self, s: &crate::llm::Saved) {
+        let v = &mut self.saved;
+        v.calls += 1;
+        v.input = v.input.saturating_add(s.input);
+        v.output = v.output.saturating_add(s.output);
+        v.cost_nanos = v.cost_nanos.saturating_add(s.cost_nanos);
     }
 
     fn add(&mut self, l: &LlmSeen) {
@@ -90,13 +112,23 @@ impl LlmStats {
         self.output = self.output.saturating_add(o.output);
         self.cost_nanos = self.cost_nanos.saturating_add(o.cost_nanos);
         let _ = self.first_byte.add(&o.first_byte);
+        let (v, w) = (&mut self.saved, o.saved);
+        v.calls += w.calls;
+        v.input = v.input.saturating_add(w.input);
+        v.output = v.output.saturating_add(w.output);
+        v.cost_nanos = v.cost_nanos.saturating_add(w.cost_nanos);
     }
 
     fn to_json(&self) -> Value {
+        let s = &self.saved;
         json!({
             "calls": self.calls, "input_tokens": self.input, "output_tokens": self.output,
             "cost_usd": self.cost_nanos as f64 / 1e9,
             "time_to_first_byte_ms": percentiles(&self.first_byte),
+            "saved": {
+                "calls": s.calls, "input_tokens": s.input, "output_tokens": s.output,
+                "cost_usd": s.cost_nanos as f64 / 1e9,
+            },
         })
     }
 }
@@ -217,6 +249,11 @@ impl Stats {
             self.llm
                 .get_or_insert_with(|| Box::new(LlmStats::new()))
                 .add(l);
+        }
+        if let Some(s) = c.saved {
+            self.llm
+                .get_or_insert_with(|| Box::new(LlmStats::new()))
+                .save(s);
         }
         if let Some(who) = c.consumer {
             let key = if self.consumers.contains_key(who) || self.consumers.len() < max_consumers {
@@ -561,6 +598,7 @@ mod tests {
             cache_hit: false,
             at_ms: 1,
             llm: None,
+            saved: None,
         }
     }
 

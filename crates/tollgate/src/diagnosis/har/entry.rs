@@ -67,6 +67,17 @@ pub fn write(r: &Record, out: &mut String) -> Vec<String> {
         string(out, c);
         out.push(',');
     }
+    if let Some(s) = &r.saved {
+        out.push_str("\"_tollgateCacheSaved\":{\"cost_usd\":");
+        float(out, s.cost_nanos as f64 / 1e9);
+        out.push_str(",\"input_tokens\":");
+        int(out, s.input);
+        out.push_str(",\"model\":");
+        string(out, &s.model);
+        out.push_str(",\"output_tokens\":");
+        int(out, s.output);
+        out.push_str("},");
+    }
     out.push_str("\"_tollgateCompleted\":");
     jbool(out, r.completed);
     if let Some(e) = r.error {
@@ -452,6 +463,12 @@ mod tests {
             wait: Some(Duration::from_nanos(46_700_099)),
             completed: answer,
             llm: None,
+            saved: Some(Box::new(crate::llm::Saved {
+                model: "gpt-4o-mini-2025-01-01".into(),
+                input: 12,
+                output: 7,
+                cost_nanos: 6_300,
+            })),
         }
     }
 
@@ -480,6 +497,7 @@ mod tests {
             }
             assert_eq!(v["startedDateTime"], "2025-11-29T01:39:47.749Z");
             assert_eq!(v["_tollgateCache"], "shared-hit");
+            assert_eq!(v["_tollgateCacheSaved"]["output_tokens"], 7);
             assert_eq!(
                 v["time"].to_string(),
                 serde_json::to_string(&70.481644).unwrap()

@@ -155,8 +155,10 @@ impl FileSink {
         }
     }
 
+    /// Opens the next file, then hands the one before it to the publisher: the publisher's
+    /// retention then always counts the file being written (handed first, it could count
+    /// the files before the next one existed, and keep one too many).
     fn rotate(&mut self) -> std::io::Result<()> {
-        self.close();
         self.abandoned.retain(|p| {
             repair(p)
                 .inspect_err(|e| tracing::warn!("HAR file {}: not repaired yet: {e}", p.display()))
@@ -168,15 +170,23 @@ impl FileSink {
             .settings
             .dir
             .join(format!("{PREFIX}{stamp}-{:06}{LIVE}", self.seq));
-        let mut file = File::create(&path)?;
+        let mut file = match File::create(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.close();
+                return Err(e);
+            }
+        };
         let head = head();
         let opened = file
             .write_all(head.as_bytes())
             .and_then(|_| file.write_all(CLOSE.as_bytes()));
         if let Err(e) = opened {
             let _ = std::fs::remove_file(&path);
+            self.close();
             return Err(e);
         }
+        self.close();
         self.current = Some(Current {
             file,
             path,

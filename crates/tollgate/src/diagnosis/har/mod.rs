@@ -94,6 +94,8 @@ pub struct Record {
     pub completed: bool,
     /// An LLM call's usage.
     pub llm: Option<Arc<crate::llm::Meter>>,
+    /// Answered from the cache with an LLM answer: what the provider's answer had cost.
+    pub saved: Option<Box<crate::llm::Saved>>,
 }
 
 impl Record {

@@ -463,8 +463,14 @@ impl Remedy for CacheStage {
             if let Some(f) = &self.front {
                 let now = clock::now_ms();
                 let accepts = |e: &Entry| e.matches(&x.parts.headers);
-                match f.serve(&key, generation, now, accepts, |e| c.hit(e, &x.method)) {
+                let mut saved = None;
+                let answer = |e: &Entry| {
+                    saved = e.llm.clone();
+                    c.hit(e, &x.method)
+                };
+                match f.serve(&key, generation, now, accepts, answer) {
                     front::Found::Served(resp) => {
+                        note_saved(x, saved);
                         c.actions.record(x, Action::Hit);
                         x.locals.insert(CacheStatus::Hit);
                         return Ok(Flow::Answer(resp));
@@ -515,6 +521,7 @@ impl Remedy for CacheStage {
                     };
                     c.actions.record(x, action);
                     x.locals.insert(status);
+                    note_saved(x, e.llm.clone());
                     return Ok(Flow::Answer(c.hit(e, &x.method)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
@@ -539,6 +546,7 @@ impl Remedy for CacheStage {
                             drop(fill);
                             c.actions.record(x, Action::SharedHit);
                             x.locals.insert(CacheStatus::SharedHit);
+                            note_saved(x, e.llm.clone());
                             return Ok(Flow::Answer(c.hit(&e, &x.method)));
                         }
                         Ok(Claim::Fetch(flight)) => {
@@ -709,6 +717,13 @@ fn vary(
             (n, v)
         })
         .collect()
+}
+
+/// A hit's LLM answer: what it saved goes to diagnosis (discovery, HAR).
+fn note_saved(x: &mut Exchange, saved: Option<Box<store::Saved>>) {
+    if let (Some(d), Some(s)) = (&mut x.diag, saved) {
+        d.saved = Some(s);
+    }
 }
 
 fn bypass(x: &mut Exchange, c: &Cache) -> Flow {
