@@ -7,7 +7,8 @@
 //! refreshes an entry refreshes it for all of them.
 //!
 //! What Redis holds is a small binary record (a version tag, the status, the times, the
-//! head, the `Vary` values and the body), read back with every length checked: a value
+//! head, the `Vary` values, the body, and an LLM answer's model, usage and cost), read
+//! back with every length checked: a value
 //! that is not one (another program's, a truncated one) is a miss, counted. Entries that
 //! carry a secret (a `Set-Cookie`, or a response that varies on `Authorization` or
 //! `Cookie`, whose values the record would hold) stay in this replica's memory only.
