@@ -187,6 +187,8 @@ pub struct RedisSentinel {
     pub sentinel: u16,
     _dir: tempfile::TempDir,
     child: std::process::Child,
+    /// Ports of killed primaries, held so that no other server takes them.
+    held: Vec<std::net::TcpListener>,
 }
 
 /// Whether the `redis-server` `child` answers on `port` (within 10 s): it, not another
@@ -278,6 +280,7 @@ impl RedisSentinel {
             sentinel,
             _dir: dir,
             child,
+            held: Vec::new(),
         };
         wait_until("the Sentinel to know the replica", || {
             s.sentinel_cli(&["SENTINEL", "REPLICAS", Self::MASTER])
@@ -303,9 +306,15 @@ impl RedisSentinel {
     }
 
     /// Kills the primary (`kill -9`) and waits for the Sentinel to promote the replica.
+    /// The dead primary's port stays held by a listener that never answers: another
+    /// test's Redis started meanwhile on that free port would otherwise answer a gateway
+    /// still reconnecting to the old address, and count there.
     pub fn fail_over(&mut self) {
         let replica = self.replica.take().expect("a replica to promote");
-        std::mem::replace(&mut self.primary, replica).kill();
+        let port = std::mem::replace(&mut self.primary, replica).kill();
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            self.held.push(l);
+        }
         wait_until("the Sentinel to promote the replica", || {
             self.named_primary() == Some(self.primary.port)
         });
