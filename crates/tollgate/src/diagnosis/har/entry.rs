@@ -46,6 +46,79 @@ pub fn write(r: &Record, out: &mut String) -> Vec<String> {
     };
     let red = &red;
 
+    own_fields(out, r);
+    out.push_str(",\"cache\":{},\"request\":{\"bodySize\":");
+    int(out, r.request_body.as_ref().map_or(0, |(_, n)| *n as i64));
+    out.push_str(",\"cookies\":");
+    cookies(out, &c.request_headers, "cookie", red);
+    out.push_str(",\"headers\":");
+    headers(out, &c.request_headers, red);
+    out.push_str(",\"headersSize\":-1,\"httpVersion\":\"HTTP/1.1\",\"method\":");
+    string(out, c.method.as_str());
+    if let Some((text, encoding, truncated, size)) = &post_data {
+        out.push_str(",\"postData\":{");
+        if let Some(e) = encoding {
+            out.push_str("\"_encoding\":");
+            string(out, e);
+            out.push(',');
+        }
+        if *truncated {
+            out.push_str("\"_tollgateSize\":");
+            int(out, *size);
+            out.push_str(",\"_tollgateTruncated\":true,");
+        }
+        out.push_str("\"mimeType\":");
+        string(out, request_mime);
+        out.push_str(",\"text\":");
+        string(out, text);
+        out.push('}');
+    }
+    out.push_str(",\"queryString\":[");
+    for (i, (name, value)) in query_string.iter().enumerate() {
+        pair(out, i, name, value);
+    }
+    out.push_str("],\"url\":");
+    string(out, &url);
+
+    out.push_str("},\"response\":{\"bodySize\":");
+    match (&c.response, &response_body, &response_text) {
+        (Some(h), Some((decoded, data)), Some((text, encoding))) => {
+            let body = Answered {
+                decoded: decoded.as_deref(),
+                data,
+                text,
+                encoding: *encoding,
+            };
+            response(out, h, &c.response_body, &body, red);
+        }
+        _ => out.push_str(
+            "-1,\"content\":{\"mimeType\":\"x-unknown\",\"size\":0},\"cookies\":[],\"headers\":[],\
+             \"headersSize\":-1,\"httpVersion\":\"\",\"redirectURL\":\"\",\"status\":0,\"statusText\":\"\"",
+        ),
+    }
+
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let total = ms(r.total);
+    let blocked = c.sent_after.map_or(0.0, ms);
+    let wait = r.wait.map_or(0.0, ms);
+    let receive = (total - blocked - wait).max(0.0);
+    out.push_str("},\"startedDateTime\":\"");
+    started(out, c.started);
+    out.push_str("\",\"time\":");
+    float(out, total);
+    out.push_str(",\"timings\":{\"blocked\":");
+    float(out, blocked);
+    out.push_str(",\"connect\":-1,\"dns\":-1,\"receive\":");
+    float(out, receive);
+    out.push_str(",\"send\":0,\"ssl\":-1,\"wait\":");
+    float(out, wait);
+    out.push_str("}}");
+    red.own.clone()
+}
+
+/// tollgate's own fields (`_tollgate…`), which sort first: the cache's outcome and what
+/// it saved, completion, error, policy, remedies, request id, retries and LLM usage.
+fn own_fields(out: &mut String, r: &Record) {
     // What the cache made of the call, as `x-tollgate-cache` said it.
     let cache = r
         .acted
@@ -108,112 +181,70 @@ pub fn write(r: &Record, out: &mut String) -> Vec<String> {
         out.push_str(",\"_tollgateUsage\":");
         out.push_str(&m.read().summary(m.api).to_string());
     }
+}
 
-    out.push_str(",\"cache\":{},\"request\":{\"bodySize\":");
-    int(out, r.request_body.as_ref().map_or(0, |(_, n)| *n as i64));
-    out.push_str(",\"cookies\":");
-    cookies(out, &c.request_headers, "cookie", red);
-    out.push_str(",\"headers\":");
-    headers(out, &c.request_headers, red);
-    out.push_str(",\"headersSize\":-1,\"httpVersion\":\"HTTP/1.1\",\"method\":");
-    string(out, c.method.as_str());
-    if let Some((text, encoding, truncated, size)) = &post_data {
-        out.push_str(",\"postData\":{");
-        if let Some(e) = encoding {
-            out.push_str("\"_encoding\":");
-            string(out, e);
-            out.push(',');
-        }
-        if *truncated {
-            out.push_str("\"_tollgateSize\":");
-            int(out, *size);
-            out.push_str(",\"_tollgateTruncated\":true,");
-        }
-        out.push_str("\"mimeType\":");
-        string(out, request_mime);
+/// A response body as the entry shows it: decoded (when its coding is known), the bytes
+/// captured, its text and the text's encoding.
+struct Answered<'a> {
+    decoded: Option<&'a [u8]>,
+    data: &'a [u8],
+    text: &'a str,
+    encoding: Option<&'static str>,
+}
+
+/// The response's fields after `bodySize`: its size, content, head and status.
+fn response(
+    out: &mut String,
+    h: &super::ResponseHead,
+    copy: &crate::diagnosis::tap::Copy,
+    b: &Answered,
+    red: &Secrets,
+) {
+    let size = copy.size;
+    let truncated = copy.truncated();
+    let body_len = b.decoded.map_or(b.data.len(), <[u8]>::len);
+    int(out, size as i64);
+    out.push_str(",\"content\":{");
+    if truncated {
+        out.push_str("\"_tollgateSize\":");
+        int(out, size);
+        out.push_str(",\"_tollgateTruncated\":true,");
+    }
+    if b.decoded.is_some() {
+        out.push_str("\"compression\":");
+        int(out, body_len as i64 - b.data.len() as i64);
+        out.push(',');
+    }
+    if let Some(e) = b.encoding {
+        out.push_str("\"encoding\":");
+        string(out, e);
+        out.push(',');
+    }
+    out.push_str("\"mimeType\":");
+    string(out, content_type(&h.headers));
+    out.push_str(",\"size\":");
+    int(out, body_len as u64 + size - b.data.len() as u64);
+    if body_len > 0 {
         out.push_str(",\"text\":");
-        string(out, text);
-        out.push('}');
+        string(out, b.text);
     }
-    out.push_str(",\"queryString\":[");
-    for (i, (name, value)) in query_string.iter().enumerate() {
-        pair(out, i, name, value);
-    }
-    out.push_str("],\"url\":");
-    string(out, &url);
-
-    out.push_str("},\"response\":{\"bodySize\":");
-    match (&c.response, &response_body, &response_text) {
-        (Some(h), Some((decoded, data)), Some((text, encoding))) => {
-            let size = c.response_body.size;
-            let truncated = c.response_body.truncated();
-            let body_len = decoded.as_ref().map_or(data.len(), Vec::len);
-            int(out, size as i64);
-            out.push_str(",\"content\":{");
-            if truncated {
-                out.push_str("\"_tollgateSize\":");
-                int(out, size);
-                out.push_str(",\"_tollgateTruncated\":true,");
-            }
-            if decoded.is_some() {
-                out.push_str("\"compression\":");
-                int(out, body_len as i64 - data.len() as i64);
-                out.push(',');
-            }
-            if let Some(e) = encoding {
-                out.push_str("\"encoding\":");
-                string(out, e);
-                out.push(',');
-            }
-            out.push_str("\"mimeType\":");
-            string(out, content_type(&h.headers));
-            out.push_str(",\"size\":");
-            int(out, body_len as u64 + size - data.len() as u64);
-            if body_len > 0 {
-                out.push_str(",\"text\":");
-                string(out, text);
-            }
-            out.push_str("},\"cookies\":");
-            cookies(out, &h.headers, "set-cookie", red);
-            out.push_str(",\"headers\":");
-            headers(out, &h.headers, red);
-            out.push_str(",\"headersSize\":-1,\"httpVersion\":");
-            string(out, version(h.version));
-            out.push_str(",\"redirectURL\":");
-            let location = h
-                .headers
-                .get(http::header::LOCATION)
-                .and_then(|v| v.to_str().ok())
-                .map_or(Cow::Borrowed(""), |v| red.scrub(v));
-            string(out, &location);
-            out.push_str(",\"status\":");
-            int(out, h.status.as_u16());
-            out.push_str(",\"statusText\":");
-            string(out, h.status.canonical_reason().unwrap_or(""));
-        }
-        _ => out.push_str(
-            "-1,\"content\":{\"mimeType\":\"x-unknown\",\"size\":0},\"cookies\":[],\"headers\":[],\
-             \"headersSize\":-1,\"httpVersion\":\"\",\"redirectURL\":\"\",\"status\":0,\"statusText\":\"\"",
-        ),
-    }
-
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    let total = ms(r.total);
-    let blocked = c.sent_after.map_or(0.0, ms);
-    let wait = r.wait.map_or(0.0, ms);
-    let receive = (total - blocked - wait).max(0.0);
-    out.push_str("},\"startedDateTime\":\"");
-    started(out, c.started);
-    out.push_str("\",\"time\":");
-    float(out, total);
-    out.push_str(",\"timings\":{\"blocked\":");
-    float(out, blocked);
-    out.push_str(",\"connect\":-1,\"dns\":-1,\"receive\":");
-    float(out, receive);
-    out.push_str(",\"send\":0,\"ssl\":-1,\"wait\":");
-    float(out, wait);
-    out.push_str("}}");
-    red.own.clone()
+    out.push_str("},\"cookies\":");
+    cookies(out, &h.headers, "set-cookie", red);
+    out.push_str(",\"headers\":");
+    headers(out, &h.headers, red);
+    out.push_str(",\"headersSize\":-1,\"httpVersion\":");
+    string(out, version(h.version));
+    out.push_str(",\"redirectURL\":");
+    let location = h
+        .headers
+        .get(http::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map_or(Cow::Borrowed(""), |v| red.scrub(v));
+    string(out, &location);
+    out.push_str(",\"status\":");
+    int(out, h.status.as_u16());
+    out.push_str(",\"statusText\":");
+    string(out, h.status.canonical_reason().unwrap_or(""));
 }
 
 /// `{"name":…,"value":…}`, after a comma unless it is the first.

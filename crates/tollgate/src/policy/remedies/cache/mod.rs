@@ -243,6 +243,34 @@ impl Cache {
         resp
     }
 
+    /// On a shared store, this replica's first miss of `key` (holding `fill`): the
+    /// answer when another replica stored it meanwhile (this replica's waiters find it in
+    /// memory once the fill goes), else the fill, with the lease on fetching it for every
+    /// replica when this one got it.
+    async fn claim(
+        &self,
+        x: &mut Exchange,
+        key: &str,
+        mut fill: Fill,
+    ) -> Result<Fill, Response<Body>> {
+        match self.store.claim(key).await {
+            Ok(Claim::Found(e))
+                if e.matches(&x.parts.headers) && e.fresh_until_ms > clock::now_ms() =>
+            {
+                drop(fill);
+                self.actions.record(x, Action::SharedHit);
+                x.locals.insert(CacheStatus::SharedHit);
+                note_saved(x, e.llm.clone());
+                Err(self.hit(&e, &x.method))
+            }
+            Ok(Claim::Fetch(flight)) => {
+                fill.flight = flight;
+                Ok(fill)
+            }
+            _ => Ok(fill),
+        }
+    }
+
     /// Joins the fetch of `key` in progress, or starts one (returns its ticket).
     fn join_or_fill(self: &Arc<Self>, key: &str) -> Result<Fill, watch::Receiver<bool>> {
         let slot = self.generations.slot(key);
@@ -536,24 +564,9 @@ impl Remedy for CacheStage {
                     break (None, stale);
                 }
                 match c.join_or_fill(&key) {
-                    Ok(mut fill) if c.store.shared() => match c.store.claim(&key).await {
-                        // Another replica fetched it meanwhile: this replica's waiters
-                        // find it in memory once the fill goes.
-                        Ok(Claim::Found(e))
-                            if e.matches(&x.parts.headers)
-                                && e.fresh_until_ms > clock::now_ms() =>
-                        {
-                            drop(fill);
-                            c.actions.record(x, Action::SharedHit);
-                            x.locals.insert(CacheStatus::SharedHit);
-                            note_saved(x, e.llm.clone());
-                            return Ok(Flow::Answer(c.hit(&e, &x.method)));
-                        }
-                        Ok(Claim::Fetch(flight)) => {
-                            fill.flight = flight;
-                            break (Some(fill), stale);
-                        }
-                        _ => break (Some(fill), stale),
+                    Ok(fill) if c.store.shared() => match c.claim(x, &key, fill).await {
+                        Ok(fill) => break (Some(fill), stale),
+                        Err(answer) => return Ok(Flow::Answer(answer)),
                     },
                     Ok(fill) => break (Some(fill), stale),
                     Err(_) if waited => break (None, stale),
