@@ -475,3 +475,57 @@ async fn redis_holds_no_entry_past_max_entry_and_no_key_without_an_expiry() {
         assert!(ttl > 0, "{k} ({key}) has no expiry: {ttl}");
     }
 }
+
+/// The value of the counter `name{labels}` in a `/metrics` text (0 when absent).
+fn counter(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_holds_no_more_of_a_cache_than_its_byte_budget() {
+    let redis = RedisServer::start();
+    let up = upstream(|_req: http::Request<hyper::body::Incoming>| async move {
+        answer(200, &[("content-type", "text/plain")], &"x".repeat(300))
+    })
+    .await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared, shared_max_size: 2KiB}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    let paths: Vec<String> = (0..20).map(|i| format!("/item/{i}")).collect();
+    for p in &paths {
+        assert_eq!(get_via(&a, up.addr, p, &[]).await.status, StatusCode::OK);
+    }
+    // Every entry was written or kept back: 20 results, some of each.
+    let written = r#"tollgate_cache_shared_writes_total{name="gh",result="written"}"#;
+    let over = r#"tollgate_cache_shared_writes_total{name="gh",result="over_budget"}"#;
+    let text = metrics_when(&a, |t| counter(t, written) + counter(t, over) == 20).await;
+    let (w, o) = (counter(&text, written), counter(&text, over));
+    assert!(w > 0 && o > 0, "written {w}, over budget {o}");
+    // What Redis holds of the cache's entries is within the budget, and is what was
+    // written.
+    let keys = redis.cli(&["--scan", "--pattern", "tollgate:{cache:gh:*}:entry:0"]);
+    let held: usize = keys
+        .lines()
+        .map(|k| redis.cli(&["STRLEN", k]).trim().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(keys.lines().count() as u64, w, "{keys}");
+    assert!(held <= 2048, "{held} bytes on Redis");
+    let state = admin_get(&a, "/policies").await.json();
+    let cache = &state["policies"][0]["state"]["cache"];
+    assert_eq!(cache["shared_max_size"], 2048, "{cache}");
+    let counted = cache["shared_bytes"].as_u64().unwrap();
+    assert!(
+        held as u64 <= counted && counted <= 2048,
+        "{held} held, {cache}"
+    );
+    // Every entry still serves its own replica; only those on Redis serve the other.
+    let mut shared = 0;
+    for p in &paths {
+        assert_eq!(cache_header(&get_via(&a, up.addr, p, &[]).await), "hit");
+        if cache_header(&get_via(&b, up.addr, p, &[]).await) == "shared-hit" {
+            shared += 1;
+        }
+    }
+    assert_eq!(shared, w, "shared hits on the other replica");
+}

@@ -36,6 +36,8 @@ pub struct RawCache {
     pub store: CacheStore,
     /// With `store: shared`: how long a replica that misses a key another replica is fetching waits for that replica's entry before it fetches itself (also how long a replica that dies while fetching holds the key). Single flight across replicas: N replicas missing one key make one provider call when the first stores its answer, at most one each otherwise.
     pub max_wait: Dur<100, { 5 * 60 * SEC_MS }>,
+    /// With `store: shared`: the most bytes of this cache's entries the shared store holds (their records: head, body, times). Counted per period an entry can live (`ttl`, twice it with `revalidate`): what was written in this period and the last may not pass it, so what Redis holds never does; an entry that would pass it stays in the replica's memory only (`tollgate_cache_shared_writes_total{result="over_budget"}`). Rewrites count again, so the bound is on the safe side.
+    pub shared_max_size: Size<1024, { 1 << 40 }>,
     /// Keep entries with an `ETag` or `Last-Modified` for another `ttl` once stale, and revalidate them with `If-None-Match` / `If-Modified-Since`; a **304** is answered from the entry (its headers refreshed), so the provider's body is not resent and, for APIs that do not charge 304s (GitHub), your quota is spared.
     pub revalidate: bool,
 }
@@ -66,6 +68,7 @@ impl Default for RawCache {
             ignore_cache_control: false,
             store: CacheStore::Local,
             max_wait: Dur::secs(10),
+            shared_max_size: Size::bytes(256 << 20),
             revalidate: true,
         }
     }
@@ -119,5 +122,6 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
         revalidate: c.revalidate,
         store: c.store,
         max_wait: c.max_wait.get(),
+        shared_max_size: c.shared_max_size.get() as u64,
     }
 }

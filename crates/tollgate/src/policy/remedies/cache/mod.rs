@@ -9,6 +9,7 @@
 //! and a `304` is answered from the entry (RFC 9111 §4.3), which spares the user's
 //! provider quota.
 
+mod budget;
 mod config;
 mod control;
 mod front;
@@ -54,6 +55,8 @@ pub struct CacheSpec {
     pub store: config::CacheStore,
     /// With `store: shared`: how long a replica waits for another's fetch of a key.
     pub max_wait: Duration,
+    /// With `store: shared`: the most bytes of entries the shared store holds.
+    pub shared_max_size: u64,
     /// Top-level members of a JSON body left out of the key.
     pub key_ignore: Vec<String>,
     /// Cache LLM calls that sample (temperature above 0, or unset).
@@ -340,6 +343,16 @@ pub struct Metrics {
     corrupt: Family<NameLabels, Counter>,
     saved_tokens: Family<LlmTokenLabels, Counter>,
     saved_usd: Family<LlmLabels, FloatCounter>,
+    shared_writes: Family<WriteLabels, Counter>,
+}
+
+/// A shared cache's writes, by what became of them.
+#[derive(
+    Clone, Debug, Default, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet,
+)]
+pub struct WriteLabels {
+    pub name: String,
+    pub result: &'static str,
 }
 
 impl RemedyKind for Kind {
@@ -371,6 +384,10 @@ impl RemedyKind for Kind {
                 "cache_saved_usd",
                 "What LLM answers served from the cache would have cost in US dollars by the policy's prices, by policy and model",
             ),
+            shared_writes: f.add(
+                "cache_shared_writes",
+                "Entries a shared cache stored, by policy and what became of them on the shared store: written; over_budget (kept in memory: shared_max_size reached); private (kept in memory: it holds a caller's secret)",
+            ),
         }
     }
 
@@ -390,12 +407,40 @@ impl RemedyKind for Kind {
             let shared = b.store_for(true);
             let store: Arc<dyn CacheStore> =
                 if spec.store == config::CacheStore::Shared && shared.shared() {
+                    let writes = |result| {
+                        metrics
+                            .shared_writes
+                            .get_or_create(&WriteLabels {
+                                name: b.policy.to_owned(),
+                                result,
+                            })
+                            .clone()
+                    };
+                    // The longest an entry lives on Redis: its keep time (`tee.rs`, and
+                    // a revalidation's refresh).
+                    let longest = if spec.revalidate {
+                        2 * spec.ttl
+                    } else {
+                        spec.ttl
+                    };
                     Arc::new(shared::SharedCache::new(
                         memory,
                         shared,
                         b.policy,
-                        (spec.max_entry, spec.max_wait),
-                        metrics.corrupt.get_or_create(&l).clone(),
+                        shared::Bounds {
+                            max_entry: spec.max_entry,
+                            max_wait: spec.max_wait,
+                            max_bytes: spec.shared_max_size,
+                            longest_ms: longest.as_millis() as u64,
+                        },
+                        (
+                            metrics.corrupt.get_or_create(&l).clone(),
+                            shared::Writes {
+                                written: writes("written"),
+                                over_budget: writes("over_budget"),
+                                private: writes("private"),
+                            },
+                        ),
                     ))
                 } else {
                     Arc::new(memory)
@@ -437,7 +482,7 @@ impl Remedy for CacheStage {
         let shared_hits = c.actions.get(Action::SharedHit);
         let hits = c.actions.get(Action::Hit) + shared_hits;
         let misses = c.actions.get(Action::Miss);
-        Some(Box::pin(std::future::ready(serde_json::json!({
+        let mut state = serde_json::json!({
             "store": if c.store.shared() { "shared" } else { "local" },
             "entries": entries,
             "bytes": bytes,
@@ -447,7 +492,14 @@ impl Remedy for CacheStage {
             "bypassed": c.actions.get(Action::Bypass),
             "revalidated": c.actions.get(Action::Revalidated),
             "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
-        }))))
+        });
+        Some(Box::pin(async move {
+            if let Ok(Some((held, max))) = c.store.shared_bytes().await {
+                state["shared_bytes"] = held.into();
+                state["shared_max_size"] = max.into();
+            }
+            state
+        }))
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {

@@ -15,6 +15,7 @@
 //! Redis slow or down is the store's `on_error` path: no answer within `store.timeout`,
 //! a miss; nothing waits and nothing fails ([`crate::policy::store::fallback`]).
 
+use super::budget::Budget;
 use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache, Saved};
 use crate::policy::clock;
 use crate::policy::store::{Key, Store, StoreFuture};
@@ -50,6 +51,30 @@ pub struct SharedCache {
     max_record: u64,
     /// Values on Redis that were not a record (`tollgate_cache_shared_corrupt_total`).
     corrupt: Counter,
+    /// The bytes of entries Redis may hold (`shared_max_size`).
+    budget: Budget,
+    writes: Writes,
+}
+
+/// `tollgate_cache_shared_writes_total{name,result}`: what became of each entry this
+/// replica stored, as far as the shared store goes.
+pub struct Writes {
+    /// Sent to the shared store.
+    pub written: Counter,
+    /// Kept in memory only: the cache's bytes on Redis would pass `shared_max_size`.
+    pub over_budget: Counter,
+    /// Kept in memory only: it holds a caller's secret (`Set-Cookie`, `Vary` on a
+    /// credential).
+    pub private: Counter,
+}
+
+/// How a shared cache is bounded: its largest entry, how long a replica waits for
+/// another's fetch, and the budget of bytes on Redis with the longest an entry lives.
+pub struct Bounds {
+    pub max_entry: usize,
+    pub max_wait: Duration,
+    pub max_bytes: u64,
+    pub longest_ms: u64,
 }
 
 impl SharedCache {
@@ -57,18 +82,20 @@ impl SharedCache {
         local: MemoryCache,
         store: Arc<dyn Store>,
         policy: &str,
-        (max_entry, max_wait): (usize, Duration),
-        corrupt: Counter,
+        bounds: Bounds,
+        (corrupt, writes): (Counter, Writes),
     ) -> Self {
         Self {
             local,
-            max_wait,
+            max_wait: bounds.max_wait,
+            budget: Budget::new(store.clone(), policy, bounds.longest_ms, bounds.max_bytes),
             store,
             prefix: format!("cache:{policy}:"),
             // Heads are bounded by hyper's limits (100 fields of at most 64 KiB each,
             // far above what providers send); 1 MiB covers them.
-            max_record: max_entry as u64 + (1 << 20),
+            max_record: bounds.max_entry as u64 + (1 << 20),
             corrupt,
+            writes,
         }
     }
 
@@ -164,16 +191,30 @@ impl CacheStore for SharedCache {
 
     fn put(&self, key: String, entry: Arc<Entry>) -> StoreFuture<'_, ()> {
         let shared = shareable(&entry).then(|| (self.key(&key), encode(&entry)));
+        if shared.is_none() {
+            self.writes.private.inc();
+        }
         let ttl = entry.keep_until_ms.saturating_sub(clock::now_ms());
         self.local.insert(key, entry);
         match shared {
             Some((k, record)) if ttl > 0 => StoreFuture::Pending(Box::pin(async move {
+                if !self.budget.admit(record.len() as u64).await {
+                    self.writes.over_budget.inc();
+                    return Ok(());
+                }
+                self.writes.written.inc();
                 // A failure is the store's to count; the entry is in memory regardless.
                 let _ = self.store.set_value(&k, record, ttl).await;
                 Ok(())
             })),
             _ => StoreFuture::ready(Ok(())),
         }
+    }
+
+    fn shared_bytes(&self) -> StoreFuture<'_, Option<(u64, u64)>> {
+        StoreFuture::Pending(Box::pin(async move {
+            Ok(self.budget.held().await.map(|b| (b, self.budget.max())))
+        }))
     }
 
     fn size(&self) -> (u64, u64) {

@@ -67,6 +67,11 @@ pub trait CacheStore: Send + Sync + 'static {
     fn shared(&self) -> bool {
         false
     }
+    /// On a shared store: at most how many bytes of the cache it holds now, and its
+    /// budget (`GET /policies`); `None` elsewhere, or when Redis cannot say.
+    fn shared_bytes(&self) -> StoreFuture<'_, Option<(u64, u64)>> {
+        StoreFuture::ready(Ok(None))
+    }
     /// Before this replica's fetch of a key it misses: on a shared store, the right to
     /// fetch it for every replica, or the entry another replica fetched meanwhile.
     fn claim(&self, key: &str) -> StoreFuture<'_, Claim> {
