@@ -529,3 +529,54 @@ async fn redis_holds_no_more_of_a_cache_than_its_byte_budget() {
     }
     assert_eq!(shared, w, "shared hits on the other replica");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paced_replay_on_another_replica_keeps_the_streams_events_and_their_gaps() {
+    use http_body_util::BodyExt;
+    let redis = RedisServer::start();
+    const GAP: std::time::Duration = std::time::Duration::from_millis(150);
+    let up = upstream(|_req: http::Request<hyper::body::Incoming>| async move {
+        let events = futures_util::stream::unfold(0, |i| async move {
+            if i == 3 {
+                return None;
+            }
+            if i > 0 {
+                tokio::time::sleep(GAP).await;
+            }
+            let event = bytes::Bytes::from(format!("data: {{\"n\":{i}}}\n\n"));
+            Some((
+                Ok::<_, tollgate::body::BoxError>(http_body::Frame::data(event)),
+                i + 1,
+            ))
+        });
+        let mut resp = http::Response::new(
+            http_body_util::StreamBody::new(events).boxed_unsync() as tollgate::body::Body
+        );
+        resp.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        resp
+    })
+    .await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared, replay: paced}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    let first = get_via(&a, up.addr, "/stream", &[]).await;
+    assert_eq!(cache_header(&first), "miss");
+    entry_on_redis(&redis, None).await;
+    // The replay on the other replica: frame by frame, timed from its head.
+    let resp = client()
+        .request(via_header(&b, up.addr, "/stream").body(empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-tollgate-cache"], "shared-hit");
+    let head = std::time::Instant::now();
+    let mut body = resp.into_body();
+    let mut replayed = Vec::new();
+    while let Some(f) = body.frame().await {
+        replayed.extend_from_slice(&f.unwrap().into_data().unwrap());
+    }
+    let took = head.elapsed();
+    assert_eq!(replayed, first.body, "the same bytes and events");
+    // Each event waited for its time: the last came two gaps after the head at the
+    // earliest (a lower bound the replay's sleeps guarantee; no upper bound asserted).
+    assert!(took >= 2 * GAP, "replayed in {took:?}");
+}

@@ -40,6 +40,18 @@ pub struct RawCache {
     pub shared_max_size: Size<1024, { 1 << 40 }>,
     /// Keep entries with an `ETag` or `Last-Modified` for another `ttl` once stale, and revalidate them with `If-None-Match` / `If-Modified-Since`; a **304** is answered from the entry (its headers refreshed), so the provider's body is not resent and, for APIs that do not charge 304s (GitHub), your quota is spared.
     pub revalidate: bool,
+    /// How a hit sends a stored body: `at_once` (the same bytes in one go), or `paced`: frame by frame, each when it first came after the head, so a streamed (SSE) answer, an LLM's above all, reaches a later caller with the provider's framing and rhythm. Pacing applies to entries stored while it is set.
+    pub replay: Replay,
+}
+
+/// How a hit sends a stored body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Replay {
+    /// The stored bytes in one go.
+    AtOnce,
+    /// Frame by frame, each when it first came.
+    Paced,
 }
 
 /// Where a cache's entries live.
@@ -70,6 +82,7 @@ impl Default for RawCache {
             max_wait: Dur::secs(10),
             shared_max_size: Size::bytes(256 << 20),
             revalidate: true,
+            replay: Replay::AtOnce,
         }
     }
 }
@@ -123,5 +136,6 @@ pub fn cache(e: &mut Errors, path: &str, c: &RawCache) -> CacheSpec {
         store: c.store,
         max_wait: c.max_wait.get(),
         shared_max_size: c.shared_max_size.get() as u64,
+        replay: c.replay,
     }
 }

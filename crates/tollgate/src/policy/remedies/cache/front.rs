@@ -266,6 +266,7 @@ fn copied(e: &Entry) -> Entry {
             .map(|(n, v)| (own_name(n), v.as_ref().map(own_value)))
             .collect(),
         llm: e.llm.clone(),
+        pace: e.pace.clone(),
     }
 }
 
@@ -297,8 +298,9 @@ mod tests {
             fresh_until_ms: NOW + fresh_for,
             keep_until_ms: NOW + fresh_for,
             initial_age: 0,
-            vary: Vec::new(),
+            vary: Box::default(),
             llm: None,
+            pace: None,
         })
     }
 

@@ -14,6 +14,7 @@ mod config;
 mod control;
 mod front;
 pub mod key;
+mod replay;
 mod shared;
 pub mod store;
 mod tee;
@@ -61,6 +62,8 @@ pub struct CacheSpec {
     pub key_ignore: Vec<String>,
     /// Cache LLM calls that sample (temperature above 0, or unset).
     pub sampled: bool,
+    /// How a hit sends a stored body: at once, or frame by frame as it first came.
+    pub replay: config::Replay,
 }
 
 /// One slot's keys being fetched.
@@ -234,10 +237,12 @@ impl Cache {
         if let Some(s) = &e.llm {
             self.saving.add(s);
         }
-        let mut resp = Response::new(if method == Method::HEAD {
-            crate::body::empty()
-        } else {
-            full(e.body.clone())
+        let mut resp = Response::new(match &e.pace {
+            _ if method == Method::HEAD => crate::body::empty(),
+            Some(marks) if self.spec.replay == config::Replay::Paced => {
+                replay::Paced::new(e.body.clone(), marks.clone()).boxed_unsync()
+            }
+            _ => full(e.body.clone()),
         });
         *resp.status_mut() = e.status;
         *resp.headers_mut() = e.headers.clone();
@@ -686,6 +691,7 @@ impl Remedy for CacheStage {
                 initial_age: 0,
                 vary: stale.vary.clone(),
                 llm: stale.llm.clone(),
+                pace: stale.pace.clone(),
             });
             let resp = with_status(c.hit(&entry, &x.method), CacheStatus::Hit);
             let cache = c.clone();
@@ -760,6 +766,7 @@ impl Remedy for CacheStage {
                     .locals
                     .get::<crate::llm::request::Call>()
                     .map(|c| c.meter.clone()),
+                pace: (c.spec.replay == config::Replay::Paced).then(replay::Marks::new),
             },
         );
         Response::from_parts(head, tee.boxed_unsync())

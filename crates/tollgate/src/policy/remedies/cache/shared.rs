@@ -16,6 +16,7 @@
 //! a miss; nothing waits and nothing fails ([`crate::policy::store::fallback`]).
 
 use super::budget::Budget;
+use super::replay::{MAX_MARKS, Mark, Pace};
 use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache, Saved};
 use crate::policy::clock;
 use crate::policy::store::{Key, Store, StoreFuture};
@@ -276,6 +277,16 @@ fn encode(e: &Entry) -> Vec<u8> {
         }
         None => out.push(0),
     }
+    let marks: &[Mark] = e.pace.as_deref().map_or(&[], |p| &p.0);
+    match &e.pace {
+        Some(_) => out.push(1),
+        None => out.push(0),
+    }
+    out.extend_from_slice(&(marks.len() as u32).to_le_bytes());
+    for m in marks {
+        out.extend_from_slice(&m.end.to_le_bytes());
+        out.extend_from_slice(&m.at_ms.to_le_bytes());
+    }
     out
 }
 
@@ -333,6 +344,22 @@ fn decode(v: &[u8]) -> Option<Entry> {
         })),
         _ => return None,
     };
+    let paced = match r.take(1)?[0] {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let marks = r.u32()? as usize;
+    if marks > r.0.len() / 8 || marks > MAX_MARKS || (!paced && marks > 0) {
+        return None;
+    }
+    let mut pace = Vec::with_capacity(marks);
+    for _ in 0..marks {
+        pace.push(Mark {
+            end: r.u32()?,
+            at_ms: r.u32()?,
+        });
+    }
     if !r.0.is_empty() {
         return None;
     }
@@ -344,8 +371,9 @@ fn decode(v: &[u8]) -> Option<Entry> {
         fresh_until_ms,
         keep_until_ms,
         initial_age,
-        vary,
+        vary: vary.into_boxed_slice(),
         llm,
+        pace: paced.then(|| Arc::new(Pace(pace.into()))),
     })
 }
 
@@ -402,13 +430,24 @@ mod tests {
                     Some(HeaderValue::from_static("application/json")),
                 ),
                 (HeaderName::from_static("x-tenant"), None),
-            ],
+            ]
+            .into(),
             llm: Some(Box::new(Saved {
                 model: "gpt-4o-mini-2025-01-01".into(),
                 input: 12,
                 output: 7,
                 cost_nanos: 6_000,
             })),
+            pace: Some(Arc::new(Pace(
+                vec![
+                    Mark { end: 4, at_ms: 0 },
+                    Mark {
+                        end: 11,
+                        at_ms: 120,
+                    },
+                ]
+                .into(),
+            ))),
         }
     }
 
@@ -436,11 +475,14 @@ mod tests {
         );
         assert_eq!(d.vary, e.vary);
         assert_eq!(d.llm, e.llm);
+        assert_eq!(d.pace, e.pace);
         let plain = Entry {
             llm: None,
+            pace: None,
             ..entry()
         };
-        assert_eq!(decode(&encode(&plain)).unwrap().llm, None);
+        let d = decode(&encode(&plain)).unwrap();
+        assert_eq!((d.llm, d.pace), (None, None));
     }
 
     #[test]
@@ -472,10 +514,11 @@ mod tests {
             .insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
         assert!(!shareable(&e));
         let mut e = entry();
-        e.vary.push((
+        e.vary = vec![(
             header::AUTHORIZATION,
             Some(HeaderValue::from_static("Bearer x")),
-        ));
+        )]
+        .into();
         assert!(!shareable(&e));
     }
 }

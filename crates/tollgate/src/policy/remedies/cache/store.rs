@@ -22,14 +22,18 @@ pub struct Entry {
     /// Kept (for revalidation) until this unix ms.
     pub keep_until_ms: u64,
     /// The `Age` it had when it arrived, in seconds.
-    /// (u32: 136 years; it packs beside `status`, keeping the entry at 200 bytes.)
+    /// (u32: 136 years; it packs beside `status`.)
     pub initial_age: u32,
     /// The request headers the response's `Vary` names, with the values they had
     /// (RFC 9111 §4.1): the entry serves only requests that send the same.
-    pub vary: Vec<(http::HeaderName, Option<http::HeaderValue>)>,
+    /// (A boxed slice, as `pace` is a thin pointer: the entry, copied into each worker's
+    /// copies, stays at 200 bytes.)
+    pub vary: Box<[(http::HeaderName, Option<http::HeaderValue>)]>,
     /// An LLM answer's usage and cost when it was fetched: what each hit saves (boxed:
     /// an entry's size is copied into each worker's copies; most entries have none).
     pub llm: Option<Box<Saved>>,
+    /// A streamed answer's frames and when they came, kept with `replay: paced`.
+    pub pace: Option<std::sync::Arc<super::replay::Pace>>,
 }
 
 pub use crate::llm::Saved;
@@ -186,8 +190,9 @@ mod tests {
             fresh_until_ms: now + 60_000,
             keep_until_ms: now + 60_000,
             initial_age: 0,
-            vary: Vec::new(),
+            vary: Box::default(),
             llm: None,
+            pace: None,
         })
     }
 

@@ -23,6 +23,8 @@ pub struct Storing {
     pub fill: Option<super::Fill>,
     /// An LLM call's meter: read when the body ends, for what the entry's hits save.
     pub llm: Option<Arc<crate::llm::Meter>>,
+    /// With `replay: paced`: the frames' ends and times, noted as they pass.
+    pub pace: Option<super::replay::Marks>,
 }
 
 /// Watches a response body being cached: keeps a copy up to the cap, stores it when the
@@ -50,13 +52,16 @@ pub fn tee(inner: Body, cap: usize, storing: Storing) -> Tee {
 
 impl Watch for Keep {
     fn data(&mut self, d: &Bytes) {
-        if self.storing.is_some() {
+        if let Some(s) = &mut self.storing {
             if self.copy.len() + d.len() > self.cap {
                 // Too big to store: stream on, let the waiters go.
                 self.storing.take();
                 self.copy = BytesMut::new();
             } else {
                 self.copy.extend_from_slice(d);
+                if let Some(p) = &mut s.pace {
+                    p.frame(self.copy.len());
+                }
             }
         }
     }
@@ -87,8 +92,9 @@ fn store(s: Storing, body: Bytes) {
         fresh_until_ms: now + s.ttl.as_millis() as u64,
         keep_until_ms: now + s.keep.max(s.ttl).as_millis() as u64,
         initial_age: s.initial_age,
-        vary: s.vary,
+        vary: s.vary.into_boxed_slice(),
         llm: s.llm.as_deref().and_then(super::store::Saved::of),
+        pace: s.pace.map(|m| Arc::new(m.done())),
     });
     let cache = s.cache;
     let fill = s.fill;
