@@ -165,16 +165,13 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity_targets: Vec<&Target> = all[1..].to_vec();
-    let samples = crate::rounds::in_rounds(
-        &h,
-        &capacity_targets,
-        PATH,
+    let load = crate::rounds::Load {
+        path: PATH,
         per_round,
-        warmup / 2,
-        args.mix.concurrency,
+        warmup,
         rounds,
-    )?;
-    let measured = crate::rounds::summaries(&capacity_targets, samples);
+    };
+    let measured = crate::rounds::capacity(&h, &capacity_targets, &load, args.mix.concurrency)?;
     // Indexed as `all`: direct, the baseline, is not measured for capacity.
     let rps: Vec<f64> = std::iter::once(0.0)
         .chain(measured.iter().map(|m| m.rps))
@@ -284,11 +281,7 @@ pub fn run(args: HttpsArgs) -> Result<(), String> {
         meta,
         &h.lines,
         (&load_before, &load_after),
-        &[
-            "percentiles.csv".into(),
-            "summary.md".into(),
-            "metadata.json".into(),
-        ],
+        &report::footprint_files(),
     );
     drop(mitm_proc);
     written

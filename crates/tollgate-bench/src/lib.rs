@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod cache;
 pub mod capacity;
 pub mod charts;
 pub mod correlation;
@@ -54,6 +55,10 @@ pub enum BenchCommand {
     /// the same limit in memory: the footprint beside Redis's own round trip, and
     /// requests per second on one core.
     Redis(redis::RedisArgs),
+    /// The cache shared on Redis (`cache: {store: shared}`) against the cache in memory
+    /// and the passthrough: the footprint, requests per second on one core, and the
+    /// provider calls N replicas make for the same keys.
+    Cache(cache::CacheArgs),
     /// Instructions per request under valgrind's callgrind: tollgate's scenarios beside the
     /// hyper floor, nginx and HAProxy, with the functions they go to (machine-independent).
     Instructions(instructions::InstructionsArgs),
@@ -163,6 +168,7 @@ pub fn main(cmd: BenchCommand, commit: &'static str) -> ExitCode {
         BenchCommand::Instructions(a) => instructions::run(a),
         BenchCommand::Https(a) => https::run(a),
         BenchCommand::Redis(a) => redis::run(a),
+        BenchCommand::Cache(a) => cache::run(a),
         BenchCommand::Llm(a) => llm::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };

@@ -9,8 +9,7 @@
 //! gateway's wake-ups and CPU during the footprint from the scheduler's counters.
 
 use crate::harness::{Harness, Interleave, Layout, Target};
-use crate::loadgen::Mode;
-use crate::stats::{self, Series};
+use crate::stats;
 use crate::{CommonArgs, machine, procs, report};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -58,6 +57,38 @@ fn redis_cores(p: &crate::harness::Placement, threads: usize) -> Option<String> 
     }
 }
 
+/// Starts `bin` (a `redis-server`) on a free port, placed by [`redis_cores`]: the
+/// process, its port and where it runs.
+pub fn start_server(
+    h: &mut Harness,
+    bin: &Path,
+    threads: usize,
+) -> Result<(procs::Proc, u16, String), String> {
+    let server = procs::on_path(&bin.to_string_lossy()).ok_or_else(|| {
+        format!(
+            "{} not found: install redis-server (apt-get install redis-server) or pass --redis-server",
+            bin.display()
+        )
+    })?;
+    let port = procs::free_port();
+    let cores = redis_cores(&h.placement, threads);
+    let (mut cmd, where_) = procs::command(&server, cores.as_deref());
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", server.display()))?;
+    let redis = procs::Proc::new("redis", child, where_.clone());
+    procs::wait_port(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        std::time::Duration::from_secs(10),
+    )?;
+    h.lines
+        .push(format!("redis: redis-server 127.0.0.1:{port} ({where_})"));
+    Ok((redis, port, where_))
+}
+
 /// The provider's answer at once.
 const PATH: &str = "/delay/0ms";
 
@@ -70,28 +101,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let requests = args.mix.requests(c.quick);
     let load_before = machine::loadavg();
     let mut h = Harness::start(c.tollgate_bin.clone(), &c.out, c.placement(Layout::Shared)?)?;
-    let server = procs::on_path(&args.redis_server.to_string_lossy()).ok_or_else(|| {
-        format!(
-            "{} not found: install redis-server (apt-get install redis-server) or pass --redis-server",
-            args.redis_server.display()
-        )
-    })?;
-    let port = procs::free_port();
-    let cores = redis_cores(&h.placement, c.threads);
-    let (mut cmd, where_) = procs::command(&server, cores.as_deref());
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null());
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("{}: {e}", server.display()))?;
-    let _redis = procs::Proc::new("redis", child, where_.clone());
-    procs::wait_port(
-        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        std::time::Duration::from_secs(10),
-    )?;
-    h.lines
-        .push(format!("redis: redis-server 127.0.0.1:{port} ({where_})"));
+    let (_redis, port, where_) = start_server(&mut h, &args.redis_server, c.threads)?;
     let store = |sync: &str| {
         format!(
             "store:\n  backend: redis\n  url: redis://127.0.0.1:{port}\n  sync: {sync}\n  lease_size: 100\n"
@@ -118,27 +128,17 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     }
     // The same round trip at the footprint's pace: a Redis (and a host) that idles
     // between calls answers slower than in redis-benchmark's tight loop.
-    let never = std::sync::atomic::AtomicBool::new(false);
-    let paced = paced_round_trip(port, args.mix.rate, 2_000, None, &never);
-    match &paced {
-        Ok(p) => h.lines.push(format!(
-            "PING at {} requests/s, one connection: p50 {:.0} µs, p99 {:.0} µs",
-            args.mix.rate, p.0, p.1
-        )),
-        Err(why) => h.lines.push(format!("paced PING: failed ({why})")),
-    }
+    let paced = paced_ping(&mut h, port, args.mix.rate);
     for l in &h.lines {
         eprintln!("{l}");
     }
     eprintln!("load average before: {load_before}");
-    let rounds = c.rounds.max(2);
-    let warmup = c.warmup.unwrap_or(if c.quick { 200 } else { 1000 });
-    let per_round = (requests / rounds as u64).max(1);
+    let load = crate::rounds::Load::of_run(PATH, requests, c);
+    let (rounds, warmup, per_round) = (load.rounds, load.warmup, load.per_round);
 
     // 1. Footprint: open loop, all targets in the same run, request by request.
     let all: Vec<&Target> = vec![&direct, &memory, &redis, &lease];
     let connections = 32;
-    let mut series: Vec<Series> = all.iter().map(|t| Series::new(&t.name)).collect();
     // PINGs from the proxy's core while the footprint runs: Redis's round trip under the
     // same load as the proxy's calls (the run's other processes on the proxy's core, the
     // load generator beside Redis).
@@ -155,25 +155,20 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
     let (loaded, measured) = std::thread::scope(|s| {
         let pinger =
             s.spawn(|| paced_round_trip(port, args.mix.rate, usize::MAX, proxy_core, &stop));
-        let run = (|| {
-            for round in 0..rounds {
-                let w = if round == 0 { warmup } else { 0 };
-                let mode = Mode::Open {
-                    rate: args.mix.rate,
-                };
-                for m in h.round(&all, args.interleave, PATH, per_round, w, connections, mode)? {
-                    m.add_to(&mut series);
-                }
-            }
-            Ok::<_, String>(())
-        })();
+        let run = crate::rounds::footprint(
+            &h,
+            &all,
+            args.interleave,
+            &load,
+            (connections, args.mix.rate),
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let loaded = pinger
             .join()
             .unwrap_or_else(|_| Err("the PING thread panicked".into()));
         (loaded, run)
     });
-    measured?;
+    let series = measured?;
     let sent = (warmup + per_round * rounds as u64).max(1) as f64;
     let scheduling: Vec<(String, Option<procs::Sched>)> = all[1..]
         .iter()
@@ -197,16 +192,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 
     // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity: Vec<&Target> = all[1..].to_vec();
-    let samples = crate::rounds::in_rounds(
-        &h,
-        &capacity,
-        PATH,
-        per_round,
-        warmup / 2,
-        args.mix.concurrency,
-        rounds,
-    )?;
-    let measured = crate::rounds::summaries(&capacity, samples);
+    let measured = crate::rounds::capacity(&h, &capacity, &load, args.mix.concurrency)?;
     let ratio = |i: usize| measured[i].rps / measured[0].rps.max(1e-9);
     let store_metrics = redis.metrics().unwrap_or_default();
     let errors = crate::harness::counter(&store_metrics, "tollgate_store_errors_total");
@@ -256,17 +242,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
             None => format!("| {name} | — | — | — |\n"),
         };
     }
-    md += "\n| target | requests/s (median) | ÷ memory | CPU per request | failed |\n|---|---:|---:|---:|---:|\n";
-    for (i, (t, m)) in capacity.iter().zip(&measured).enumerate() {
-        md += &format!(
-            "| {} | {:.0} | {:.2} | {} | {} |\n",
-            t.name,
-            m.rps,
-            ratio(i),
-            crate::rounds::cpu_text(m.cpu_us),
-            m.errors
-        );
-    }
+    md += &crate::rounds::capacity_table(&capacity, &measured, "memory");
     md += &format!(
         "\nredis ÷ memory at {} connections: **{:.2}×** (target ≥ 0.7×). Round trips to Redis from the redis target: {}; store errors: {}.\n",
         args.mix.concurrency,
@@ -322,11 +298,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
         meta,
         &h.lines,
         (&load_before, &load_after),
-        &[
-            "percentiles.csv".into(),
-            "summary.md".into(),
-            "metadata.json".into(),
-        ],
+        &report::footprint_files(),
     )
 }
 
@@ -361,8 +333,19 @@ fn round_trip(bin: &Path, port: u16, cores: Option<&str>) -> Result<(f64, f64), 
     parse_csv(&text).ok_or_else(|| format!("unexpected output: {}", text.trim()))
 }
 
+/// PING's round trip at `rate`, alone (2 000 of them), noted in the run's lines.
+pub fn paced_ping(h: &mut Harness, port: u16, rate: f64) -> Result<(f64, f64), String> {
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let paced = paced_round_trip(port, rate, 2_000, None, &never);
+    h.lines.push(format!(
+        "PING at {rate} requests/s, one connection: {}",
+        shown(&paced)
+    ));
+    paced
+}
+
 /// A round trip's p50 and p99 for the report.
-fn shown(r: &Result<(f64, f64), String>) -> String {
+pub fn shown(r: &Result<(f64, f64), String>) -> String {
     match r {
         Ok((p50, p99)) => format!("p50 {p50:.0} µs, p99 {p99:.0} µs"),
         Err(e) => format!("not measured ({e})"),

@@ -22,6 +22,13 @@ pub fn write_metadata(
     )
 }
 
+/// The files of a run that measured a footprint and wrote a summary.
+pub fn footprint_files() -> Vec<String> {
+    ["percentiles.csv", "summary.md", "metadata.json"]
+        .map(String::from)
+        .to_vec()
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     std::fs::write(dir.join(name), text)
         .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))

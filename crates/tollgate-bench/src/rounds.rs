@@ -205,3 +205,87 @@ pub fn capacity_json<T: Borrow<Target>>(targets: &[T], summaries: &[Summary]) ->
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
+
+/// What one run sends each target: to `path`, `per_round` requests a round over
+/// `rounds` rounds, with `warmup` requests first.
+pub struct Load<'a> {
+    pub path: &'a str,
+    pub per_round: u64,
+    pub warmup: u64,
+    pub rounds: usize,
+}
+
+impl<'a> Load<'a> {
+    /// `requests` per target over the run's rounds (at least 2) to `path`; the warm-up
+    /// asked for, or `quick`'s or a full run's.
+    pub fn of_run(path: &'a str, requests: u64, c: &crate::CommonArgs) -> Self {
+        let rounds = c.rounds.max(2);
+        Self {
+            path,
+            per_round: (requests / rounds as u64).max(1),
+            warmup: c.warmup.unwrap_or(if c.quick { 200 } else { 1000 }),
+            rounds,
+        }
+    }
+}
+
+/// A capacity table in Markdown: each target's median requests/s, its ratio to the
+/// first (named `base`), CPU per request and failed requests.
+pub fn capacity_table(targets: &[&Target], measured: &[Summary], base: &str) -> String {
+    let first = measured.first().map_or(1e-9, |m| m.rps.max(1e-9));
+    let mut md = format!(
+        "\n| target | requests/s (median) | ÷ {base} | CPU per request | failed |\n|---|---:|---:|---:|---:|\n"
+    );
+    for (t, m) in targets.iter().zip(measured) {
+        md += &format!(
+            "| {} | {:.0} | {:.2} | {} | {} |\n",
+            t.name,
+            m.rps,
+            m.rps / first,
+            cpu_text(m.cpu_us),
+            m.errors
+        );
+    }
+    md
+}
+
+/// The footprint of `all` (the first, direct, the baseline): open loop at `rate` per
+/// target over `connections`, the targets sharing each round as `how` says, the warm-up
+/// in the first round; a series per target (and none for the twin).
+pub fn footprint(
+    h: &Harness,
+    all: &[&Target],
+    how: crate::harness::Interleave,
+    load: &Load<'_>,
+    (connections, rate): (usize, f64),
+) -> Result<Vec<stats::Series>, String> {
+    let mut series: Vec<stats::Series> = all.iter().map(|t| stats::Series::new(&t.name)).collect();
+    for round in 0..load.rounds {
+        let w = if round == 0 { load.warmup } else { 0 };
+        let mode = Mode::Open { rate };
+        for m in h.round(all, how, load.path, load.per_round, w, connections, mode)? {
+            m.add_to(&mut series);
+        }
+    }
+    Ok(series)
+}
+
+/// The capacity of `targets`: closed loop over `concurrency` connections, one target
+/// after another in each round (A B A B), half the warm-up first; each target's summary.
+pub fn capacity(
+    h: &Harness,
+    targets: &[&Target],
+    load: &Load<'_>,
+    concurrency: usize,
+) -> Result<Vec<Summary>, String> {
+    let samples = in_rounds(
+        h,
+        targets,
+        load.path,
+        load.per_round,
+        load.warmup / 2,
+        concurrency,
+        load.rounds,
+    )?;
+    Ok(summaries(targets, samples))
+}

@@ -41,18 +41,7 @@ fn gateway(config: &std::path::Path, proxy: u16) -> Proc {
 
 /// GET `url` through the forward proxy on `proxy`: the status code.
 fn get(proxy: u16, url: &str) -> u16 {
-    let mut s = TcpStream::connect(("127.0.0.1", proxy)).unwrap();
-    write!(
-        s,
-        "GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    get_cached(proxy, url).0
 }
 
 #[test]
@@ -82,33 +71,10 @@ fn on_a_cluster_a_killed_gateways_concurrency_slot_returns_when_its_lease_ends()
 fn slot_returns_when_its_lease_ends(store: &str) {
     // An upstream that answers at once, except /hold, which it never answers (and says
     // when it has it: the request then holds the slot).
-    let up = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up_port = up.local_addr().unwrap().port();
-    let (holding, held_now) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for conn in up.incoming().flatten() {
-            let holding = holding.clone();
-            std::thread::spawn(move || {
-                let mut conn = conn;
-                let mut buf = [0u8; 4096];
-                let n = conn.read(&mut buf).unwrap_or(0);
-                if String::from_utf8_lossy(&buf[..n]).starts_with("GET /hold") {
-                    let _ = holding.send(());
-                    std::thread::sleep(Duration::from_secs(3600));
-                }
-                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-            });
-        }
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tollgate.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "store:\n  backend: redis\n{store}  lease_ttl: 2s\npolicies:\n  - name: p\n    concurrency: {{max: 1}}\n"
-        ),
-    )
-    .unwrap();
+    let (up_port, held_now, _) = holding_upstream(|head, _| head.starts_with("GET /hold"));
+    let (_dir, config) = config_file(&format!(
+        "store:\n  backend: redis\n{store}  lease_ttl: 2s\npolicies:\n  - name: p\n    concurrency: {{max: 1}}\n"
+    ));
     let (a_port, b_port) = (free_port(), free_port());
     let a = gateway(&config, a_port);
     let b = gateway(&config, b_port);
@@ -140,6 +106,49 @@ fn slot_returns_when_its_lease_ends(store: &str) {
         "the killed gateway's slot never came back"
     );
     drop(b);
+}
+
+/// An upstream on a free port that answers `200 ok` at once, except the requests `hold`
+/// picks (by their head and their number, from 0), which it never answers: its port, a
+/// channel told of each held request, and the count of connections it took.
+fn holding_upstream(
+    hold: impl Fn(&str, usize) -> bool + Send + Sync + 'static,
+) -> (
+    u16,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = up.local_addr().unwrap().port();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (holding, held_now) = std::sync::mpsc::channel();
+    let counted = calls.clone();
+    let hold = std::sync::Arc::new(hold);
+    std::thread::spawn(move || {
+        for conn in up.incoming().flatten() {
+            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (holding, hold) = (holding.clone(), hold.clone());
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut buf = [0u8; 4096];
+                let got = conn.read(&mut buf).unwrap_or(0);
+                if hold(&String::from_utf8_lossy(&buf[..got]), n) {
+                    let _ = holding.send(());
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            });
+        }
+    });
+    (port, held_now, calls)
+}
+
+/// `text` as a config file in a folder of its own (kept while the folder is).
+fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, text).unwrap();
+    (dir, config)
 }
 
 /// A gateway process with `config` whose log (stderr) is read line by line.
@@ -224,4 +233,82 @@ fn a_wrong_redis_password_is_said_at_warn_once_with_the_fix() {
         !lines.iter().any(|l| l.contains("not-the-password")),
         "{lines:#?}"
     );
+}
+
+/// GET `url` through the forward proxy on `proxy`: the status and `x-tollgate-cache`.
+fn get_cached(proxy: u16, url: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", proxy)).unwrap();
+    write!(
+        s,
+        "GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let cache = out
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("x-tollgate-cache")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    (status, cache)
+}
+
+#[test]
+fn a_replica_killed_mid_fetch_costs_the_others_at_most_one_call_each() {
+    let redis = RedisServer::start();
+    // The provider holds its first call for good (the replica making it is killed), and
+    // answers the others at once, counting them.
+    let (up_port, held_now, calls) = holding_upstream(|_, n| n == 0);
+    let (_dir, config) = config_file(&format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 500ms\npolicies:\n  - name: c\n    cache: {{ttl: 60s, store: shared, max_wait: 2s}}\n",
+        redis.url()
+    ));
+    let ports = [free_port(), free_port(), free_port()];
+    let a = gateway(&config, ports[0]);
+    let others = [gateway(&config, ports[1]), gateway(&config, ports[2])];
+    let url = format!("http://127.0.0.1:{up_port}/item");
+    let held = url.clone();
+    let a_port = ports[0];
+    std::thread::spawn(move || get_cached(a_port, &held));
+    held_now
+        .recv_timeout(Duration::from_secs(10))
+        .expect("gateway a never fetched");
+    // a dies holding the fetch's lease: nothing is given back.
+    drop(a);
+    // The others miss the same key at once: they wait for a's lease to end, then one
+    // of them fetches (or each, past max_wait): never more than one call each.
+    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+        let asks: Vec<_> = ports[1..]
+            .iter()
+            .map(|&p| {
+                let url = &url;
+                s.spawn(move || get_cached(p, url))
+            })
+            .collect();
+        asks.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (status, _) in &answers {
+        assert_eq!(*status, 200, "{answers:?}");
+    }
+    let made = calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&made),
+        "a's call and at most one per other replica: {made} ({answers:?})"
+    );
+    // From now on the entry serves every surviving replica: no more calls.
+    for &p in &ports[1..] {
+        let (status, cache) = get_cached(p, &url);
+        assert_eq!(status, 200);
+        assert!(cache == "hit" || cache == "shared-hit", "{cache}");
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), made);
+    drop(others);
 }

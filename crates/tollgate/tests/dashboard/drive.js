@@ -65,6 +65,11 @@ const scenarios = {
     out.endpoints = await rows(page, '#endpoints');
     out.sparklines = await page.$$eval('#endpoints svg.spark', (svgs) => svgs.filter((s) => s.querySelector('polyline, circle')).length);
     out.llmSpend = await page.$eval('#llm-spend', (e) => e.textContent).catch(() => null);
+    out.llmSaved = await page.$eval('#llm-spend', (e) => ({
+      calls: e.querySelector('.saved-calls').textContent,
+      tokens: e.querySelector('.saved-tokens').textContent,
+      usd: e.querySelector('.saved').textContent,
+    })).catch(() => null);
     out.header = {
       rps: await page.textContent('#rps'), errors: await page.textContent('#error-rate'),
       p99: await page.textContent('#p99'), uptime: await page.textContent('#uptime'), version: await page.textContent('#version'),

@@ -127,7 +127,14 @@ fn dashboard_config(har_dir: &Path, token: bool) -> String {
         .policy(
             "ai",
             "{host: 127.0.0.1, path: /v1/chat/completions}",
-            &[("llm", "{}"), ("budget", "ai-daily")],
+            &[
+                (
+                    "cache",
+                    "{ttl: 1h, methods: [POST], key_body: true, sampled: true}",
+                ),
+                ("llm", "{}"),
+                ("budget", "ai-daily"),
+            ],
         );
     if token {
         c = c.section("admin", &format!("{{token: {TOKEN}}}"));
@@ -199,6 +206,9 @@ async fn each_view_shows_what_the_admin_api_says() {
         get(&gw, &up, "/v1/fail").await;
     }
     assert_eq!(chat(&gw, &llm, "gpt-4o-mini").await.status, StatusCode::OK);
+    // The same call again: answered by the cache, what it saved on the LLM card.
+    let again = chat(&gw, &llm, "gpt-4o-mini").await;
+    assert_eq!(again.header("x-tollgate-cache"), Some("hit"));
     // What the admin API says once every call is counted.
     let discover = eventually("every call counted", || async {
         let d = admin_json(&gw, "/discover").await;
@@ -208,7 +218,7 @@ async fn each_view_shows_what_the_admin_api_says() {
             .iter()
             .map(|e| e["count"].as_u64().unwrap())
             .sum();
-        if n == 15 { Ok(d) } else { Err(d) }
+        if n == 16 { Ok(d) } else { Err(d) }
     })
     .await;
     // The rate limit's minute window may roll over while the browser reads: its card
@@ -288,6 +298,25 @@ async fn each_view_shows_what_the_admin_api_says() {
         .find_map(|e| e["llm"]["cost_usd"].as_f64())
         .unwrap();
     assert!(spend.contains(&format!("${cost:.4}")), "{spend} vs {cost}");
+    // The hit saved what the first call cost: one call, its tokens, its price.
+    let saved = discover["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["llm"].get("saved"))
+        .unwrap();
+    assert_eq!(saved["calls"], 1, "{saved}");
+    assert_eq!(v["llmSaved"]["calls"], "1 call", "{v:#}");
+    assert_eq!(
+        v["llmSaved"]["tokens"],
+        format!("{} / {}", saved["input_tokens"], saved["output_tokens"]),
+        "{v:#}"
+    );
+    assert!(saved["output_tokens"].as_u64() > Some(0), "{saved}");
+    // Shown to two significant figures below a cent.
+    let usd = saved["cost_usd"].as_f64().unwrap();
+    let shown: f64 = v["llmSaved"]["usd"].as_str().unwrap()[1..].parse().unwrap();
+    assert!(usd > 0.0 && (shown - usd).abs() <= usd * 0.05, "{v:#}");
 
     // The header: a rate and an error share over the last minute, the version.
     assert_eq!(

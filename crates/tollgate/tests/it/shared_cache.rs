@@ -74,11 +74,7 @@ async fn an_answer_one_gateway_fetched_serves_the_others_from_redis() {
     let redis = RedisServer::start();
     let (up, calls) = counted(&[]).await;
     let yaml = config(&redis, "{ttl: 60s, store: shared}");
-    let gws = [
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-    ];
+    let gws = three(&yaml).await;
     let first = get_via(&gws[0], up.addr, "/repos/o/r", &[]).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(cache_header(&first), "miss");
@@ -252,16 +248,34 @@ async fn at_once_cached(
     got.iter().map(cache_header).collect()
 }
 
+/// Three gateways on `yaml`, as three replicas.
+async fn three(yaml: &str) -> [tollgate::Gateway; 3] {
+    [
+        gateway(yaml).await,
+        gateway(yaml).await,
+        gateway(yaml).await,
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_identical_calls_across_three_replicas_make_one_provider_call() {
     let redis = RedisServer::start();
+    thirty_calls_make_one(&config(&redis, "{ttl: 60s, store: shared}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_thirty_identical_calls_across_three_replicas_make_one_call() {
+    let cluster = crate::support::redis_procs::RedisCluster::start();
+    thirty_calls_make_one(&format!(
+        "store:\n  backend: redis\n  cluster: ['redis://127.0.0.1:{}']\n  timeout: 500ms\npolicies:\n  - name: gh\n    cache: {{ttl: 60s, store: shared}}\n",
+        cluster.nodes[0]
+    ))
+    .await;
+}
+
+async fn thirty_calls_make_one(yaml: &str) {
     let (up, calls) = slow(300, 300).await;
-    let yaml = config(&redis, "{ttl: 60s, store: shared}");
-    let gws = [
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-    ];
+    let gws = three(yaml).await;
     let seen = at_once_cached(&gws, up.addr, "/listing", 30).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "{seen:?}");
     assert_eq!(seen.iter().filter(|s| *s == "miss").count(), 1, "{seen:?}");
@@ -275,12 +289,11 @@ async fn a_fetch_past_max_wait_costs_at_most_one_call_per_replica() {
     // The first fetch takes far past `max_wait` (as a replica that died holding the key
     // would): each other replica waits `max_wait`, then fetches once for its own waiters.
     let (up, calls) = slow(1500, 50).await;
-    let yaml = config(&redis, "{ttl: 60s, store: shared, max_wait: 200ms}");
-    let gws = [
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-    ];
+    let gws = three(&config(
+        &redis,
+        "{ttl: 60s, store: shared, max_wait: 200ms}",
+    ))
+    .await;
     let seen = at_once_cached(&gws, up.addr, "/listing", 30).await;
     let n = calls.load(Ordering::SeqCst);
     assert!((2..=3).contains(&n), "{n} calls: {seen:?}");
@@ -407,11 +420,7 @@ async fn a_paused_or_killed_redis_under_load_fails_no_call() {
         "store:\n  backend: redis\n  url: {}\n  timeout: 100ms\npolicies:\n  - name: gh\n    cache: {{ttl: 60s, store: shared, max_wait: 300ms}}\n",
         redis.url()
     );
-    let gws = [
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-        gateway(&yaml).await,
-    ];
+    let gws = three(&yaml).await;
     let load = |round: usize| {
         let gws = &gws;
         async move {

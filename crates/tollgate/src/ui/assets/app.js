@@ -342,12 +342,18 @@ async function refreshEndpoints() {
   box.hidden = llm.length === 0;
   if (llm.length) {
     const sum = (f) => llm.reduce((a, e) => a + (e.llm[f] || 0), 0);
+    // What the cache answered instead of the provider: the calls, and what their answers
+    // had cost when they were fetched.
+    const saved = (f) => llm.reduce((a, e) => a + ((e.llm.saved || {})[f] || 0), 0);
     box.replaceChildren(el('div', { class: 'card', id: 'llm-spend' },
       el('h2', {}, 'LLM calls since start'),
       el('dl', { class: 'kv' },
         el('dt', {}, 'calls'), el('dd', { class: 'calls' }, fmtNum(sum('calls'))),
         el('dt', {}, 'tokens in / out'), el('dd', {}, `${fmtNum(sum('input_tokens'))} / ${fmtNum(sum('output_tokens'))}`),
-        el('dt', {}, 'cost'), el('dd', { class: 'cost' }, fmtUsd(sum('cost_usd'))))));
+        el('dt', {}, 'cost'), el('dd', { class: 'cost' }, fmtUsd(sum('cost_usd'))),
+        el('dt', {}, 'from the cache'), el('dd', { class: 'saved-calls' }, `${fmtNum(saved('calls'))} ${saved('calls') === 1 ? 'call' : 'calls'}`),
+        el('dt', {}, 'tokens saved in / out'), el('dd', { class: 'saved-tokens' }, `${fmtNum(saved('input_tokens'))} / ${fmtNum(saved('output_tokens'))}`),
+        el('dt', {}, 'saved'), el('dd', { class: 'saved' }, fmtUsd(saved('cost_usd'))))));
   }
   renderEndpoints();
 }

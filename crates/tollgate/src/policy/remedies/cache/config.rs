@@ -26,7 +26,7 @@ pub struct RawCache {
     pub sampled: bool,
     /// Largest response stored; larger ones stream through uncached.
     pub max_entry: Size<1, { 1 << 30 }>,
-    /// Total size (bodies, headers, keys); least recently used entries are evicted beyond it. Each worker also keeps copies of the entries it serves, up to a sixteenth of this (see "Per worker").
+    /// Total size (bodies, headers, keys); least recently used entries are evicted beyond it, and an entry larger than all of it is not kept (with `store: shared` it still goes to Redis). Each worker also keeps copies of the entries it serves, up to a sixteenth of this (see "Per worker").
     pub max_size: Size<1024, { 64 << 30 }>,
     /// Declare the cache shared (RFC 9111 §3.5): then `Cache-Control: private` responses, and responses to requests carrying their own `Authorization`, are not stored. A sidecar serving one application is a private cache, so GitHub's `private, max-age=60` stays cacheable by default.
     pub shared: bool,

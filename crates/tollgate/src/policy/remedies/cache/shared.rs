@@ -153,40 +153,47 @@ impl CacheStore for SharedCache {
 
     /// Single flight across replicas: a lease on the key's `fetching` (one holder, ending
     /// after `max_wait`). Without it, another replica is fetching: wait for its entry,
-    /// looking every 10 ms, until it is there (found), the lease is given back or ended
-    /// without one (its answer could not be stored, or the replica died), or `max_wait`
-    /// passed: then fetch. So N replicas asked for one missing key at once make one call
-    /// when the first stores its answer, and at most one each otherwise. Redis away: the
-    /// store's `on_error` lease, a fetch here.
+    /// looking every 10 ms, until it is there (found), or the lease is given back or
+    /// ended without one (its answer could not be stored, or the replica died): then
+    /// race for the lease again. Past `max_wait`, fetch regardless. So N replicas asked
+    /// for one missing key at once make one call when the first stores its answer, and
+    /// at most one each otherwise. Redis away: the store's `on_error` lease, a fetch here.
     fn claim(&self, key: &str) -> StoreFuture<'_, Claim> {
         let lock = self.key_of(key, "fetching");
         let entry = self.key(key);
         let key = key.to_owned();
         StoreFuture::Pending(Box::pin(async move {
             let ttl = self.max_wait.as_millis() as u64;
-            match self.store.lease(&lock, 1, ttl).await {
-                Ok(Some(id)) => {
-                    let store = self.store.clone();
-                    return Ok(Claim::Fetch(Some(Flight {
-                        store,
-                        key: lock,
-                        id,
-                    })));
-                }
-                Ok(None) => {}
-                Err(_) => return Ok(Claim::Fetch(None)),
-            }
             let deadline = tokio::time::Instant::now() + self.max_wait;
-            while tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(POLL).await;
-                if let Some(e) = self.read(&entry, &key).await {
-                    return Ok(Claim::Found(e));
+            // The lease, or the entry of whoever holds it; when a holder gives it back
+            // without an entry (or dies and it ends), the waiters race for it again, so
+            // one of them fetches and the others wait for that one's entry.
+            loop {
+                match self.store.lease(&lock, 1, ttl).await {
+                    Ok(Some(id)) => {
+                        let store = self.store.clone();
+                        return Ok(Claim::Fetch(Some(Flight {
+                            store,
+                            key: lock,
+                            id,
+                        })));
+                    }
+                    Ok(None) => {}
+                    Err(_) => return Ok(Claim::Fetch(None)),
                 }
-                if self.store.leased(&lock).await.unwrap_or(0) == 0 {
-                    break;
+                loop {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(Claim::Fetch(None));
+                    }
+                    tokio::time::sleep(POLL).await;
+                    if let Some(e) = self.read(&entry, &key).await {
+                        return Ok(Claim::Found(e));
+                    }
+                    if self.store.leased(&lock).await.unwrap_or(0) == 0 {
+                        break;
+                    }
                 }
             }
-            Ok(Claim::Fetch(None))
         }))
     }
 

@@ -110,6 +110,9 @@ pub enum Claim {
 
 pub struct MemoryCache {
     cache: moka::sync::Cache<String, Arc<Entry>>,
+    /// The cache's size: an entry weighing more is not kept (moka would hold it until
+    /// its next housekeeping, serving it meanwhile, then evict it).
+    max_bytes: u64,
 }
 
 /// Entries leave memory when they can no longer be served or revalidated.
@@ -146,6 +149,7 @@ impl MemoryCache {
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .expire_after(KeepUntil)
                 .build(),
+            max_bytes,
         }
     }
 }
@@ -156,6 +160,11 @@ impl MemoryCache {
     }
 
     pub fn insert(&self, key: String, entry: Arc<Entry>) {
+        if u64::from(entry.weight(&key)) > self.max_bytes {
+            // Larger than the whole cache; a stale entry the key had must go too.
+            self.cache.invalidate(&key);
+            return;
+        }
         self.cache.insert(key, entry);
     }
 }
@@ -222,5 +231,18 @@ mod tests {
             "the least recently used left"
         );
         assert_eq!(c.size().0, 3);
+    }
+
+    #[tokio::test]
+    async fn an_entry_larger_than_the_cache_is_not_kept_nor_served() {
+        let one = entry("x").weight("k") as u64;
+        let c = MemoryCache::new(one);
+        c.put("k".into(), entry("x")).await.unwrap();
+        assert!(c.get("k").await.unwrap().is_some());
+        c.put("k".into(), entry("xx")).await.unwrap();
+        assert!(
+            c.get("k").await.unwrap().is_none(),
+            "neither the new entry nor the old one it replaces"
+        );
     }
 }
