@@ -18,7 +18,7 @@ pub struct RawCache {
     pub statuses: Vec<u16>,
     /// Request headers whose values are part of the key (`accept`, `x-github-api-version`, a tenant header…).
     pub key_headers: Vec<String>,
-    /// Put a SHA-256 of the request body in the key; a JSON body is canonicalised first (keys sorted, no whitespace), so `{"a":1, "b":2}` and `{"b":2,"a":1}` share an entry; numbers keep their spelling (`1.0` and `1.00` are different keys). For search and LLM completion APIs. A body over `max_entry` bypasses.
+    /// Put a SHA-256 of the request body in the key; a JSON body is canonicalised first (keys sorted, no whitespace, a fractional number spelled as the value it reads as), so `{"a":1, "b":2}` and `{"b":2,"a":1}` share an entry, and so do `0.70` and `0.7`; integers stay as written (`1` and `1.0` are different keys). For search and LLM completion APIs. A body over `max_entry` bypasses.
     pub key_body: bool,
     /// With `key_body`: top-level members of a JSON body left out of the key, for fields that do not change the answer (a request id, a trace label). Recognised LLM calls also leave out `user`, `safety_identifier` and `metadata`.
     pub key_ignore: Vec<String>,

@@ -68,8 +68,8 @@ pub const LLM_IGNORED: &[&str] = &["user", "safety_identifier", "metadata"];
 /// How a request body is part of the key: `Some(digest)`, or `None` when the call must
 /// not be cached (a sampled LLM call, and the policy does not cache those).
 ///
-/// A JSON body is canonicalised first (object keys sorted, no whitespace, numbers as
-/// written), with `ignore`'s top-level members left out (and [`LLM_IGNORED`] for an LLM
+/// A JSON body is canonicalised first (object keys sorted, no whitespace, fractional
+/// numbers spelled one way: [`canonical_numbers`]), with `ignore`'s top-level members left out (and [`LLM_IGNORED`] for an LLM
 /// call); another body is hashed as it is.
 pub fn body_digest(body: &[u8], ignore: &[String], llm: bool, sampled: bool) -> Option<[u8; 32]> {
     let sha = |b: &[u8]| {
@@ -92,9 +92,32 @@ pub fn body_digest(body: &[u8], ignore: &[String], llm: bool, sampled: bool) -> 
             o.remove(name);
         }
     }
+    canonical_numbers(&mut v);
     // serde_json's maps are sorted (no `preserve_order`), and `to_vec` writes no
     // whitespace: the canonical form.
     Some(sha(&serde_json::to_vec(&v).unwrap_or_default()))
+}
+
+/// Numbers with a fraction or an exponent spelled one way: as the shortest text of the
+/// double they read as (`0.70`, `0.7` and `7e-1` are `0.7`; `1.00` is `1.0`), which is
+/// the value a provider reads. Integers are left as written (`1` and `1.0` stay apart:
+/// a typed field may take one and refuse the other), and so is a number past a double's
+/// range. (serde_json keeps a number's text here: `arbitrary_precision`, for fidelity.)
+fn canonical_numbers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) => {
+            let text = n.to_string();
+            if text.contains(['.', 'e', 'E'])
+                && let Ok(f) = text.parse::<f64>()
+                && let Some(c) = serde_json::Number::from_f64(f)
+            {
+                *n = c;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(canonical_numbers),
+        serde_json::Value::Object(o) => o.values_mut().for_each(canonical_numbers),
+        _ => {}
+    }
 }
 
 /// Whether an LLM call asks for its most likely answer: `temperature` 0 (top level, or
@@ -125,6 +148,27 @@ mod tests {
             k(&u2, br#"{"messages":[1,2],"model":"x"}"#)
         );
         assert_ne!(k(&u1, br#"{"model":"x"}"#), k(&u1, br#"{"model":"y"}"#));
+        // A fractional number is the value it reads as, however spelled.
+        let t = |b: &str| body_digest(b.as_bytes(), &[], false, false).unwrap();
+        let point7 = t(r#"{"t":0.7,"n":[1.5]}"#);
+        for same in [
+            r#"{"t":0.70,"n":[1.50]}"#,
+            r#"{"t":7e-1,"n":[15E-1]}"#,
+            r#"{"n":[1.5000], "t":0.700}"#,
+        ] {
+            assert_eq!(t(same), point7, "{same}");
+        }
+        assert_ne!(t(r#"{"t":0.71,"n":[1.5]}"#), point7);
+        assert_eq!(t(r#"{"m":1.00}"#), t(r#"{"m":1.0}"#));
+        // Integers as written: `1` and `1.0` differ for a typed field; so do big ones a
+        // double could not tell apart.
+        assert_ne!(t(r#"{"m":1}"#), t(r#"{"m":1.0}"#));
+        assert_ne!(
+            t(r#"{"seed":9007199254740993}"#),
+            t(r#"{"seed":9007199254740992}"#)
+        );
+        // Past a double's range: kept as written.
+        assert_ne!(t(r#"{"x":1e400}"#), t(r#"{"x":2e400}"#));
     }
 
     #[test]
