@@ -412,41 +412,7 @@ impl RemedyKind for Kind {
             let shared = b.store_for(true);
             let store: Arc<dyn CacheStore> =
                 if spec.store == config::CacheStore::Shared && shared.shared() {
-                    let writes = |result| {
-                        metrics
-                            .shared_writes
-                            .get_or_create(&WriteLabels {
-                                name: b.policy.to_owned(),
-                                result,
-                            })
-                            .clone()
-                    };
-                    // The longest an entry lives on Redis: its keep time (`tee.rs`, and
-                    // a revalidation's refresh).
-                    let longest = if spec.revalidate {
-                        2 * spec.ttl
-                    } else {
-                        spec.ttl
-                    };
-                    Arc::new(shared::SharedCache::new(
-                        memory,
-                        shared,
-                        b.policy,
-                        shared::Bounds {
-                            max_entry: spec.max_entry,
-                            max_wait: spec.max_wait,
-                            max_bytes: spec.shared_max_size,
-                            longest_ms: longest.as_millis() as u64,
-                        },
-                        (
-                            metrics.corrupt.get_or_create(&l).clone(),
-                            shared::Writes {
-                                written: writes("written"),
-                                over_budget: writes("over_budget"),
-                                private: writes("private"),
-                            },
-                        ),
-                    ))
+                    Arc::new(shared_cache(spec, b.policy, &metrics, (memory, shared)))
                 } else {
                     Arc::new(memory)
                 };
@@ -468,6 +434,56 @@ impl RemedyKind for Kind {
         });
         Built::from(Arc::new(CacheStage { cache, front: None }))
     }
+}
+
+/// The cache of `policy` on the shared store `shared`, over this replica's `memory`.
+fn shared_cache(
+    spec: &CacheSpec,
+    policy: &str,
+    metrics: &Metrics,
+    (memory, shared): (store::MemoryCache, Arc<dyn crate::policy::store::Store>),
+) -> shared::SharedCache {
+    let counter = |result| {
+        metrics
+            .shared_writes
+            .get_or_create(&WriteLabels {
+                name: policy.to_owned(),
+                result,
+            })
+            .clone()
+    };
+    // The longest an entry lives on Redis: its keep time (`tee.rs`, and a
+    // revalidation's refresh).
+    let longest = if spec.revalidate {
+        2 * spec.ttl
+    } else {
+        spec.ttl
+    };
+    let corrupt = metrics
+        .corrupt
+        .get_or_create(&NameLabels {
+            name: policy.to_owned(),
+        })
+        .clone();
+    shared::SharedCache::new(
+        memory,
+        shared,
+        policy,
+        shared::Bounds {
+            max_entry: spec.max_entry,
+            max_wait: spec.max_wait,
+            max_bytes: spec.shared_max_size,
+            longest_ms: longest.as_millis() as u64,
+        },
+        (
+            corrupt,
+            shared::Writes {
+                written: counter("written"),
+                over_budget: counter("over_budget"),
+                private: counter("private"),
+            },
+        ),
+    )
 }
 
 impl Remedy for CacheStage {
