@@ -321,6 +321,28 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/remedy-stats") => {
             json(StatusCode::OK, shared.diagnostics.remedy_stats.to_json())
         }
+        (&Method::POST, "/cache/purge") => {
+            // `?policy=NAME`: that policy's cache; without it, every cache.
+            let only = req.uri().query().and_then(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .find(|(k, _)| k == "policy")
+                    .map(|(_, v)| v.into_owned())
+            });
+            let rt = shared.runtime.load_full();
+            match crate::policy::state::purge(&rt.config.policies, &rt.engine, only.as_deref())
+                .await
+            {
+                Some(done) => json(StatusCode::OK, done),
+                None => text(
+                    StatusCode::NOT_FOUND,
+                    "application/json",
+                    crate::error::body(
+                        "no_such_cache",
+                        "no policy of that name has a cache; `GET /policies` lists them, and `POST /cache/purge` without `policy` purges every cache",
+                    ),
+                ),
+            }
+        }
         (&Method::POST, "/reload") => match reload::reload(shared).await {
             Ok(diff) => json(
                 StatusCode::OK,
@@ -337,7 +359,7 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         (
             _,
             "/healthz" | "/readyz" | "/metrics" | "/config" | "/policies" | "/discover"
-            | "/remedy-stats" | "/reload",
+            | "/remedy-stats" | "/reload" | "/cache/purge",
         ) => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -346,7 +368,7 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /ui (the dashboard), /healthz /readyz /metrics /config /policies /discover /remedy-stats or POST /reload\n".into(),
+            "not found; try /ui (the dashboard), /healthz /readyz /metrics /config /policies /discover /remedy-stats, POST /reload or POST /cache/purge\n".into(),
         ),
     }
 }

@@ -54,6 +54,12 @@ pub trait Remedy: Send + Sync + 'static {
         None
     }
 
+    /// Drops what it keeps of answers (`POST /cache/purge`): what it did, under its name;
+    /// `None`: it keeps none.
+    fn purge(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        None
+    }
+
     /// This stage as one data-plane worker's chain runs it, where the stage keeps state
     /// of that worker's own (the cache's copies of the entries it serves); `None`: the
     /// one stage, shared. Only the request stack's stage is replaced, so a remedy with a

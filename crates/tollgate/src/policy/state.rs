@@ -33,3 +33,21 @@ pub async fn describe(policies: &PolicySet, engine: &Engine) -> Value {
     }
     json!({ "policies": out })
 }
+
+/// `POST /cache/purge`: every remedy that keeps answers (the caches) of the policy named
+/// `only`, or of every policy, drops them; what each did, by policy. `None` when `only`
+/// names no policy with a cache.
+pub async fn purge(policies: &PolicySet, engine: &Engine, only: Option<&str>) -> Option<Value> {
+    let mut out = Vec::new();
+    for (p, chain) in policies.policies.iter().zip(&engine.chains) {
+        if only.is_some_and(|o| o != p.name) {
+            continue;
+        }
+        for (r, name) in chain.remedies.iter().zip(&chain.names) {
+            if let Some(done) = r.purge() {
+                out.push(json!({"policy": p.name, "remedy": name, "purged": done.await}));
+            }
+        }
+    }
+    (only.is_none() || !out.is_empty()).then(|| json!({ "purged": out }))
+}

@@ -365,3 +365,42 @@ async fn a_passed_key_that_starts_to_vary_is_stored_by_the_next_request() {
     // Three passes, the stored answer (and the one relayed before it), the other variant.
     assert_eq!(hits.load(Ordering::SeqCst), calls);
 }
+
+#[tokio::test]
+async fn a_purge_drops_every_entry_and_the_next_request_fetches_again() {
+    let (up, hits) =
+        counting_upstream(
+            |_, i| async move { answer(200, &[("x-call", &i.to_string())], "payload") },
+        )
+        .await;
+    let gw = gateway(&cached("")).await;
+    for _ in 0..2 {
+        get_via(&gw, up.addr, "/r", &[]).await;
+    }
+    let hit = eventually("the entry stored", || async {
+        let g = get_via(&gw, up.addr, "/r", &[]).await;
+        match g.header("x-tollgate-cache") {
+            Some("hit") => Ok(g),
+            _ => Err(g.status),
+        }
+    })
+    .await;
+    assert_eq!(hit.header("x-call"), Some("0"));
+    let done = admin_post(&gw, "/cache/purge?policy=c").await;
+    assert_eq!(done.status, http::StatusCode::OK);
+    let done = done.json();
+    assert_eq!(done["purged"][0]["policy"], "c", "{done}");
+    assert_eq!(done["purged"][0]["purged"]["entries"], 1, "{done}");
+    assert_eq!(done["purged"][0]["purged"]["store"], "local", "{done}");
+    let after = get_via(&gw, up.addr, "/r", &[]).await;
+    assert_eq!(after.header("x-tollgate-cache"), Some("miss"));
+    assert_eq!(after.header("x-call"), Some("1"));
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    // A policy without a cache, or none of that name: 404, saying what to do.
+    let none = admin_post(&gw, "/cache/purge?policy=nope").await;
+    assert_eq!(none.status, http::StatusCode::NOT_FOUND);
+    assert_eq!(none.json()["error"]["code"], "no_such_cache");
+    // Without a policy: every cache.
+    let all = admin_post(&gw, "/cache/purge").await.json();
+    assert_eq!(all["purged"].as_array().map(Vec::len), Some(1), "{all}");
+}

@@ -589,3 +589,45 @@ async fn a_paced_replay_on_another_replica_keeps_the_streams_events_and_their_ga
     // earliest (a lower bound the replay's sleeps guarantee; no upper bound asserted).
     assert!(took >= 2 * GAP, "replayed in {took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_on_one_replica_reaches_the_others() {
+    let redis = RedisServer::start();
+    let (up, calls) = counted(&[]).await;
+    let yaml = config(&redis, "{ttl: 60s, store: shared}");
+    let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
+    assert_eq!(cache_header(&get_via(&a, up.addr, "/r", &[]).await), "miss");
+    entry_on_redis(&redis, None).await;
+    // b reads it from Redis once, then serves it from its own memory.
+    assert_eq!(
+        cache_header(&get_via(&b, up.addr, "/r", &[]).await),
+        "shared-hit"
+    );
+    let kept = get_via(&b, up.addr, "/r", &[]).await;
+    assert_eq!(
+        (cache_header(&kept), &kept.body[..]),
+        ("hit".into(), &b"{\"call\":1}"[..])
+    );
+    let done = admin_post(&a, "/cache/purge?policy=gh").await.json();
+    assert_eq!(done["purged"][0]["purged"]["replicas"], "all", "{done}");
+    // a fetches anew: the entry from before the purge is unreachable, on Redis too.
+    let after = get_via(&a, up.addr, "/r", &[]).await;
+    assert_eq!(cache_header(&after), "miss");
+    assert_eq!(&after.body[..], b"{\"call\":2}");
+    // b follows within a second of its next request: it drops its copy and reads the
+    // new entry (or fetches, were it not there yet); never the purged answer again.
+    eventually("b follows the purge", || async {
+        let got = get_via(&b, up.addr, "/r", &[]).await;
+        match &got.body[..] {
+            b"{\"call\":1}" => Err(cache_header(&got)),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(calls.load(Ordering::SeqCst) <= 3);
+    // The purge's mark: the one key without an expiry (it must outlive every entry).
+    assert_eq!(
+        redis.cli(&["PTTL", "tollgate:{cache:gh}:purged:0"]).trim(),
+        "-1"
+    );
+}

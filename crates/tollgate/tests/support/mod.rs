@@ -575,9 +575,14 @@ pub async fn get_via(gw: &Gateway, up: SocketAddr, path: &str, headers: &[(&str,
 
 /// `POST /reload` on the admin listener.
 pub async fn post_reload(gw: &Gateway) -> Got {
+    admin_post(gw, "/reload").await
+}
+
+/// A `POST` of `path` (with its query) on the admin listener, without a body.
+pub async fn admin_post(gw: &Gateway, path: &str) -> Got {
     send(
         &client(),
-        Request::post(format!("http://{}/reload", gw.admin_addr))
+        Request::post(format!("http://{}{path}", gw.admin_addr))
             .body(empty())
             .unwrap(),
     )

@@ -60,6 +60,13 @@ impl Generations {
         self.slots[self.slot(key)].0.load(Ordering::Acquire)
     }
 
+    /// After a purge: every worker's copies look again (and find nothing).
+    pub fn all_stored(&self) {
+        for s in &self.slots {
+            s.0.fetch_add(1, Ordering::Release);
+        }
+    }
+
     /// After a key of `slot` was stored (not before: a copy checked in between would be
     /// confirmed at the new generation against the entry being replaced).
     pub fn stored(&self, slot: usize) {

@@ -91,6 +91,9 @@ pub struct Cache {
     pub bytes: prometheus_client::metrics::gauge::Gauge,
     /// What LLM answers served from the cache saved.
     saving: Saving,
+    /// On a shared store: when this replica last looked whether another purged the
+    /// cache (unix ms; see [`Cache::follow`]).
+    followed_ms: std::sync::atomic::AtomicU64,
 }
 
 /// `tollgate_cache_saved_tokens_total{policy,model,kind}` and
@@ -228,7 +231,39 @@ impl Cache {
             entries,
             bytes,
             saving,
+            followed_ms: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// On a shared store, at most once per [`store::PURGE_CHECK_MS`]: looks (in a task of
+    /// its own, so the request does not wait) whether another replica purged the cache,
+    /// and if so drops this replica's entries, marks and every worker's copies.
+    fn follow(self: &Arc<Self>, now: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let last = self.followed_ms.load(Relaxed);
+        if now < last + store::PURGE_CHECK_MS
+            || self
+                .followed_ms
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let c = self.clone();
+        tokio::spawn(async move {
+            if let Ok(true) = c.store.follow().await {
+                c.forget_all();
+            }
+        });
+    }
+
+    /// After a purge: the hit-for-pass marks go, and every worker's copies look again.
+    fn forget_all(&self) {
+        self.pass.invalidate_all();
+        self.generations.all_stored();
+        let (entries, bytes) = self.store.size();
+        self.entries.set(entries as i64);
+        self.bytes.set(bytes as i64);
     }
 
     /// A response served from `e`. Its `x-tollgate-cache: hit` is set by the response
@@ -523,10 +558,30 @@ impl Remedy for CacheStage {
         }))
     }
 
+    fn purge(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
+        let c = &self.cache;
+        Some(Box::pin(async move {
+            let done = c.store.purge().await;
+            c.forget_all();
+            match done {
+                Ok(p) => serde_json::json!({
+                    "entries": p.entries,
+                    "store": if p.shared.is_some() { "shared" } else { "local" },
+                    // Whether every replica follows (Redis reached).
+                    "replicas": p.shared.map(|s| if s { "all" } else { "this one: the shared store did not answer" }),
+                }),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            }
+        }))
+    }
+
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let c = &self.cache;
             let s = &c.spec;
+            if s.store == config::CacheStore::Shared {
+                c.follow(clock::now_ms());
+            }
             let carries = control::Carries::of(&x.parts.headers);
             if !s.methods.contains(&x.method) || carries.bypasses(&x.parts.headers) {
                 return Ok(bypass(x, c));

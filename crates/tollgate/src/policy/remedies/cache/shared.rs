@@ -17,13 +17,14 @@
 
 use super::budget::Budget;
 use super::replay::{MAX_MARKS, Mark, Pace};
-use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache, Saved};
+use super::store::{CacheStore, Claim, Entry, Flight, MemoryCache, Purged, Saved};
 use crate::policy::clock;
 use crate::policy::store::{Key, Store, StoreFuture};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How often a replica waiting for another's fetch looks for the entry.
@@ -55,6 +56,11 @@ pub struct SharedCache {
     /// The bytes of entries Redis may hold (`shared_max_size`).
     budget: Budget,
     writes: Writes,
+    /// When the cache was last purged (unix ms; 0: never), as this replica last read it: part of every entry's hash, so a purge leaves the entries
+    /// before it unreachable (they expire on Redis as they would have).
+    generation: AtomicU64,
+    /// `PREFIX:{cache:POLICY}:purged:0`, the last purge's time.
+    purged: Key,
 }
 
 /// `tollgate_cache_shared_writes_total{name,result}`: what became of each entry this
@@ -86,8 +92,11 @@ impl SharedCache {
         bounds: Bounds,
         (corrupt, writes): (Counter, Writes),
     ) -> Self {
+        let resource: Arc<str> = format!("cache:{policy}").into();
         Self {
             local,
+            generation: AtomicU64::new(0),
+            purged: Key::new(&resource, &Arc::from("purged"), 0),
             max_wait: bounds.max_wait,
             budget: Budget::new(store.clone(), policy, bounds.longest_ms, bounds.max_bytes),
             store,
@@ -106,9 +115,13 @@ impl SharedCache {
         self.key_of(key, "entry")
     }
 
-    /// `part` of the entry's keys (`entry`, `fetching`), in the entry's hash tag.
+    /// `part` of the entry's keys (`entry`, `fetching`), in the entry's hash tag: a hash
+    /// of the cache key and the cache's generation (the last purge).
     fn key_of(&self, key: &str, part: &str) -> Key {
-        let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(&self.generation.load(Ordering::Relaxed).to_le_bytes());
+        ctx.update(key.as_bytes());
+        let digest = ctx.finish();
         let mut resource = String::with_capacity(self.prefix.len() + 64);
         resource.push_str(&self.prefix);
         for b in digest.as_ref() {
@@ -217,6 +230,39 @@ impl CacheStore for SharedCache {
             })),
             _ => StoreFuture::ready(Ok(())),
         }
+    }
+
+    /// Marks the purge's time on Redis, which every replica adopts as the generation its
+    /// entries are hashed with. The mark only rises and never expires (one key per
+    /// purged cache): a generation that went back could reach entries from before it.
+    /// With Redis away the purge drops this replica's memory only, and says so.
+    fn purge(&self) -> StoreFuture<'_, Purged> {
+        StoreFuture::Pending(Box::pin(async move {
+            let mark = self.store.raise(&self.purged, clock::now_ms(), 0).await;
+            // The store answers from memory when Redis does not: such a mark is this
+            // replica's alone, so it is not adopted.
+            let reached = mark.is_ok() && self.store.describe()["answering"] != false;
+            if let (Ok(mark), true) = (mark, reached) {
+                self.generation.fetch_max(mark, Ordering::Relaxed);
+            }
+            Ok(Purged {
+                entries: self.local.clear(),
+                shared: Some(reached),
+            })
+        }))
+    }
+
+    fn follow(&self) -> StoreFuture<'_, bool> {
+        StoreFuture::Pending(Box::pin(async move {
+            let Ok(mark) = self.store.deadline(&self.purged).await else {
+                return Ok(false);
+            };
+            if self.generation.fetch_max(mark, Ordering::Relaxed) >= mark {
+                return Ok(false);
+            }
+            self.local.clear();
+            Ok(true)
+        }))
     }
 
     fn shared_bytes(&self) -> StoreFuture<'_, Option<(u64, u64)>> {

@@ -76,6 +76,14 @@ pub trait CacheStore: Send + Sync + 'static {
     fn shared_bytes(&self) -> StoreFuture<'_, Option<(u64, u64)>> {
         StoreFuture::ready(Ok(None))
     }
+    /// Drops every entry (`POST /cache/purge`). On a shared store, for every replica:
+    /// they follow within [`PURGE_CHECK_MS`].
+    fn purge(&self) -> StoreFuture<'_, Purged>;
+    /// On a shared store, whether another replica purged the cache since this one last
+    /// looked (this replica's memory is then dropped too).
+    fn follow(&self) -> StoreFuture<'_, bool> {
+        StoreFuture::ready(Ok(false))
+    }
     /// Before this replica's fetch of a key it misses: on a shared store, the right to
     /// fetch it for every replica, or the entry another replica fetched meanwhile.
     fn claim(&self, key: &str) -> StoreFuture<'_, Claim> {
@@ -83,6 +91,19 @@ pub trait CacheStore: Send + Sync + 'static {
         StoreFuture::ready(Ok(Claim::Fetch(None)))
     }
 }
+
+/// What a purge did.
+pub struct Purged {
+    /// Entries this replica's memory held.
+    pub entries: u64,
+    /// On a shared store, whether the purge reached it (so every replica follows);
+    /// `None` for a cache in memory only.
+    pub shared: Option<bool>,
+}
+
+/// How often a replica of a shared cache looks whether another purged it (at most once
+/// per this many milliseconds, from a request that finds the time passed).
+pub const PURGE_CHECK_MS: u64 = 1000;
 
 /// A replica's lease on fetching one key for all of them: given back when dropped (after
 /// the entry is stored, or when it could not be), or ending with `max_wait` if the
@@ -159,6 +180,15 @@ impl MemoryCache {
         self.cache.get(key)
     }
 
+    /// Drops every entry: how many there were.
+    pub fn clear(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        let n = self.cache.entry_count();
+        self.cache.invalidate_all();
+        self.cache.run_pending_tasks();
+        n
+    }
+
     pub fn insert(&self, key: String, entry: Arc<Entry>) {
         if u64::from(entry.weight(&key)) > self.max_bytes {
             // Larger than the whole cache; a stale entry the key had must go too.
@@ -182,6 +212,13 @@ impl CacheStore for MemoryCache {
     fn size(&self) -> (u64, u64) {
         self.cache.run_pending_tasks();
         (self.cache.entry_count(), self.cache.weighted_size())
+    }
+
+    fn purge(&self) -> StoreFuture<'_, Purged> {
+        StoreFuture::ready(Ok(Purged {
+            entries: self.clear(),
+            shared: None,
+        }))
     }
 }
 
