@@ -90,6 +90,11 @@ const scenarios = {
       policy: b.closest('[data-stats]').dataset.stats, action: b.dataset.action, count: b.querySelector('.count').textContent,
     })));
     await shot(page, 'remedies');
+    // A cache's Purge button: its entries go.
+    const users = '#policies .policy[data-policy="users"] .remedy[data-remedy="cache"]';
+    await page.click(users + ' button.purge');
+    await page.waitForFunction((sel) => /entries0(?!\d)/.test(document.querySelector(sel).textContent), users);
+    out.purged = await page.textContent(users);
     await page.goto(cfg.base + '/ui#config');
     await page.waitForFunction(() => document.querySelector('#config').textContent.length > 10);
     out.config = await page.textContent('#config');

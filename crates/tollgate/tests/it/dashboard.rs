@@ -344,11 +344,17 @@ async fn each_view_shows_what_the_admin_api_says() {
         }
     }
     let users_state = &policies["policies"][0]["state"];
+    // Entries as they were when the view was read (the browser then purged them).
+    let users_before = &before["policies"][0]["state"];
     let cache = shown[0]["remedies"]["cache"].as_str().unwrap();
     assert!(
-        cache.contains(&format!("entries{}", users_state["cache"]["entries"])),
-        "{cache} vs {users_state}"
+        cache.contains(&format!("entries{}", users_before["cache"]["entries"])),
+        "{cache} vs {users_before}"
     );
+    assert!(users_before["cache"]["entries"].as_u64() > Some(0));
+    // The Purge button emptied the cache, as /policies says after.
+    assert_eq!(users_state["cache"]["entries"], 0, "{users_state}");
+    assert!(v["purged"].as_str().unwrap().contains("entries0"), "{v:#}");
     assert!(cache.contains("hit ratio %: 50 of 100"), "{cache}");
     let limit = shown[0]["remedies"]["rate_limit"].as_str().unwrap();
     let used = &users_state["rate_limit"];

@@ -424,7 +424,9 @@ function renderPolicies(p) {
       el('div', {}, (pol.remedies || []).map((r) => el('span', { class: 'chip' }, r))));
     const list = el('div', { class: 'remedy-list' });
     for (const [remedy, st] of Object.entries(pol.state || {})) {
-      list.append(el('div', { class: 'remedy', 'data-remedy': remedy }, el('h4', {}, remedy), stateOf(st)));
+      const box = el('div', { class: 'remedy', 'data-remedy': remedy }, el('h4', {}, remedy), stateOf(st));
+      if (remedy === 'cache') box.append(purgeButton(pol.name));
+      list.append(box);
     }
     card.append(list);
     return card;
@@ -448,6 +450,17 @@ function renderRemedyStats(s) {
       }));
   });
   $('#remedy-stats').replaceChildren(...(blocks.length ? blocks : [el('p', { class: 'muted' }, 'No remedy has acted yet.')]));
+}
+
+// `POST /cache/purge` for one policy's cache (every replica's, for a shared one).
+function purgeButton(policy) {
+  const b = el('button', { type: 'button', class: 'purge', 'aria-label': `Purge the cache of ${policy}` }, 'Purge');
+  b.addEventListener('click', async () => {
+    b.disabled = true;
+    try { await api('/cache/purge?policy=' + encodeURIComponent(policy), { method: 'POST' }); } catch (e) { /* the state below says */ }
+    refreshRemedies();
+  });
+  return b;
 }
 
 async function refreshRemedies() {
