@@ -16,7 +16,7 @@ pub struct Scan {
     /// At `base` depth, the next string is a key.
     expect_key: bool,
     /// Reading a key at `base` depth (`None` past 32 bytes: no wanted key is that long).
-    key: Option<Vec<u8>>,
+    key: Option<KeyBuf>,
     /// A key just ended: its wanted index when the next `:` makes it one.
     after_key: Option<Option<usize>>,
     capture: Option<(usize, Vec<u8>)>,
@@ -82,7 +82,7 @@ impl Scan {
                 b'"' => {
                     self.in_str = true;
                     let keying = self.depth == self.base && self.expect_key;
-                    self.key = keying.then(Vec::new);
+                    self.key = keying.then(KeyBuf::default);
                 }
                 b'{' | b'[' => {
                     if self.base == 0 {
@@ -141,15 +141,41 @@ impl Scan {
             self.in_str = false;
             if let Some(k) = self.key.take() {
                 self.expect_key = false;
+                let k = k.as_bytes();
                 self.after_key = Some(self.wanted.iter().position(|w| w.as_bytes() == k));
             }
-        } else if let Some(k) = &mut self.key {
-            k.push(c);
-            if k.len() > 32 {
-                self.key = None;
-            }
+        } else if let Some(k) = &mut self.key
+            && !k.push(c)
+        {
+            self.key = None;
         }
         i + 1
+    }
+}
+
+/// A key being read, in place: every key of an answer's top-level object is read, and
+/// none needs a heap allocation (no wanted key is over 32 bytes).
+#[derive(Default)]
+struct KeyBuf {
+    bytes: [u8; 32],
+    len: u8,
+}
+
+impl KeyBuf {
+    /// Adds `c`; `false` past 32 bytes.
+    fn push(&mut self, c: u8) -> bool {
+        match self.bytes.get_mut(self.len as usize) {
+            Some(slot) => {
+                *slot = c;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
     }
 }
 
@@ -206,6 +232,19 @@ mod tests {
         let found = scan_in_pieces(text, 5);
         assert_eq!(found.len(), 3);
         assert_eq!(found[2], (0, r#"{"n":2}"#.to_owned()));
+    }
+
+    #[test]
+    fn a_key_longer_than_any_wanted_is_none_of_them() {
+        let long = format!("usage{}", "x".repeat(40));
+        let text = format!(r#"{{"{long}":{{"n":1}},"usage":{{"n":2}}}}"#);
+        for piece in [1, 7, 4096] {
+            assert_eq!(
+                scan_in_pieces(&text, piece),
+                vec![(0, r#"{"n":2}"#.to_owned())],
+                "pieces of {piece}"
+            );
+        }
     }
 
     #[test]
