@@ -217,6 +217,27 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     r
 }
 
+/// `POST /cache/purge[?policy=NAME]`: that policy's cache, or every cache, purged.
+async fn purge(shared: &Shared, query: Option<&str>) -> Response<Body> {
+    let only = query.and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "policy")
+            .map(|(_, v)| v.into_owned())
+    });
+    let rt = shared.runtime.load_full();
+    match crate::policy::state::purge(&rt.config.policies, &rt.engine, only.as_deref()).await {
+        Some(done) => json(StatusCode::OK, done),
+        None => text(
+            StatusCode::NOT_FOUND,
+            "application/json",
+            crate::error::body(
+                "no_such_cache",
+                "no policy of that name has a cache; `GET /policies` lists them, and `POST /cache/purge` without `policy` purges every cache",
+            ),
+        ),
+    }
+}
+
 async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     let probe = matches!(path, "/healthz" | "/readyz");
@@ -321,28 +342,7 @@ async fn answer(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/remedy-stats") => {
             json(StatusCode::OK, shared.diagnostics.remedy_stats.to_json())
         }
-        (&Method::POST, "/cache/purge") => {
-            // `?policy=NAME`: that policy's cache; without it, every cache.
-            let only = req.uri().query().and_then(|q| {
-                form_urlencoded::parse(q.as_bytes())
-                    .find(|(k, _)| k == "policy")
-                    .map(|(_, v)| v.into_owned())
-            });
-            let rt = shared.runtime.load_full();
-            match crate::policy::state::purge(&rt.config.policies, &rt.engine, only.as_deref())
-                .await
-            {
-                Some(done) => json(StatusCode::OK, done),
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    "application/json",
-                    crate::error::body(
-                        "no_such_cache",
-                        "no policy of that name has a cache; `GET /policies` lists them, and `POST /cache/purge` without `policy` purges every cache",
-                    ),
-                ),
-            }
-        }
+        (&Method::POST, "/cache/purge") => purge(shared, req.uri().query()).await,
         (&Method::POST, "/reload") => match reload::reload(shared).await {
             Ok(diff) => json(
                 StatusCode::OK,
