@@ -94,6 +94,9 @@ pub struct Cache {
     /// On a shared store: when this replica last looked whether another purged the
     /// cache (unix ms; see [`Cache::follow`]).
     followed_ms: std::sync::atomic::AtomicU64,
+    /// Whether entries are on a shared store (`store: shared` on Redis; with the memory
+    /// store, the cache is this replica's alone and has no purge to follow).
+    on_shared_store: bool,
 }
 
 /// `tollgate_cache_saved_tokens_total{policy,model,kind}` and
@@ -221,6 +224,7 @@ impl Cache {
             .max_capacity(10_000)
             .time_to_idle(spec.ttl.min(Duration::from_secs(60)))
             .build();
+        let on_shared_store = store.shared();
         Self {
             spec,
             store,
@@ -232,6 +236,7 @@ impl Cache {
             bytes,
             saving,
             followed_ms: std::sync::atomic::AtomicU64::new(0),
+            on_shared_store,
         }
     }
 
@@ -579,7 +584,7 @@ impl Remedy for CacheStage {
         Box::pin(async move {
             let c = &self.cache;
             let s = &c.spec;
-            if s.store == config::CacheStore::Shared {
+            if c.on_shared_store {
                 c.follow(clock::now_ms());
             }
             let carries = control::Carries::of(&x.parts.headers);
