@@ -23,6 +23,7 @@ pub mod headers;
 pub mod intercept;
 pub mod llm;
 pub mod logging;
+pub mod mcp;
 pub mod metrics;
 pub mod observe;
 pub mod paths;

@@ -141,6 +141,7 @@ impl ProxyError {
             ProxyError::Rejected(r) => r.kind,
             ProxyError::BodyTooLarge { .. } => &BODY_TOO_LARGE,
             ProxyError::Retried(r) => r.error.kind(),
+            ProxyError::Rpc(r) => r.error.kind(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! untouched and never carries `x-tollgate-error`.
 
 mod kinds;
+pub mod rpc;
 
 pub use kinds::{ErrorKind, Failure, Refusal, catalogue};
 
@@ -89,6 +90,10 @@ pub enum ProxyError {
     /// one of tollgate's own errors: that error, and what the client must know of retry.
     #[error("{}", .0.error)]
     Retried(Box<Retried>),
+    /// One of the errors above on an MCP call: answered as a JSON-RPC error carrying the
+    /// call's id ([`rpc`]), with the same status and headers.
+    #[error("{}", .0.error)]
+    Rpc(Box<Rpc>),
 }
 
 /// Where an upstream exchange ran out of time (`did not {stage} within …`).
@@ -122,6 +127,14 @@ pub struct Retried {
     pub declined: bool,
 }
 
+/// See [`ProxyError::Rpc`].
+#[derive(Debug)]
+pub struct Rpc {
+    pub error: ProxyError,
+    /// The call's `id` as written (`None`: a notification, or not read).
+    pub id: Option<Box<str>>,
+}
+
 /// Which refusal a remedy answered with.
 pub type Reject = &'static Refusal;
 
@@ -145,7 +158,16 @@ impl ProxyError {
     pub fn unretried(self) -> ProxyError {
         match self {
             ProxyError::Retried(r) => r.error,
+            ProxyError::Rpc(r) => r.error.unretried(),
             e => e,
+        }
+    }
+
+    /// The error answered on the MCP call whose id is `id` (a JSON-RPC error).
+    pub fn on_call(self, id: Option<Box<str>>) -> ProxyError {
+        match self {
+            ProxyError::Rpc(_) => self,
+            error => ProxyError::Rpc(Box::new(Rpc { error, id })),
         }
     }
 
@@ -156,6 +178,21 @@ impl ProxyError {
 
     /// The error response. `request_id` is echoed like on every response.
     pub fn to_response(&self, request_id: &HeaderValue) -> Response<Body> {
+        if let ProxyError::Rpc(r) = self {
+            let resp = r.error.to_response(request_id);
+            let retry_after = resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse().ok());
+            let body = rpc::body(
+                r.id.as_deref(),
+                resp.status(),
+                self.code(),
+                &self.to_string(),
+                retry_after,
+            );
+            return resp.map(|_| full(body));
+        }
         if let ProxyError::Retried(r) = self {
             let mut resp = r.error.to_response(request_id);
             let h = resp.headers_mut();

@@ -24,6 +24,9 @@ use tokio::time::{Instant, Sleep};
 pub struct Done {
     pub response: Response<Body>,
     pub upstream: Option<Duration>,
+    /// The policy that applied, when the request's MCP call moved it from the one its
+    /// head matched (`Some(None)`: none applied).
+    pub moved: Option<Option<std::sync::Arc<str>>>,
 }
 
 /// Runs the exchange. `timer` is the client connection's response timer. The request's
@@ -215,7 +218,14 @@ fn finish(
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
     *diag = x.diag.take();
-    let (response, upstream) = result.map_err(|e| x.chain.attempts.answer(&x, e))?;
+    let (response, upstream) = result.map_err(|e| {
+        let e = x.chain.attempts.answer(&x, e);
+        // On an MCP request, tollgate's own error is a JSON-RPC error with its id.
+        match super::mcp_call::read_call(&x) {
+            Some(c) if c.kind == crate::mcp::Kind::Request => e.on_call(c.id.clone()),
+            _ => e,
+        }
+    })?;
     let (parts, body) = response.into_parts();
     let body = crate::body::Watched::new(
         body,
@@ -227,6 +237,7 @@ fn finish(
     Ok(Done {
         response: Response::from_parts(parts, body.boxed_unsync()),
         upstream,
+        moved: None,
     })
 }
 

@@ -1,8 +1,10 @@
 //! What a policy matches: a host glob, a path template matched against the upstream
 //! path (after a route's prefix is stripped, so every routing mode sees the same path),
-//! and methods. Parsed at config load.
+//! methods, and for MCP calls the JSON-RPC method and the tool, prompt or resource named
+//! in the body ([`McpMatch`]). Parsed at config load.
 
 use crate::glob::HostGlob;
+use crate::mcp::{Call, NameGlob, names};
 use http::Method;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -117,28 +119,75 @@ impl PathTemplate {
     }
 }
 
-/// What a policy matches: host glob, path template (on the upstream path), methods.
+/// What a policy matches: host glob, path template (on the upstream path), methods, and
+/// what an MCP call names in its body.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     pub host: Option<HostGlob>,
     pub path: Option<PathTemplate>,
     pub methods: Vec<Method>,
+    /// `match.mcp`: only MCP calls naming these (read from the body, once).
+    pub mcp: Option<McpMatch>,
+}
+
+/// What an MCP call must name for a policy to match it: each list given must hold one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpMatch {
+    /// JSON-RPC methods (`tools/call`, `resources/read`).
+    pub methods: Vec<String>,
+    /// Tools a `tools/call` calls (globs).
+    pub tools: Vec<NameGlob>,
+    /// Tool or prompt names, or resource URIs (globs), of any call naming one.
+    pub names: Vec<NameGlob>,
+}
+
+impl McpMatch {
+    pub fn matches(&self, call: &Call) -> bool {
+        (self.methods.is_empty() || self.methods.iter().any(|m| **m == *call.method))
+            && (self.tools.is_empty() || call.tool().is_some_and(|t| names::any(&self.tools, t)))
+            && (self.names.is_empty()
+                || call
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| names::any(&self.names, n)))
+    }
 }
 
 impl Matcher {
+    /// Whether the request's head matches (host, method, path): all a policy without
+    /// `match.mcp` asks.
     pub fn matches(&self, host: &str, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method))
             && self.host.as_ref().is_none_or(|h| h.matches(host))
             && self.path.as_ref().is_none_or(|p| p.matches(path))
     }
 
+    /// Whether the MCP call read from the body (`None`: not one) matches `match.mcp`.
+    pub fn matches_call(&self, call: Option<&Call>) -> bool {
+        match &self.mcp {
+            None => true,
+            Some(m) => call.is_some_and(|c| m.matches(c)),
+        }
+    }
+
     /// As `/config` and `/policies` show it.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "host": self.host.as_ref().map(|h| h.as_str()),
             "path": self.path.as_ref().map(|t| t.as_str()),
             "methods": self.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-        })
+        });
+        if let Some(m) = &self.mcp {
+            fn globs(g: &[NameGlob]) -> Vec<&str> {
+                g.iter().map(NameGlob::as_str).collect()
+            }
+            v["mcp"] = serde_json::json!({
+                "methods": m.methods,
+                "tools": globs(&m.tools),
+                "names": globs(&m.names),
+            });
+        }
+        v
     }
 
     /// Whether every request `other` matches is matched by `self` (so a later `other`
@@ -157,7 +206,13 @@ impl Matcher {
             (Some(_), None) => false,
             (Some(a), Some(b)) => a.covers(b),
         };
-        methods && host && path
+        // A policy matching only some MCP calls covers none it does not name.
+        let mcp = match (&self.mcp, &other.mcp) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a == b,
+        };
+        methods && host && path && mcp
     }
 }
 
@@ -172,6 +227,20 @@ pub struct RawMatch {
     pub path: Option<String>,
     /// HTTP methods (`GET`, `POST`, ...). Empty: any method.
     pub methods: Vec<String>,
+    /// MCP calls only (JSON-RPC POSTed to an MCP server), naming these in the body: the policy applies per tool (docs/mcp.md). Absent: any request.
+    pub mcp: Option<RawMcpMatch>,
+}
+
+/// `match.mcp`: what an MCP call must name. Each list given must hold one of the call's.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMcpMatch {
+    /// JSON-RPC methods (`tools/call`, `tools/list`, `resources/read`, `prompts/get`). Empty: any.
+    pub methods: Vec<String>,
+    /// Tools called (`tools/call` with `params.name`), exact or globs (`create_*`). Empty: any.
+    pub tools: Vec<String>,
+    /// Names the call acts on, of any method: a tool's or a prompt's name, a resource's URI (globs: `file:///docs/*`). Empty: any.
+    pub names: Vec<String>,
 }
 
 #[cfg(test)]
@@ -200,6 +269,7 @@ mod tests {
             host: host.map(|h| HostGlob::new(h).unwrap()),
             path: path.map(|p| PathTemplate::new(p).unwrap()),
             methods: methods.to_vec(),
+            mcp: None,
         };
         let all = m(None, None, &[]);
         let gh = m(Some("api.github.com"), Some("/repos/{o}/*"), &[Method::GET]);
@@ -208,5 +278,18 @@ mod tests {
         assert!(m(Some("*.github.com"), Some("/repos/*"), &[]).covers(&gh));
         assert!(!m(Some("*.github.com"), Some("/repos/x/*"), &[]).covers(&gh));
         assert!(!m(None, Some("/repos/{o}"), &[]).covers(&gh));
+        // A policy for some MCP calls covers none that it does not name.
+        let tools = |t: &[&str]| McpMatch {
+            methods: vec![],
+            tools: t.iter().map(|t| NameGlob::new(t).unwrap()).collect(),
+            names: vec![],
+        };
+        let create = Matcher {
+            mcp: Some(tools(&["create_*"])),
+            ..all.clone()
+        };
+        assert!(all.covers(&create));
+        assert!(!create.covers(&all));
+        assert!(create.covers(&create.clone()));
     }
 }

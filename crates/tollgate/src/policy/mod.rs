@@ -16,6 +16,7 @@ pub mod group;
 pub mod kind;
 pub mod limit;
 pub mod matcher;
+pub mod mcp_call;
 pub mod path;
 pub mod provider_hints;
 pub mod queue;
@@ -120,6 +121,30 @@ impl PolicySet {
             .policies
             .iter()
             .position(|p| p.matcher.matches(host, method, &path)))
+    }
+
+    /// Whether the policy at `i` (matched by the request's head) asks what MCP call the
+    /// body carries before it applies (`match.mcp`).
+    #[inline]
+    pub fn reads_call(&self, i: usize) -> bool {
+        self.policies[i].matcher.mcp.is_some()
+    }
+
+    /// The first policy from `from` on (the one the head matched) that matches the
+    /// request with its MCP call (`None`: the body is not one).
+    pub fn find_call(
+        &self,
+        from: usize,
+        host: &str,
+        method: &Method,
+        path: &str,
+        call: Option<&crate::mcp::Call>,
+    ) -> Option<usize> {
+        let path = path::normalized(path);
+        (from..self.policies.len()).find(|&i| {
+            let m = &self.policies[i].matcher;
+            m.matches(host, method, &path) && m.matches_call(call)
+        })
     }
 
     /// The LLM policy of `host` that `path`, loosened, would count (an LLM call it

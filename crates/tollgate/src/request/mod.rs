@@ -113,6 +113,9 @@ pub fn handle(
                 }
                 done.map(|d| {
                     ctx.upstream = d.upstream;
+                    if let Some(p) = d.moved {
+                        ctx.policy = p;
+                    }
                     Forwarded::Policy(d.response)
                 })
             }

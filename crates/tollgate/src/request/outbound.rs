@@ -77,6 +77,11 @@ pub async fn send(
     limit: Duration,
 ) -> Result<Response<Body>, ProxyError> {
     match policy {
+        Some(i) if out.rt.config.policies.reads_call(i) => {
+            Box::pin(through_call(out, i, req, target.clone()))
+                .await
+                .map(|d| d.response)
+        }
         Some(i) => through_policy(out, i, req, target.clone())
             .await
             .map(|d| d.response),
@@ -93,22 +98,98 @@ pub async fn send(
     }
 }
 
+/// A boxed exchange's future.
+type Boxed<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Result<engine::Done, ProxyError>> + Send + 'a>>;
+
 /// Sends a request the proxy listener took through the chain of the policy at index `i`:
 /// a plain chain ([`crate::policy::chain::Chain::plain`]) in the request's own future,
 /// whose send is the one an unmatched request's is; a chain with layers on a boxed
-/// future of its own.
+/// future of its own; a policy that asks for the request's MCP call first
+/// ([`through_call`]) on one too.
 pub fn through_chain<'a>(
     mut out: Leaving<'a>,
     i: usize,
     req: http::Request<Body>,
     target: Target,
 ) -> impl Future<Output = Result<engine::Done, ProxyError>> + Send + 'a {
-    if out.rt.engine.chains[i].plain() {
+    if out.rt.config.policies.reads_call(i) {
+        let f: Boxed<'a> = Box::pin(through_call(out, i, req, target));
+        Either::Right(f)
+    } else if out.rt.engine.chains[i].plain() {
         let x = out.exchange(i, req, target);
         Either::Left(engine::run_plain(x, &*out.rt.client, out.timer, out.diag))
     } else {
-        Either::Right(Box::pin(through_policy(out, i, req, target)))
+        let f: Boxed<'a> = Box::pin(through_policy(out, i, req, target));
+        Either::Right(f)
     }
+}
+
+/// A request whose head matched the policy at `i`, which names MCP calls (`match.mcp`):
+/// its body is read once (bounded) for the call, and the first policy from `i` on that
+/// matches the request with it applies — or none, and it is sent plainly. The call stays
+/// in the exchange's locals for the remedies, and its id for tollgate's own errors.
+async fn through_call(
+    mut out: Leaving<'_>,
+    i: usize,
+    req: http::Request<Body>,
+    target: Target,
+) -> Result<engine::Done, ProxyError> {
+    let rt = out.rt;
+    let policies = &rt.config.policies;
+    let max = policies.policies[i]
+        .spec
+        .mcp
+        .as_ref()
+        .map_or(crate::mcp::MAX_BODY, |m| m.max_body);
+    let mut x = out.exchange(i, req, target);
+    let call = match crate::policy::mcp_call::call(&mut x, max).await {
+        Ok(c) => c.cloned(),
+        Err(e) => {
+            *out.diag = x.diag.take();
+            return Err(e);
+        }
+    };
+    let chosen = policies.find_call(
+        i,
+        &x.target.host,
+        &x.method,
+        x.parts.uri.path(),
+        call.as_ref(),
+    );
+    let name = chosen.map(|j| rt.engine.chains[j].policy.clone());
+    if let Some(d) = &mut x.diag {
+        d.policy = name.clone();
+        d.template = chosen
+            .map(|j| rt.diag.templates[j].clone())
+            .filter(|t| !t.is_empty());
+    }
+    let moved = (chosen != Some(i)).then(|| name.clone());
+    let Some(j) = chosen else {
+        // No policy names this call: sent as an unmatched request is.
+        *out.diag = x.diag.take();
+        let req = x
+            .attempt_request(false)
+            .ok_or(ProxyError::Internal("the request body is gone"))?;
+        let target = x.target.clone();
+        drop(x);
+        let sent = sending(out.diag);
+        let resp = rt.client.send(req, &target, out.timer, sent).await;
+        answered(out.diag, resp.as_ref().map(|r| r.status()));
+        let id = call.and_then(|c| c.id);
+        return match resp {
+            Ok(r) => Ok(engine::Done {
+                upstream: Some(sent.elapsed()),
+                response: r.map(http_body_util::BodyExt::boxed_unsync),
+                moved,
+            }),
+            Err(e) => Err(e.on_call(id)),
+        };
+    };
+    x.chain = rt.engine.chains[j].clone();
+    engine::run(x, &*rt.client, out.timer, out.diag)
+        .await
+        .map(|d| engine::Done { moved, ..d })
 }
 
 /// Sends the request through the chain of the policy at index `i` (any chain).

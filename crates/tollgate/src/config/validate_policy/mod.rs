@@ -5,7 +5,9 @@ use super::Config;
 use super::raw::*;
 use crate::fields::Errors;
 use crate::glob::HostGlob;
+use crate::mcp::NameGlob;
 use crate::policy::kind::Check;
+use crate::policy::matcher::{McpMatch, RawMcpMatch};
 use crate::policy::remedies::{Declared, PolicySpec};
 use crate::policy::{Matcher, PathTemplate, Policy, PolicySet};
 use serde_json::{Value, json};
@@ -36,6 +38,11 @@ pub(super) fn policies(e: &mut Errors, raw: &RawConfig) -> PolicySet {
             .as_deref()
             .and_then(|t| e.check(&at("match.path"), PathTemplate::new(t)));
         let methods = e.methods(&at("match.methods"), &p.matcher.methods);
+        let mcp = p
+            .matcher
+            .mcp
+            .as_ref()
+            .map(|m| mcp_match(e, &at("match.mcp"), m));
         let spec = PolicySpec::validate(
             p,
             &format!("policies[{i}]"),
@@ -53,11 +60,43 @@ pub(super) fn policies(e: &mut Errors, raw: &RawConfig) -> PolicySet {
                 host,
                 path,
                 methods,
+                mcp,
             },
             spec,
         });
     }
     PolicySet::new(policies)
+}
+
+/// `match.mcp`, checked: names non-empty, a tool with `tools/call` among the methods.
+fn mcp_match(e: &mut Errors, at: &str, m: &RawMcpMatch) -> McpMatch {
+    let globs = |e: &mut Errors, key: &str, list: &[String]| -> Vec<NameGlob> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, n)| e.check(&format!("{at}.{key}[{i}]"), NameGlob::new(n)))
+            .collect()
+    };
+    for (i, method) in m.methods.iter().enumerate() {
+        if method.is_empty() || method.len() > crate::mcp::envelope::MAX_METHOD {
+            e.fail(
+                &format!("{at}.methods[{i}]"),
+                "write a JSON-RPC method, e.g. `tools/call`".into(),
+            );
+        }
+    }
+    if !m.tools.is_empty() && !m.methods.is_empty() && !m.methods.iter().any(|x| x == "tools/call")
+    {
+        e.fail(
+            &format!("{at}.tools"),
+            "tools are named only by `tools/call`: add it to `methods`, or leave `methods` out"
+                .into(),
+        );
+    }
+    McpMatch {
+        methods: m.methods.clone(),
+        tools: globs(e, "tools", &m.tools),
+        names: globs(e, "names", &m.names),
+    }
 }
 
 /// The policies as `/config` shows them (secrets masked).

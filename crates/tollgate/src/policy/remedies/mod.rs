@@ -13,6 +13,7 @@ pub mod concurrency;
 pub mod credentials;
 pub mod header_guard;
 pub mod llm;
+pub mod mcp;
 pub mod mock;
 pub mod quota;
 pub mod rate_limit;
@@ -33,6 +34,8 @@ macro_rules! registry {
             timeouts: timeouts::Kind;
             /// Refuse requests lacking a required header (400 `bad_request`), before anything else runs.
             header_guard: header_guard::Kind;
+            /// MCP calls: refuse tools (a JSON-RPC error carrying the call's id) and cut them from `tools/list` answers (docs/mcp.md).
+            mcp: mcp::Kind;
             /// Answer without calling the provider.
             mock: mock::Kind;
             /// Change the request before it is sent: headers, path, JSON body fields.
