@@ -37,6 +37,7 @@ mod limits;
 mod llm;
 mod llm_accounting;
 mod llm_sdks;
+mod mcp;
 mod metric_labels;
 mod policies;
 mod provider;

@@ -1,0 +1,322 @@
+//! MCP calls through tollgate against an in-process JSON-RPC server: tools refused with a
+//! JSON-RPC error carrying the call's id (and never sent), cut from `tools/list` answers
+//! (JSON and SSE), policies matched per tool, and hostile messages refused before the
+//! server sees them.
+
+use crate::support::*;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+/// What the stand-in server saw: each message's method and tool, and the request heads'
+/// `accept-encoding`.
+#[derive(Default)]
+struct Seen {
+    calls: Vec<(String, Option<String>)>,
+    encodings: Vec<Option<String>>,
+}
+
+const TOOLS: &str = r#"{"tools":[{"name":"add","inputSchema":{"type":"object"}},{"name":"delete_repository","description":"Deletes."},{"name":"echo"}],"ttlMs":0}"#;
+
+/// A JSON-RPC server: `tools/list` answers three tools, `tools/call` echoes the tool's
+/// name; as SSE when the request says `x-answer: sse`.
+async fn mcp_server() -> (Server, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = seen.clone();
+    let server = upstream(move |req: Request<hyper::body::Incoming>| {
+        let seen = s.clone();
+        async move {
+            let sse = req.headers().get("x-answer").is_some_and(|v| v == "sse");
+            let encoding = req
+                .headers()
+                .get("accept-encoding")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let m: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let method = m["method"].as_str().unwrap_or("").to_owned();
+            let tool = m["params"]["name"].as_str().map(str::to_owned);
+            {
+                let mut seen = seen.lock().unwrap();
+                seen.calls.push((method.clone(), tool.clone()));
+                seen.encodings.push(encoding);
+            }
+            let result = match method.as_str() {
+                "tools/list" => TOOLS.to_owned(),
+                _ => json!({"content": [{"type": "text", "text": tool}], "isError": false})
+                    .to_string(),
+            };
+            let message = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, m["id"]);
+            match sse {
+                true => answer(
+                    200,
+                    &[("content-type", "text/event-stream")],
+                    &format!(
+                        "event: message\nid: e1\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{}}}}\n\nevent: message\nid: e2\ndata: {message}\n\n"
+                    ),
+                ),
+                false => answer(200, &[("content-type", "application/json")], &message),
+            }
+        }
+    })
+    .await;
+    (server, seen)
+}
+
+/// A gateway routing `/mcp` to `up`, with `policies` (YAML, indented as a top-level key).
+async fn mcp_gateway(up: &Server, policies: &str) -> tollgate::Gateway {
+    gateway(&format!(
+        "routes:\n  - prefix: /mcp\n    upstream: http://{}\n{policies}",
+        up.addr
+    ))
+    .await
+}
+
+/// POSTs `body` to the gateway's `/mcp` route, with extra headers.
+async fn post(gw: &tollgate::Gateway, body: impl Into<Bytes>, headers: &[(&str, &str)]) -> Got {
+    let mut b = Request::post(format!("http://{}/mcp/", gw.proxy_addr))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (n, v) in headers {
+        b = b.header(*n, *v);
+    }
+    send(&client(), b.body(bytes_body(body.into())).unwrap()).await
+}
+
+fn call(id: &str, tool: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"token":"s3cr3t"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
+    )
+}
+
+const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+#[tokio::test]
+async fn a_denied_tool_is_answered_with_the_calls_id_and_never_sent() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    mcp: {deny: [\"delete_*\"]}\n",
+    )
+    .await;
+    let got = post(
+        &gw,
+        call(r#""req-9""#, "delete_repository"),
+        &[
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "delete_repository"),
+        ],
+    )
+    .await;
+    assert_eq!(got.status, 403);
+    assert_eq!(got.header("x-tollgate-error"), Some("mcp_tool_denied"));
+    assert_eq!(got.header("content-type"), Some("application/json"));
+    let b = got.json();
+    assert_eq!(b["jsonrpc"], "2.0");
+    assert_eq!(b["id"], "req-9");
+    assert_eq!(b["error"]["code"], -32051);
+    assert_eq!(b["error"]["data"]["code"], "mcp_tool_denied");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("delete_repository")
+    );
+    // An integer id comes back as written, past what a double holds.
+    let got = post(&gw, call("18446744073709551617", "delete_repository"), &[]).await;
+    assert!(
+        std::str::from_utf8(&got.body)
+            .unwrap()
+            .contains(r#""id":18446744073709551617"#)
+    );
+    assert!(
+        seen.lock().unwrap().calls.is_empty(),
+        "the server saw a denied call"
+    );
+    let got = post(&gw, call("3", "add"), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json()["result"]["content"][0]["text"], "add");
+    assert_eq!(
+        seen.lock().unwrap().calls,
+        vec![("tools/call".to_owned(), Some("add".to_owned()))]
+    );
+    let m = metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="gh",method="tools/call",tool="delete_repository"} 2"#)
+    })
+    .await;
+    assert!(
+        m.contains(r#"tollgate_mcp_calls_total{policy="gh",method="tools/call",tool="add"} 1"#)
+    );
+    assert!(
+        m.contains(r#"tollgate_remedy_actions_total{policy="gh",remedy="mcp",action="denied"} 2"#)
+    );
+}
+
+#[tokio::test]
+async fn only_allowed_tools_go_through_and_the_list_shows_only_them() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: ro\n    mcp: {allow: [add, echo]}\n",
+    )
+    .await;
+    assert_eq!(post(&gw, call("1", "echo"), &[]).await.status, 200);
+    assert_eq!(
+        post(&gw, call("2", "delete_repository"), &[]).await.status,
+        403
+    );
+    let list = post(&gw, LIST, &[]).await.json();
+    let names: Vec<_> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["add", "echo"]);
+    assert_eq!(seen.lock().unwrap().calls.len(), 2);
+}
+
+#[tokio::test]
+async fn tools_list_answers_lose_the_denied_tools_as_json_and_as_events() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    mcp: {deny: [delete_repository]}\n",
+    )
+    .await;
+    let got = post(&gw, LIST, &[("accept-encoding", "gzip, br")]).await;
+    assert_eq!(got.status, 200);
+    let body = std::str::from_utf8(&got.body).unwrap();
+    // Only the denied entry is cut: every other byte is the server's.
+    assert_eq!(
+        body,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}},{"name":"echo"}],"ttlMs":0}}"#
+    );
+    // The list was asked for uncompressed, to be read.
+    assert_eq!(
+        seen.lock().unwrap().encodings[0].as_deref(),
+        Some("identity")
+    );
+    let got = post(&gw, LIST, &[("x-answer", "sse")]).await;
+    assert_eq!(got.header("content-type"), Some("text/event-stream"));
+    let body = std::str::from_utf8(&got.body).unwrap();
+    assert!(body.starts_with("event: message\nid: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\nevent: message\nid: e2\ndata: {"));
+    assert!(body.contains(r#""name":"echo""#) && !body.contains("delete_repository"));
+    // Calls are relayed as the client asked (their answers unread).
+    post(&gw, call("4", "add"), &[("accept-encoding", "gzip")]).await;
+    assert_eq!(seen.lock().unwrap().encodings[2].as_deref(), Some("gzip"));
+    metrics_when(&gw, |t| {
+        t.contains(
+            r#"tollgate_remedy_actions_total{policy="gh",remedy="mcp",action="list_filtered"} 2"#,
+        )
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn policies_apply_per_tool() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: adds\n    match: {mcp: {tools: [add]}}\n    rate_limit: {limit: 2, window: minute}\n  - name: lists\n    match: {mcp: {methods: [tools/list]}}\n    mock: {body: {jsonrpc: \"2.0\", id: 1, result: {tools: []}}}\n",
+    )
+    .await;
+    for i in 0..2 {
+        assert_eq!(
+            post(&gw, call(&i.to_string(), "add"), &[]).await.status,
+            200
+        );
+    }
+    let got = post(&gw, call(r#""third""#, "add"), &[]).await;
+    assert_eq!(got.status, 429);
+    assert_eq!(got.header("x-tollgate-error"), Some("rate_limited"));
+    let b = got.json();
+    assert_eq!(b["id"], "third");
+    assert_eq!(b["error"]["code"], -32052);
+    assert!(b["error"]["data"]["retry_after"].as_u64().unwrap() >= 1);
+    // Another tool matches neither policy: sent plainly, unlimited.
+    for i in 0..3 {
+        assert_eq!(
+            post(&gw, call(&i.to_string(), "echo"), &[]).await.status,
+            200
+        );
+    }
+    // The second policy applies to its method alone.
+    assert_eq!(
+        post(&gw, LIST, &[]).await.json()["result"]["tools"],
+        json!([])
+    );
+    let calls = seen.lock().unwrap().calls.clone();
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|(_, t)| t.as_deref() == Some("add"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|(_, t)| t.as_deref() == Some("echo"))
+            .count(),
+        3
+    );
+    assert!(
+        !calls.iter().any(|(m, _)| m == "tools/list"),
+        "the list was mocked"
+    );
+    // A request that is no MCP call passes as before.
+    let got = post(&gw, r#"{"model":"x"}"#, &[]).await;
+    assert_eq!(got.status, 200);
+}
+
+#[tokio::test]
+async fn hostile_messages_are_refused_before_the_server() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    mcp: {deny: [delete_repository], max_body: 1MiB}\n",
+    )
+    .await;
+    let batch = format!(
+        "[{}]",
+        vec![call("1", "delete_repository"); 10_000].join(",")
+    );
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"add","arguments":{}{}}}}}"#,
+        "[".repeat(500),
+        "]".repeat(500)
+    );
+    let huge_id = format!(
+        r#"{{"jsonrpc":"2.0","id":"{}","method":"tools/call","params":{{"name":"add"}}}}"#,
+        "7".repeat(4096)
+    );
+    let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","name":"delete_repository"}}"#;
+    let typed =
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["delete_repository"]}}"#;
+    let too_big = call("1", &"a".repeat(2 << 20));
+    let cases: Vec<(String, &[(&str, &str)])> = vec![
+        (batch, &[]),
+        (deep, &[]),
+        (huge_id, &[]),
+        (twice.into(), &[]),
+        (typed.into(), &[]),
+        (too_big, &[]),
+        (call("1", "add"), &[("mcp-name", "echo")]),
+        (call("1", "add"), &[("mcp-method", "tools/list")]),
+    ];
+    for (body, headers) in cases {
+        let got = post(&gw, body.clone(), headers).await;
+        assert_eq!(got.status, 400, "{}", &body[..body.len().min(80)]);
+        assert_eq!(got.header("x-tollgate-error"), Some("mcp_invalid"));
+        let b = got.json();
+        assert_eq!(b["error"]["code"], -32600);
+        assert_eq!(b["jsonrpc"], "2.0");
+    }
+    assert!(
+        seen.lock().unwrap().calls.is_empty(),
+        "{:?}",
+        seen.lock().unwrap().calls
+    );
+}
