@@ -38,6 +38,7 @@ mod llm;
 mod llm_accounting;
 mod llm_sdks;
 mod mcp;
+mod mcp_sdks;
 mod metric_labels;
 mod policies;
 mod provider;

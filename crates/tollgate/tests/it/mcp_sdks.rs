@@ -1,0 +1,229 @@
+//! The official `mcp` Python SDK (pinned, installed by the test from PyPI): its client
+//! against a server of the test's own (the SDK's `MCPServer`, Streamable HTTP), in both
+//! revisions in use — 2026-07-28 (stateless) and 2025-11-25 (`initialize`, sessions) —
+//! through a route and through `HTTPS_PROXY` with interception (an HTTPS server, the SDK
+//! unchanged): tools listed and called, a denied tool absent from `tools/list` and
+//! refused on call with the SDK raising the JSON-RPC error, and calls counted per tool.
+
+use crate::intercept::Setup;
+use crate::support::*;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+
+fn sdk() -> std::path::PathBuf {
+    pip_once("python-mcp-sdk", &["mcp==2.3.0"])
+}
+
+/// The server: three tools, on Streamable HTTP at `/mcp`, over TLS when given a
+/// certificate and key.
+const SERVER: &str = r#"
+import sys, uvicorn
+from mcp.server.mcpserver import MCPServer
+app = MCPServer("fixture")
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    """Adds two numbers."""
+    return a + b
+
+@app.tool()
+def delete_repository(name: str) -> str:
+    """Deletes a repository."""
+    return "deleted " + name
+
+@app.tool()
+def echo(text: str) -> str:
+    """Echoes."""
+    return text
+
+port = int(sys.argv[1])
+tls = dict(ssl_certfile=sys.argv[2], ssl_keyfile=sys.argv[3]) if len(sys.argv) > 3 else {}
+uvicorn.run(app.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning", **tls)
+"#;
+
+/// The client: what it listed, what `add` returned, and the error `delete_repository`
+/// raised, as JSON.
+const CLIENT: &str = r#"
+import asyncio, json, os, sys
+from mcp import Client
+async def main():
+    out = {}
+    async with Client(os.environ["URL"], mode=os.environ["MODE"]) as c:
+        out["tools"] = sorted(t.name for t in (await c.list_tools()).tools)
+        r = await c.call_tool("add", {"a": 2, "b": 3})
+        out["add"] = r.structured_content
+        out["add_error"] = r.is_error
+        try:
+            await c.call_tool("delete_repository", {"name": "prod"})
+            out["denied"] = None
+        except Exception as e:
+            err = getattr(e, "error", None)
+            out["denied"] = {"type": type(e).__name__, "code": getattr(err, "code", None),
+                             "message": getattr(err, "message", str(e)),
+                             "data": getattr(err, "data", None)}
+        for i in range(3):
+            await c.call_tool("echo", {"text": f"hi {i}"})
+    print(json.dumps(out))
+asyncio.run(main())
+"#;
+
+/// A running server process, killed when dropped.
+struct McpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the server (TLS with `tls`: certificate and key files) and waits until it
+/// accepts connections.
+async fn start_server(tls: Option<(&std::path::Path, &std::path::Path)>) -> McpServer {
+    let path = tokio::task::spawn_blocking(sdk).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", &path)
+        .args(["-c", SERVER, &port.to_string()])
+        .stdout(Stdio::null());
+    if let Some((cert, key)) = tls {
+        c.arg(cert).arg(key);
+    }
+    let server = McpServer {
+        child: c.spawn().expect("python3 runs"),
+        port,
+    };
+    eventually("the MCP server accepts connections", || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map(|_| ())
+    })
+    .await;
+    server
+}
+
+/// What the client printed, run with `mode` towards `url` and `env`.
+async fn client(url: &str, mode: &str, env: &[(&str, String)]) -> Value {
+    let path = tokio::task::spawn_blocking(sdk).await.unwrap();
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", &path)
+        .env("URL", url)
+        .env("MODE", mode)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .args(["-c", CLIENT]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    serde_json::from_str(stdout_of(c).await.trim()).unwrap()
+}
+
+/// What every run must show: the denied tool is not offered and raises the JSON-RPC error.
+fn assert_governed(out: &Value, mode: &str) {
+    assert_eq!(
+        out["tools"],
+        serde_json::json!(["add", "echo"]),
+        "{mode}: {out}"
+    );
+    assert_eq!(out["add"]["result"], 5, "{mode}: {out}");
+    assert_eq!(out["add_error"], false);
+    let denied = &out["denied"];
+    assert_eq!(denied["code"], -32051, "{mode}: {out}");
+    assert!(
+        denied["message"]
+            .as_str()
+            .unwrap()
+            .contains("delete_repository"),
+        "{mode}: {out}"
+    );
+    assert_eq!(denied["data"]["code"], "mcp_tool_denied");
+}
+
+const POLICIES: &str = "policies:\n  - name: echo-limit\n    match: {mcp: {tools: [echo]}}\n    rate_limit: {limit: 1000, window: minute}\n    mcp: {deny: [delete_repository]}\n  - name: fixture\n    mcp: {deny: [delete_repository]}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_through_a_route_in_both_revisions() {
+    let server = start_server(None).await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /fixture\n    upstream: http://127.0.0.1:{}\n{POLICIES}",
+        server.port
+    ))
+    .await;
+    let url = format!("http://{}/fixture/mcp", gw.proxy_addr);
+    for mode in ["2026-07-28", "legacy"] {
+        let out = client(&url, mode, &[]).await;
+        assert_governed(&out, mode);
+    }
+    // Two runs: each called add once and echo three times (the per-tool policy), and
+    // had delete_repository refused.
+    let m = metrics_when(&gw, |t| {
+        t.contains(
+            r#"tollgate_mcp_calls_total{policy="echo-limit",method="tools/call",tool="echo"} 6"#,
+        )
+    })
+    .await;
+    for line in [
+        r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="add"} 2"#,
+        r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 2"#,
+        r#"tollgate_mcp_calls_total{policy="fixture",method="tools/list",tool=""} 2"#,
+        r#"tollgate_mcp_calls_total{policy="fixture",method="initialize",tool=""} 1"#,
+    ] {
+        assert!(m.contains(line), "{line}\n{m}");
+    }
+}
+
+/// The certificate and key of `pki`'s `localhost` leaf, as PEM files in `dir`.
+fn pem_files(pki: &TestPki, dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use base64::Engine as _;
+    let pem = |label: &str, der: &[u8]| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            lines.join("\n")
+        )
+    };
+    let (cert, key) = (dir.join("server.pem"), dir.join("server-key.pem"));
+    std::fs::write(&cert, pem("CERTIFICATE", &pki.leaf_der)).unwrap();
+    std::fs::write(&key, pem("PRIVATE KEY", pki.key_der.secret_der())).unwrap();
+    (cert, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_through_https_proxy_with_interception_in_both_revisions() {
+    let s = Setup::new();
+    let (cert, key) = pem_files(&s.pki, s.dir.path());
+    let server = start_server(Some((&cert, &key))).await;
+    let gw = gateway(&s.config("[localhost]", POLICIES)).await;
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let ca = s.dir.path().join("tollgate-ca.pem").display().to_string();
+    let url = format!("https://localhost:{}/mcp", server.port);
+    for mode in ["2026-07-28", "legacy"] {
+        let out = client(
+            &url,
+            mode,
+            &[
+                ("HTTPS_PROXY", proxy.clone()),
+                ("https_proxy", proxy.clone()),
+                ("SSL_CERT_FILE", ca.clone()),
+            ],
+        )
+        .await;
+        assert_governed(&out, mode);
+    }
+    metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 2"#)
+    })
+    .await;
+}
