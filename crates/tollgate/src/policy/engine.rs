@@ -223,7 +223,8 @@ fn finish(
         // On an MCP request, tollgate's own error is a JSON-RPC error with its id.
         match super::mcp_call::read_call(&x) {
             Some(c) if c.kind == crate::mcp::Kind::Request => e.on_call(c.id.clone()),
-            _ => e,
+            Some(_) => e.on_call(None),
+            None => e,
         }
     })?;
     let (parts, body) = response.into_parts();

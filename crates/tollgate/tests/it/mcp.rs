@@ -295,14 +295,12 @@ async fn hostile_messages_are_refused_before_the_server() {
     let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","name":"delete_repository"}}"#;
     let typed =
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["delete_repository"]}}"#;
-    let too_big = call("1", &"a".repeat(2 << 20));
     let cases: Vec<(String, &[(&str, &str)])> = vec![
         (batch, &[]),
         (deep, &[]),
         (huge_id, &[]),
         (twice.into(), &[]),
         (typed.into(), &[]),
-        (too_big, &[]),
         (call("1", "add"), &[("mcp-name", "echo")]),
         (call("1", "add"), &[("mcp-method", "tools/list")]),
     ];
@@ -319,4 +317,64 @@ async fn hostile_messages_are_refused_before_the_server() {
         "{:?}",
         seen.lock().unwrap().calls
     );
+}
+
+/// A tool's SSE answer, fed by the test one event at a time.
+fn events(rx: tokio::sync::mpsc::Receiver<Bytes>) -> tollgate::body::Body {
+    let s = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| {
+            (
+                Ok::<_, tollgate::body::BoxError>(http_body::Frame::data(b)),
+                rx,
+            )
+        })
+    });
+    http_body_util::StreamBody::new(s).boxed_unsync()
+}
+
+#[tokio::test]
+async fn a_streamed_result_passes_event_by_event_and_a_stalled_one_is_cut() {
+    type Feed = Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>;
+    let feed: Feed = Arc::default();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    *feed.lock().unwrap() = Some(rx);
+    let f = feed.clone();
+    let up = upstream(move |_req| {
+        let rx = f.lock().unwrap().take().expect("one call");
+        async move {
+            let mut r = http::Response::new(events(rx));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    match: {mcp: {tools: [long_job]}}\n    timeouts: {idle: 300ms}\n    mcp: {deny: [delete_repository]}\n",
+    )
+    .await;
+    let req = Request::post(format!("http://{}/mcp/", gw.proxy_addr))
+        .header("content-type", "application/json")
+        .body(bytes_body(call("5", "long_job")))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // Each event reaches the client before the server has written the next.
+    for i in 0..3 {
+        let event = Bytes::from(format!(
+            "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progress\":{i}}}}}\n\n"
+        ));
+        tx.send(event.clone()).await.unwrap();
+        let got = body.frame().await.unwrap().unwrap();
+        assert_eq!(got.into_data().unwrap(), event);
+    }
+    // Then the server stalls: the stream is cut at `timeouts.idle`, not held open.
+    let end = body.frame().await;
+    assert!(
+        !matches!(end, Some(Ok(_))),
+        "a stalled stream must end, not send more"
+    );
+    drop(tx);
 }

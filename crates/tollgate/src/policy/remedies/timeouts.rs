@@ -1,24 +1,33 @@
 //! Per-policy timeouts: `connect` and `response` (per attempt) override the `upstream`
 //! ones (the engine passes them with each attempt, [`crate::upstream::AttemptSettings`]);
 //! `total` frames the whole exchange (the engine enforces it, queue waits, attempts,
-//! backoffs and the response body included).
+//! backoffs and the response body included); `idle` cuts a response body that sends no
+//! byte for that long (a stalled stream: SSE, an MCP `subscriptions/listen`).
 
+use crate::body::{Body, BoxError, Watch, Watched};
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
 use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
+use bytes::Bytes;
+use http::Response;
+use http_body_util::BodyExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Context;
 use std::time::Duration;
 use tokio::time::Instant;
+use tokio::time::Sleep;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Timeouts {
     pub connect: Option<Duration>,
     pub response: Option<Duration>,
     pub total: Option<Duration>,
+    pub idle: Option<Duration>,
 }
 
 /// `timeouts:` in a policy.
@@ -29,7 +38,7 @@ impl RemedyKind for Kind {
     const PHASES: Phases = Phases {
         request: "`total` frames everything below (queue waits, attempts, backoffs)",
         attempt: "sets the policy's connect and response-head timeouts on each attempt",
-        response: "cuts the body at `total`",
+        response: "cuts the body at `total`, or after `idle` without a byte",
     };
     const EXAMPLE: &'static str = "{total: 2m}";
     type Raw = RawTimeouts;
@@ -42,6 +51,7 @@ impl RemedyKind for Kind {
             connect: t.connect.as_ref().map(Dur::get),
             response: t.response.as_ref().map(Dur::get),
             total: t.total.as_ref().map(Dur::get),
+            idle: t.idle.as_ref().map(Dur::get),
         })
     }
 
@@ -71,6 +81,44 @@ impl Remedy for Timeouts {
         }
         Box::pin(std::future::ready(Ok(Flow::Continue)))
     }
+
+    fn response(&self, _x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
+        match self.idle {
+            None => resp,
+            Some(idle) => resp.map(|b| Watched::new(b, Idle::new(idle)).boxed_unsync()),
+        }
+    }
+}
+
+/// Ends a body with an error when no data frame came for `idle`.
+struct Idle {
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl Idle {
+    fn new(idle: Duration) -> Self {
+        Self {
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+impl Watch for Idle {
+    fn interrupt(&mut self, cx: &mut Context<'_>) -> Option<BoxError> {
+        self.sleep.as_mut().poll(cx).is_ready().then(|| {
+            format!(
+                "no byte of the answer for {:?} (the policy's timeouts.idle)",
+                self.idle
+            )
+            .into()
+        })
+    }
+
+    fn data(&mut self, _data: &Bytes) {
+        self.sleep.as_mut().reset(Instant::now() + self.idle);
+    }
 }
 
 impl AttemptRemedy for Timeouts {
@@ -96,4 +144,6 @@ pub struct RawTimeouts {
     pub response: Option<Dur<1, DAY_MS>>,
     /// The whole exchange: queue waits, attempts, backoffs and the response body. Before the head: **504 `upstream_timeout`**; during the body: the body is cut.
     pub total: Option<Dur<1, DAY_MS>>,
+    /// The longest a response body may go without a byte (a stalled stream: SSE, an MCP `subscriptions/listen`): then it is cut. Absent: no limit.
+    pub idle: Option<Dur<1, DAY_MS>>,
 }
