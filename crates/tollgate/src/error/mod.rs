@@ -191,7 +191,12 @@ impl ProxyError {
                 &self.to_string(),
                 retry_after,
             );
-            return resp.map(|_| full(body));
+            let (mut parts, _) = resp.into_parts();
+            // As MCP servers answer a JSON-RPC error (2026-07-28's table): 400 for a
+            // malformed message, 200 for the rest. The TypeScript SDK raises anything
+            // else as a transport error, without reading the body.
+            parts.status = rpc::http_status(parts.status);
+            return Response::from_parts(parts, full(body));
         }
         if let ProxyError::Retried(r) = self {
             let mut resp = r.error.to_response(request_id);

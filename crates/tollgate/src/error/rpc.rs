@@ -1,8 +1,8 @@
 //! tollgate's own errors on an MCP call, in the shape MCP clients read (JSON-RPC 2.0 §5.1):
 //! a JSON-RPC error carrying the call's `id`, its `code` from the table below
-//! (docs/mcp.md), and tollgate's code, status and retry hint in `data`. The HTTP status
-//! and `x-tollgate-error` stay as on every error tollgate makes: the MCP SDKs surface a
-//! JSON-RPC error sent with any status when the body is `application/json`.
+//! (docs/mcp.md), and tollgate's code, status and retry hint in `data`. It is sent as an
+//! MCP server sends a JSON-RPC error (MCP 2026-07-28's status table: 400 for a malformed
+//! message, 200 otherwise), with `x-tollgate-error` as on every error tollgate makes.
 
 use http::StatusCode;
 use serde_json::value::RawValue;
@@ -32,6 +32,14 @@ pub fn code(status: StatusCode) -> i64 {
         504 => REQUEST_TIMEOUT,
         502 => UNREACHABLE,
         _ => INTERNAL_ERROR,
+    }
+}
+
+/// The HTTP status of a JSON-RPC error for an error of tollgate's with `status`.
+pub fn http_status(status: StatusCode) -> StatusCode {
+    match code(status) {
+        INVALID_REQUEST => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
     }
 }
 

@@ -38,7 +38,7 @@ pub const MAX_TOOLS: usize = 64;
 pub struct RawMcp {
     /// Tools that may be called (exact names or globs: `get_*`). Empty: every tool not denied.
     pub allow: Vec<String>,
-    /// Tools that may never be called (exact names or globs: `delete_*`): such a call is answered with a JSON-RPC error (403 `mcp_tool_denied`) and never reaches the server. Wins over `allow`.
+    /// Tools that may never be called (exact names or globs: `delete_*`): such a call is answered with a JSON-RPC error carrying its id (`mcp_tool_denied`) and never reaches the server. Wins over `allow`.
     pub deny: Vec<String>,
     /// Cut the tools a call would be refused for from `tools/list` answers, so the model is never offered them.
     pub filter_lists: bool,
@@ -103,7 +103,7 @@ pub struct Kind;
 impl RemedyKind for Kind {
     const NAME: &'static str = "mcp";
     const PHASES: Phases = Phases {
-        request: "reads the MCP call (JSON-RPC method, tool); refuses a denied tool with a JSON-RPC error (403)",
+        request: "reads the MCP call (JSON-RPC method, tool); refuses a denied tool with a JSON-RPC error carrying its id",
         attempt: "",
         response: "cuts denied tools from a `tools/list` answer",
     };
