@@ -162,7 +162,10 @@ async fn only_allowed_tools_go_through_and_the_list_shows_only_them() {
         "policies:\n  - name: ro\n    mcp: {allow: [add, echo]}\n",
     )
     .await;
-    assert_eq!(post(&gw, call("1", "echo"), &[]).await.json()["result"]["isError"], false);
+    assert_eq!(
+        post(&gw, call("1", "echo"), &[]).await.json()["result"]["isError"],
+        false
+    );
     let refused = post(&gw, call("2", "delete_repository"), &[]).await;
     assert_eq!(refused.json()["error"]["code"], -32051);
     let list = post(&gw, LIST, &[]).await.json();

@@ -227,3 +227,96 @@ async fn the_python_sdk_through_https_proxy_with_interception_in_both_revisions(
     })
     .await;
 }
+
+/// The `@modelcontextprotocol/sdk` client (Streamable HTTP, 2025-11-25 with sessions)
+/// and the reference `@modelcontextprotocol/server-everything`, pinned, installed once.
+fn node_sdk() -> (std::path::PathBuf, std::path::PathBuf) {
+    (
+        npm_once("node-mcp-sdk", "@modelcontextprotocol/sdk@1.32.2"),
+        npm_once(
+            "node-mcp-everything",
+            "@modelcontextprotocol/server-everything@2026.8.31",
+        ),
+    )
+}
+
+/// What the TypeScript client listed, what `echo` returned, and what `get-env` raised.
+const NODE_CLIENT: &str = r#"
+const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
+const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+(async () => {
+  const c = new Client({ name: 'tollgate-test', version: '1.0.0' });
+  await c.connect(new StreamableHTTPClientTransport(new URL(process.env.URL)));
+  const out = {};
+  out.tools = (await c.listTools()).tools.map((t) => t.name).sort();
+  out.echo = (await c.callTool({ name: 'echo', arguments: { message: 'hi' } })).content;
+  try {
+    await c.callTool({ name: 'get-env', arguments: {} });
+    out.denied = null;
+  } catch (e) {
+    out.denied = { name: e.constructor.name, code: e.code, message: e.message, data: e.data };
+  }
+  await c.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_against_server_everything_through_a_route() {
+    let (sdk, everything) = tokio::task::spawn_blocking(node_sdk).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = McpServer {
+        child: Command::new("node")
+            .arg(
+                everything
+                    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+            )
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs"),
+        port,
+    };
+    eventually("server-everything accepts connections", || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map(|_| ())
+    })
+    .await;
+    // get-env would hand the model the server's environment: denied.
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /everything\n    upstream: http://127.0.0.1:{}\npolicies:\n  - name: everything\n    mcp: {{deny: [get-env]}}\n",
+        server.port
+    ))
+    .await;
+    let mut c = Command::new("node");
+    c.env("NODE_PATH", sdk.join("node_modules"))
+        .env("URL", format!("http://{}/everything/mcp", gw.proxy_addr))
+        .args(["-e", NODE_CLIENT]);
+    let out: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
+    let tools = out["tools"].as_array().unwrap();
+    assert!(tools.contains(&"echo".into()), "{out}");
+    assert!(
+        !tools.contains(&"get-env".into()),
+        "offered a denied tool: {out}"
+    );
+    assert_eq!(out["echo"][0]["text"], "Echo: hi");
+    let denied = &out["denied"];
+    assert_eq!(denied["name"], "McpError", "{out}");
+    assert_eq!(denied["code"], -32051, "{out}");
+    assert_eq!(denied["data"]["code"], "mcp_tool_denied", "{out}");
+    metrics_when(&gw, |t| {
+        t.contains(
+            r#"tollgate_mcp_calls_total{policy="everything",method="tools/call",tool="get-env"} 1"#,
+        ) && t.contains(
+            r#"tollgate_mcp_calls_total{policy="everything",method="tools/call",tool="echo"} 1"#,
+        )
+    })
+    .await;
+}
