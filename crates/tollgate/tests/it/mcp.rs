@@ -381,3 +381,49 @@ async fn a_streamed_result_passes_event_by_event_and_a_stalled_one_is_cut() {
     );
     drop(tx);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_tool_limit_is_exact_across_three_gateways_on_redis() {
+    let redis = crate::support::redis_procs::RedisServer::start();
+    let (up, seen) = mcp_server().await;
+    let yaml = format!(
+        "store:\n  backend: redis\n  url: {}\n  timeout: 500ms\nroutes:\n  - prefix: /mcp\n    upstream: http://{}\npolicies:\n  - name: adds\n    match: {{mcp: {{tools: [add]}}}}\n    rate_limit: {{limit: 5, window: hour}}\n",
+        redis.url(),
+        up.addr
+    );
+    clear_of_the_hour_end(60).await;
+    let gws = Arc::new([
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+        gateway(&yaml).await,
+    ]);
+    let mut tasks = Vec::new();
+    for i in 0..15 {
+        let gws = gws.clone();
+        tasks.push(tokio::spawn(async move {
+            post(&gws[i % 3], call(&i.to_string(), "add"), &[])
+                .await
+                .json()
+        }));
+    }
+    let mut answered = 0;
+    for t in tasks {
+        let b = t.await.unwrap();
+        match b["error"]["code"].as_i64() {
+            None => answered += 1,
+            Some(code) => assert_eq!(code, -32052, "{b}"),
+        }
+    }
+    assert_eq!(answered, 5, "the limit is one for the three gateways");
+    // Other tools are not counted against it.
+    let echo = post(&gws[0], call("99", "echo"), &[]).await.json();
+    assert_eq!(echo["result"]["content"][0]["text"], "echo");
+    let adds = seen
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|(_, t)| t.as_deref() == Some("add"))
+        .count();
+    assert_eq!(adds, 5);
+}
