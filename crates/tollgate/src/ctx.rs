@@ -120,6 +120,7 @@ impl Ctx {
             completed,
             llm: d.llm.clone(),
             saved: d.saved.clone(),
+            mcp: d.mcp.clone(),
         }));
         true
     }

@@ -179,6 +179,8 @@ pub struct RequestDiag {
     pub llm: Option<std::sync::Arc<crate::llm::Meter>>,
     /// Answered from the cache with an LLM answer: what the provider's answer had cost.
     pub saved: Option<Box<crate::llm::Saved>>,
+    /// An MCP call: its method and the tool, prompt or resource it names.
+    pub mcp: Option<Box<crate::mcp::Seen>>,
     /// Its HAR entry was handed to the writer.
     pub captured: bool,
 }

@@ -467,6 +467,13 @@ fn diagnose(
                 .any(|a| a.remedy == "cache" && a.action == "hit"),
             at_ms,
             saved: diag.saved.as_deref(),
+            tool: diag.mcp.as_ref().and_then(|m| m.tool()).map(|tool| {
+                crate::diagnosis::discovery::mcp::ToolCall {
+                    tool,
+                    failed: ev.error.is_some() || ev.status >= 400,
+                    total_us: ev.total.as_micros() as u64,
+                }
+            }),
             llm: diag
                 .llm
                 .as_ref()
@@ -547,6 +554,7 @@ fn diagnose(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_owned(),
+            mcp: diag.mcp.clone(),
         }]);
     }
 }
@@ -602,6 +610,7 @@ fn live_call<'e>(ev: &'e Event, endpoint: &'e str, now_ms: u64) -> Call<'e> {
         llm: diag
             .and_then(|d| d.llm.as_ref())
             .map(|m| m.read().summary(m.api)),
+        mcp: diag.and_then(|d| d.mcp.as_ref()).map(|m| m.to_json()),
         captured: diag.is_some_and(|d| d.captured),
     }
 }

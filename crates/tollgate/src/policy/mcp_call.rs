@@ -25,7 +25,11 @@ pub async fn call(x: &mut Exchange, max_body: usize) -> Result<Option<&Call>, Pr
                         ),
                     ));
                 };
-                Read(crate::mcp::judge(&x.parts.headers, &body)?)
+                let read = crate::mcp::judge(&x.parts.headers, &body)?;
+                if let (Some(d), Some(c)) = (&mut x.diag, &read) {
+                    d.mcp = Some(Box::new(crate::mcp::Seen::of(c)));
+                }
+                Read(read)
             }
         };
         x.locals.insert(read);

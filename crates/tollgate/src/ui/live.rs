@@ -60,6 +60,8 @@ pub struct Call<'a> {
     pub error: Option<&'a str>,
     pub bytes: u64,
     pub llm: Option<Value>,
+    /// An MCP call's method and name.
+    pub mcp: Option<Value>,
     /// Its HAR entry was captured.
     pub captured: bool,
 }
@@ -87,6 +89,7 @@ impl Call<'_> {
             error: self.error,
             bytes: self.bytes,
             llm: self.llm.as_ref(),
+            mcp: self.mcp.as_ref(),
             har: self.captured,
         };
         serde_json::to_string(&line).unwrap_or_default().into()
@@ -110,6 +113,8 @@ struct Line<'a> {
     error: Option<&'a str>,
     bytes: u64,
     llm: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp: Option<&'a Value>,
     har: bool,
 }
 
@@ -365,6 +370,7 @@ mod tests {
             error: None,
             bytes: 0,
             llm: None,
+            mcp: None,
             captured: false,
         }
     }

@@ -427,3 +427,60 @@ async fn a_per_tool_limit_is_exact_across_three_gateways_on_redis() {
         .count();
     assert_eq!(adds, 5);
 }
+
+#[tokio::test]
+async fn har_and_discovery_show_each_call_by_tool_with_its_arguments_redacted() {
+    let (up, _seen) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /mcp\n    upstream: http://{}\npolicies:\n  - name: gh\n    mcp: {{deny: [delete_repository]}}\ndiagnosis:\n  discovery: {{enabled: true}}\n  har:\n    enabled: true\n    redact: [token]\n    file: {{dir: {}}}\n",
+        up.addr,
+        dir.path().display()
+    ))
+    .await;
+    post(&gw, call("1", "add"), &[]).await;
+    post(&gw, call("2", "add"), &[]).await;
+    post(&gw, call(r#""d-1""#, "delete_repository"), &[]).await;
+    post(&gw, LIST, &[]).await;
+    let entries = har_entries_in(dir.path(), 4).await;
+    let text = serde_json::to_string(&entries).unwrap();
+    assert!(
+        !text.contains("s3cr3t"),
+        "an argument named as a secret is redacted"
+    );
+    let mcp: Vec<&Value> = entries.iter().map(|e| &e["_tollgateMcp"]).collect();
+    assert!(
+        mcp.contains(&&json!({"id": 1, "method": "tools/call", "name": "add"})),
+        "{mcp:?}"
+    );
+    assert!(
+        mcp.contains(&&json!({"id": "d-1", "method": "tools/call", "name": "delete_repository"}))
+    );
+    assert!(mcp.contains(&&json!({"id": 1, "method": "tools/list"})));
+    let denied = entries
+        .iter()
+        .find(|e| e["_tollgateMcp"]["id"] == "d-1")
+        .unwrap();
+    assert_eq!(denied["_tollgateError"], "mcp_tool_denied");
+    let d = eventually("discovery counts the tools", || {
+        let gw = &gw;
+        async move {
+            let d = admin_get(gw, "/discover").await.json();
+            let tools = d["endpoints"]
+                .as_array()
+                .and_then(|e| e.iter().find_map(|r| r.get("mcp")))
+                .map(|m| m["tools"].clone());
+            match tools {
+                Some(t) if t["add"]["calls"] == 2 && t["delete_repository"]["calls"] == 1 => Ok(t),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+    assert_eq!(d["add"]["errors"], 0);
+    assert_eq!(
+        d["delete_repository"]["errors"], 1,
+        "a refused call is a failed one"
+    );
+    assert!(d["add"]["latency_ms"]["p50"].as_f64().is_some());
+}

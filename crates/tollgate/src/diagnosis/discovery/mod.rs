@@ -5,6 +5,7 @@
 //! endpoints so far merged into one). Memory is bounded by the caps in the settings; past
 //! them calls count under host or endpoint `other`.
 
+pub mod mcp;
 pub mod metrics;
 pub mod table;
 pub mod template;
@@ -44,6 +45,8 @@ pub struct Seen<'a> {
     pub llm: Option<LlmSeen>,
     /// Answered from the cache with an LLM answer: what the provider's answer had cost.
     pub saved: Option<&'a crate::llm::Saved>,
+    /// An MCP tool call.
+    pub tool: Option<mcp::ToolCall<'a>>,
 }
 
 /// What an LLM call used, as discovery counts it.
@@ -149,6 +152,8 @@ pub struct Stats {
     pub cache_hits: u64,
     /// Its LLM calls' usage, once it had one.
     pub llm: Option<Box<LlmStats>>,
+    /// Its MCP tool calls, once it had one.
+    pub mcp: Option<Box<mcp::McpStats>>,
     recent: Recent,
 }
 
@@ -223,6 +228,7 @@ impl Stats {
             policy: None,
             cache_hits: 0,
             llm: None,
+            mcp: None,
             recent: Recent::default(),
         }
     }
@@ -249,6 +255,9 @@ impl Stats {
             self.llm
                 .get_or_insert_with(|| Box::new(LlmStats::new()))
                 .add(l);
+        }
+        if let Some(t) = &c.tool {
+            self.mcp.get_or_insert_default().add(t);
         }
         if let Some(s) = c.saved {
             self.llm
@@ -280,6 +289,12 @@ impl Stats {
         self.cache_hits += o.cache_hits;
         if o.policy.is_some() {
             self.policy = o.policy;
+        }
+        if let Some(m) = o.mcp {
+            match &mut self.mcp {
+                Some(mine) => mine.merge(*m),
+                None => self.mcp = Some(m),
+            }
         }
         if let Some(l) = o.llm {
             match &mut self.llm {
@@ -490,6 +505,9 @@ impl Discovered {
                 if let Some(l) = &s.llm {
                     row["llm"] = l.to_json();
                 }
+                if let Some(m) = &s.mcp {
+                    row["mcp"] = m.to_json();
+                }
                 if let Some(now) = recent {
                     row["recent"] = s.recent.to_json(now);
                 }
@@ -599,6 +617,7 @@ mod tests {
             at_ms: 1,
             llm: None,
             saved: None,
+            tool: None,
         }
     }
 

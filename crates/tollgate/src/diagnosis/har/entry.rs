@@ -157,6 +157,22 @@ fn own_fields(out: &mut String, r: &Record) {
         out.push_str(",\"_tollgateError\":");
         string(out, e);
     }
+    if let Some(m) = &r.mcp {
+        // The id as the call wrote it: a JSON string or integer already.
+        out.push_str(",\"_tollgateMcp\":{");
+        if let Some(id) = &m.id {
+            out.push_str("\"id\":");
+            out.push_str(id);
+            out.push(',');
+        }
+        out.push_str("\"method\":");
+        string(out, &m.method);
+        if let Some(n) = &m.name {
+            out.push_str(",\"name\":");
+            string(out, n);
+        }
+        out.push('}');
+    }
     if let Some(p) = &r.policy {
         out.push_str(",\"_tollgatePolicy\":");
         string(out, p);
@@ -494,6 +510,11 @@ mod tests {
             wait: Some(Duration::from_nanos(46_700_099)),
             completed: answer,
             llm: None,
+            mcp: Some(Box::new(crate::mcp::Seen {
+                method: "tools/call".into(),
+                name: Some("create_\"issue\"".into()),
+                id: Some("18446744073709551617".into()),
+            })),
             saved: Some(Box::new(crate::llm::Saved {
                 model: "gpt-4o-mini-2025-01-01".into(),
                 input: 12,

@@ -96,6 +96,8 @@ pub struct Record {
     pub llm: Option<Arc<crate::llm::Meter>>,
     /// Answered from the cache with an LLM answer: what the provider's answer had cost.
     pub saved: Option<Box<crate::llm::Saved>>,
+    /// An MCP call's method, name and id.
+    pub mcp: Option<Box<crate::mcp::Seen>>,
 }
 
 impl Record {

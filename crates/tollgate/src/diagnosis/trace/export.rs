@@ -181,6 +181,9 @@ impl Exporter {
             if let Some(e) = f.error {
                 attributes.push(KeyValue::new("error.type", e));
             }
+            if let Some(m) = &f.mcp {
+                mcp_attributes(m, &mut attributes);
+            }
             // Semantic conventions: a server span is an error on 5xx, a client span on
             // 4xx too.
             let failed = f.error.or((f.status >= 500).then_some("server error"));
@@ -189,7 +192,10 @@ impl Exporter {
                 parent_span_id: f.parent.map_or(SpanId::INVALID, SpanId::from_bytes),
                 parent_span_is_remote: f.parent.is_some(),
                 span_kind: SpanKind::Server,
-                name: Cow::Borrowed(f.method),
+                name: match &f.mcp {
+                    Some(m) => Cow::Owned(mcp_span_name(m)),
+                    None => Cow::Borrowed(f.method),
+                },
                 start_time: at(f.start_ns),
                 end_time: at(f.end_ns.max(f.start_ns)),
                 attributes,
@@ -303,4 +309,31 @@ impl opentelemetry_http::HttpClient for OtlpHttp {
         let body = crate::diagnosis::har::collector::read_answer(body).await;
         Ok(http::Response::from_parts(parts, body))
     }
+}
+
+/// An MCP call's span name (OpenTelemetry's MCP conventions: `{mcp.method.name} {target}`,
+/// the target the tool, prompt or resource it names).
+fn mcp_span_name(m: &crate::mcp::Seen) -> String {
+    match &m.name {
+        Some(n) => format!("{} {n}", m.method),
+        None => m.method.to_string(),
+    }
+}
+
+/// An MCP call's attributes (OpenTelemetry's MCP and GenAI conventions).
+fn mcp_attributes(m: &crate::mcp::Seen, attributes: &mut Vec<KeyValue>) {
+    attributes.push(KeyValue::new("mcp.method.name", m.method.to_string()));
+    if let Some(id) = &m.id {
+        attributes.push(KeyValue::new(
+            "jsonrpc.request.id",
+            id.trim_matches('"').to_owned(),
+        ));
+    }
+    let Some(n) = &m.name else { return };
+    let key = match &*m.method {
+        "tools/call" => "gen_ai.tool.name",
+        "prompts/get" => "gen_ai.prompt.name",
+        _ => "mcp.resource.uri",
+    };
+    attributes.push(KeyValue::new(key, n.to_string()));
 }

@@ -148,6 +148,8 @@ pub struct Finished {
     pub attempts: Vec<Attempt>,
     pub events: Vec<super::Acted>,
     pub request_id: String,
+    /// An MCP call: the server span is named for it (`tools/call create_issue`).
+    pub mcp: Option<Box<crate::mcp::Seen>>,
 }
 
 impl Finished {

@@ -145,6 +145,12 @@ function llmCell(l) {
   return parts.join(' · ');
 }
 
+// An MCP call: its JSON-RPC method and the tool, prompt or resource it names.
+function mcpCell(m) {
+  if (!m) return '';
+  return m.name ? `${m.method} · ${m.name}` : m.method;
+}
+
 function callRow(c) {
   const tr = el('tr', { class: c.har ? 'clickable' : null, 'data-id': c.id, title: c.har ? 'Show its HAR entry' : null },
     el('td', { class: 'mono' }, clock(c.t)),
@@ -156,7 +162,7 @@ function callRow(c) {
     el('td', { class: 'policy' }, c.policy || ''),
     el('td', { class: 'actions' }, (c.actions || []).map((a) => el('span', { class: 'chip' }, a))),
     el('td', { class: 'error err' }, c.error || ''),
-    el('td', { class: 'llm' }, llmCell(c.llm)));
+    el('td', { class: 'llm' }, llmCell(c.llm) || mcpCell(c.mcp)));
   if (c.har) activates(tr, () => showHar(c.id));
   return tr;
 }
