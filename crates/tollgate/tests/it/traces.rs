@@ -241,3 +241,47 @@ async fn new_traces_start_and_unsampled_ones_pass_through() {
     assert!(started.ends_with("-01"));
     assert_eq!(seen[1].as_deref(), Some(unsampled.as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_s_span_is_named_for_its_tool() {
+    let (rx, spans) = receiver().await;
+    let up = upstream(|_req| async {
+        answer(
+            200,
+            &[("content-type", "application/json")],
+            r#"{"jsonrpc":"2.0","id":"c-7","result":{"content":[],"isError":false}}"#,
+        )
+    })
+    .await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /mcp\n    upstream: http://{}\npolicies:\n  - name: tools\n    mcp: {{}}\ndiagnosis:\n  traces:\n    enabled: true\n    endpoint: \"http://{}/v1/traces\"\n    interval: 20ms\n",
+        up.addr, rx.addr
+    ))
+    .await;
+    let body = r#"{"jsonrpc":"2.0","id":"c-7","method":"tools/call","params":{"name":"create_issue","arguments":{}}}"#;
+    let req = Request::post(format!("http://{}/mcp/", gw.proxy_addr))
+        .header("content-type", "application/json")
+        .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+        .body(bytes_body(body))
+        .unwrap();
+    assert_eq!(send(&client(), req).await.status, 200);
+    let got = spans_when(&spans, 2).await;
+    let server = got
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.kind == SpanKind::Server as i32)
+        .expect("a server span");
+    assert_eq!(server.name, "tools/call create_issue");
+    assert_eq!(
+        attr(server, "mcp.method.name").unwrap(),
+        r#"StringValue("tools/call")"#
+    );
+    assert_eq!(
+        attr(server, "gen_ai.tool.name").unwrap(),
+        r#"StringValue("create_issue")"#
+    );
+    assert_eq!(
+        attr(server, "jsonrpc.request.id").unwrap(),
+        r#"StringValue("c-7")"#
+    );
+}
