@@ -249,6 +249,8 @@ pub struct Target {
     view_of: Option<u32>,
     /// An `https` target: its proxy (CONNECT) and what its TLS clients trust.
     pub tls: Option<std::sync::Arc<crate::loadgen::Tls>>,
+    /// Each request to it POSTs this body as JSON (an MCP call); `None`: a GET.
+    pub post: Option<bytes::Bytes>,
     _proc: Option<Proc>,
 }
 
@@ -295,6 +297,7 @@ impl Target {
             view_of: self.pid(),
             _proc: None,
             tls: self.tls.clone(),
+            post: self.post.clone(),
         }
     }
 
@@ -311,6 +314,7 @@ impl Target {
             view_of: None,
             _proc: Some(proc),
             tls: None,
+            post: None,
         }
     }
 }
@@ -409,6 +413,7 @@ impl Harness {
             view_of: None,
             _proc: None,
             tls: None,
+            post: None,
         }
     }
 
@@ -567,6 +572,7 @@ log:
             view_of: None,
             _proc: Some(proc),
             tls: None,
+            post: None,
         })
     }
 
@@ -611,6 +617,7 @@ log:
             view_of: None,
             _proc: None,
             tls: None,
+            post: None,
         }
     }
 
@@ -725,7 +732,7 @@ log:
             specs.push(LoadSpec {
                 url,
                 headers: t.headers.clone(),
-                body: body.clone(),
+                body: body.clone().or_else(|| t.post.clone()),
                 requests,
                 warmup,
                 concurrency,

@@ -54,7 +54,9 @@ pub struct InstructionsArgs {
     /// aggregate, dashboard-open (passthrough with the dashboard's live view open and
     /// reading every call), and LLM calls (a chat completion POSTed to the provider's
     /// stand-in, answered whole): llm-passthrough (no policy), llm-usage (its usage read),
-    /// llm-limits (read, and counted against a token limit and a budget) (comma
+    /// llm-limits (read, and counted against a token limit and a budget), and MCP tool
+    /// calls (`bench mcp`'s `tools/call`): mcp-passthrough (no policy), mcp-read (each
+    /// call read and judged by `mcp:`), mcp-per-tool (a policy chosen by the tool) (comma
     /// separated).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
@@ -71,7 +73,7 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 13] = [
     "passthrough",
     "with-remedy",
     "with-credentials",
@@ -82,6 +84,9 @@ const SCENARIOS: [&str; 10] = [
     "llm-passthrough",
     "llm-usage",
     "llm-limits",
+    "mcp-passthrough",
+    "mcp-read",
+    "mcp-per-tool",
 ];
 
 /// What the LLM scenarios POST: `bench llm`'s complete (non-streamed) call.
@@ -363,6 +368,26 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
             };
             return Ok((target, call));
         }
+        "mcp-passthrough" | "mcp-read" | "mcp-per-tool" => {
+            let file = format!("{name}.yaml");
+            let policies = match name {
+                "mcp-passthrough" => "",
+                "mcp-read" => crate::mcp::READ,
+                _ => crate::mcp::PER_TOOL,
+            };
+            let config = format!(
+                "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\nlog:\n  level: warn\n{policies}"
+            );
+            report::write(&h.out, &file, &config)?;
+            let mut target = h.tollgate(name, &h.out.join(&file), workers)?;
+            target.headers = crate::mcp::headers();
+            let call = Shape {
+                path: crate::mcp::PATH.into(),
+                body: Some(bytes::Bytes::from_static(crate::mcp::CALL.as_bytes())),
+                captured: false,
+            };
+            return Ok((target, call));
+        }
         _ => {
             let eps = aggregate::endpoints(&[Duration::ZERO; 3]);
             report::write(&h.out, "aggregate.yaml", &lura::tollgate_config(&eps))?;
@@ -640,6 +665,20 @@ fn summary(counts: &[Count], spec: &Spec, measured: &str, top: usize) -> String 
                 "
 LLM calls (`bench llm`'s complete chat completion, {:.0} instructions through the passthrough) ÷ llm-passthrough: {}.",
                 base,
+                each.join(", ")
+            );
+        }
+    }
+    // MCP tool calls against their own passthrough: the same POST.
+    if let Some(base) = per("mcp-passthrough") {
+        let each: Vec<String> = ["mcp-read", "mcp-per-tool"]
+            .iter()
+            .filter_map(|n| per(n).map(|v| format!("{n} {:.2}× (+{:.0})", v / base, v - base)))
+            .collect();
+        if !each.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nMCP tool calls (`bench mcp`'s `tools/call`, {base:.0} instructions through the passthrough) ÷ mcp-passthrough: {}.",
                 each.join(", ")
             );
         }

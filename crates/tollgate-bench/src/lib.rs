@@ -19,6 +19,7 @@ pub mod llm;
 pub mod loadgen;
 pub mod lura;
 pub mod machine;
+pub mod mcp;
 pub mod peers;
 pub mod procs;
 pub mod profile;
@@ -59,6 +60,9 @@ pub enum BenchCommand {
     /// and the passthrough: the footprint, requests per second on one core, and the
     /// provider calls N replicas make for the same keys.
     Cache(cache::CacheArgs),
+    /// MCP tool calls: `tools/call` through tollgate's passthrough, reading each call, and
+    /// with a per-tool policy, against direct: the footprint and requests per second.
+    Mcp(mcp::McpArgs),
     /// Instructions per request under valgrind's callgrind: tollgate's scenarios beside the
     /// hyper floor, nginx and HAProxy, with the functions they go to (machine-independent).
     Instructions(instructions::InstructionsArgs),
@@ -170,6 +174,7 @@ pub fn main(cmd: BenchCommand, commit: &'static str) -> ExitCode {
         BenchCommand::Redis(a) => redis::run(a),
         BenchCommand::Cache(a) => cache::run(a),
         BenchCommand::Llm(a) => llm::run(a),
+        BenchCommand::Mcp(a) => mcp::run(a),
         BenchCommand::HyperFloor(a) => floor::run(a),
     };
     match result {

@@ -7,6 +7,7 @@
 pub mod body;
 mod echo;
 pub mod llm;
+pub mod mcp;
 mod streams;
 pub mod timer;
 pub mod tls;
@@ -153,6 +154,7 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         };
     }
     match (head, rest) {
+        ("mcp", None) if req.method() == Method::POST => mcp::answer(req).await,
         ("static", None) => fixed(&req, &STATIC_BODY[..]).await,
         ("static", Some("data")) => fixed(&req, STATIC_DATA_BODY).await,
         ("delay", Some(d)) => match parse_delay(d) {
@@ -186,7 +188,7 @@ async fn route(req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
             "method not allowed\n",
         ),
         _ => not_found(
-            "not found: /static[/data][?delay=D] /delay/{d} /status/{code} /bytes/{n} /anything /headers /get /post /drip /gzip /json /uuid /stream/{n}",
+            "not found: /static[/data][?delay=D] /mcp (POST) /delay/{d} /status/{code} /bytes/{n} /anything /headers /get /post /drip /gzip /json /uuid /stream/{n}",
         ),
     }
 }
