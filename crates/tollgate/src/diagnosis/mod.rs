@@ -180,7 +180,7 @@ pub struct RequestDiag {
     /// Answered from the cache with an LLM answer: what the provider's answer had cost.
     pub saved: Option<Box<crate::llm::Saved>>,
     /// An MCP call: its method and the tool, prompt or resource it names.
-    pub mcp: Option<Box<crate::mcp::Seen>>,
+    pub mcp: Option<std::sync::Arc<crate::mcp::Call>>,
     /// Its HAR entry was handed to the writer.
     pub captured: bool,
 }

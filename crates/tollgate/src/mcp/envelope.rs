@@ -82,6 +82,11 @@ impl Call {
             .then_some(self.name.as_deref())
             .flatten()
     }
+
+    /// As the dashboard's live view shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"method": &*self.method, "name": self.name.as_deref()})
+    }
 }
 
 /// Why a body claiming to be JSON-RPC is refused.
@@ -104,14 +109,21 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
         Some(b'{') => {}
         _ => return Ok(None),
     }
+    // One pass: the members wanted are borrowed as written, the rest skipped.
     let m: Message<'_> = serde_json::from_slice(body).map_err(malformed)?;
-    if let Some(at) = too_deep(body, MAX_DEPTH) {
+    if m.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+        return Ok(None);
+    }
+    // serde_json skips what it does not keep without a depth limit: the server may
+    // parse it with one. Counting the brackets first spares the walk of nearly every
+    // message (fewer brackets than the limit cannot nest deeper).
+    let brackets = memchr::memchr2_iter(b'[', b'{', body).count();
+    if brackets > MAX_DEPTH
+        && let Some(at) = too_deep(body, MAX_DEPTH)
+    {
         return Err(Invalid::Malformed(format!(
             "nested deeper than {MAX_DEPTH} levels (at byte {at})"
         )));
-    }
-    if m.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
-        return Ok(None);
     }
     let id = m.id.map(id).transpose()?;
     let method = m
@@ -131,10 +143,6 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
     let method = method.map(Cow::into_owned).unwrap_or_default();
     let (mut name, mut version) = (None, None);
     if let Some(p) = m.params {
-        if !p.get().starts_with('{') {
-            return Err(Invalid::Malformed("`params` must be an object".into()));
-        }
-        let p: Params<'_> = serde_json::from_str(p.get()).map_err(malformed)?;
         let key = match method.as_str() {
             "tools/call" | "prompts/get" => Some(("params.name", p.name)),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -145,16 +153,8 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
         if let Some((field, Some(v))) = key {
             name = Some(text(v, field, MAX_NAME)?.into());
         }
-        if let Some(meta) = p.meta {
-            if !meta.get().starts_with('{') {
-                return Err(Invalid::Malformed(
-                    "`params._meta` must be an object".into(),
-                ));
-            }
-            let meta: Meta<'_> = serde_json::from_str(meta.get()).map_err(malformed)?;
-            if let Some(v) = meta.version {
-                version = Some(text(v, "params._meta.protocolVersion", 64)?.into());
-            }
+        if let Some(v) = p.meta.and_then(|m| m.version) {
+            version = Some(text(v, "params._meta.protocolVersion", 64)?.into());
         }
     }
     if kind == Kind::Request
@@ -174,8 +174,9 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
     }))
 }
 
-/// The top level, every member borrowed as written (JSON-RPC 2.0 §4); other members are
-/// skipped. A member written twice fails, as serde's derive refuses duplicates.
+/// The top level, the members wanted borrowed as written (JSON-RPC 2.0 §4); other
+/// members are skipped. A member written twice fails, as serde's derive refuses
+/// duplicates; `params` and its `_meta` must be objects.
 #[derive(Deserialize)]
 struct Message<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
@@ -184,8 +185,8 @@ struct Message<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<Params<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
     result: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
@@ -198,8 +199,8 @@ struct Params<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     uri: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "_meta", deserialize_with = "present")]
-    meta: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<Meta<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -255,9 +256,16 @@ fn text<'a>(v: &'a RawValue, field: &str, max: usize) -> Result<Cow<'a, str>, In
             "`{field}` is longer than {max} bytes"
         )));
     }
-    let s: Cow<'a, str> = serde_json::from_str(v.get())
+    let raw = v.get();
+    // A string without escapes is its text between the quotes (serde_json checked it).
+    if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
+        && !inner.contains('\\')
+    {
+        return Ok(Cow::Borrowed(inner));
+    }
+    let s: String = serde_json::from_str(raw)
         .map_err(|_| Invalid::Malformed(format!("`{field}` must be a string")))?;
-    Ok(s)
+    Ok(Cow::Owned(s))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub mod tools_list;
 pub use envelope::{Call, Invalid, Kind};
 pub use names::NameGlob;
 
+use http::HeaderName;
+
 use crate::error::{ProxyError, Refusal};
 use http::{HeaderMap, Method, StatusCode, header};
 
@@ -26,44 +28,13 @@ pub static INVALID: Refusal = Refusal::refusal(
     "an MCP request a policy must judge that is not one valid JSON-RPC message: a batch, a wrong type, an id over 256 bytes, nesting deeper than 128, a key twice, `Mcp-Method`/`Mcp-Name` headers saying otherwise than the body, or a body over `mcp.max_body`",
 );
 
-/// What diagnosis keeps of an MCP call (HAR, the live view, discovery, traces): its
-/// method, the name it acts on, and its id as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub method: Box<str>,
-    pub name: Option<Box<str>>,
-    pub id: Option<Box<str>>,
-}
-
-impl Seen {
-    pub fn of(call: &Call) -> Self {
-        Self {
-            method: call.method.clone(),
-            name: call.name.clone(),
-            id: call.id.clone(),
-        }
-    }
-
-    /// The tool a `tools/call` calls.
-    pub fn tool(&self) -> Option<&str> {
-        (&*self.method == "tools/call")
-            .then_some(self.name.as_deref())
-            .flatten()
-    }
-
-    /// As the live view shows it.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"method": &*self.method, "name": self.name.as_deref()})
-    }
-}
-
 /// The largest request body read to recognise a call when no `mcp` remedy sets its own
 /// `max_body`.
 pub const MAX_BODY: usize = 4 << 20;
 
 /// The headers 2026-07-28 mirrors the body in (for servers and proxies that route on them).
-pub const MCP_METHOD: &str = "mcp-method";
-pub const MCP_NAME: &str = "mcp-name";
+pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// The protocol version a request is sent with (2025-06-18 and later).
 pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// A 2025-11-25 session (relayed untouched both ways).

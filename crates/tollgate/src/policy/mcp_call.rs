@@ -5,6 +5,7 @@
 use crate::error::ProxyError;
 use crate::mcp::Call;
 use crate::policy::chain::Exchange;
+use std::sync::Arc;
 
 /// The MCP message `x` carries, read once (by the policy selection or the first remedy
 /// that needs it) into its locals: `None` when it is not one. A body larger than
@@ -25,22 +26,22 @@ pub async fn call(x: &mut Exchange, max_body: usize) -> Result<Option<&Call>, Pr
                         ),
                     ));
                 };
-                let read = crate::mcp::judge(&x.parts.headers, &body)?;
-                if let (Some(d), Some(c)) = (&mut x.diag, &read) {
-                    d.mcp = Some(Box::new(crate::mcp::Seen::of(c)));
+                let read = crate::mcp::judge(&x.parts.headers, &body)?.map(Arc::new);
+                if let Some(d) = &mut x.diag {
+                    d.mcp = read.clone();
                 }
                 Read(read)
             }
         };
         x.locals.insert(read);
     }
-    Ok(x.locals.get::<Read>().and_then(|r| r.0.as_ref()))
+    Ok(x.locals.get::<Read>().and_then(|r| r.0.as_deref()))
 }
 
 /// The call `x` carries, when it was read.
 pub fn read_call(x: &Exchange) -> Option<&Call> {
-    x.locals.get::<Read>().and_then(|r| r.0.as_ref())
+    x.locals.get::<Read>().and_then(|r| r.0.as_deref())
 }
 
 /// What was read of a request: its call, or `None` when it is not MCP.
-pub struct Read(pub Option<Call>);
+pub struct Read(pub Option<Arc<Call>>);

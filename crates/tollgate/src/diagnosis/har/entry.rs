@@ -510,10 +510,12 @@ mod tests {
             wait: Some(Duration::from_nanos(46_700_099)),
             completed: answer,
             llm: None,
-            mcp: Some(Box::new(crate::mcp::Seen {
+            mcp: Some(Arc::new(crate::mcp::Call {
+                kind: crate::mcp::Kind::Request,
                 method: "tools/call".into(),
                 name: Some("create_\"issue\"".into()),
                 id: Some("18446744073709551617".into()),
+                version: None,
             })),
             saved: Some(Box::new(crate::llm::Saved {
                 model: "gpt-4o-mini-2025-01-01".into(),

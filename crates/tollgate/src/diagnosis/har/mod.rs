@@ -97,7 +97,7 @@ pub struct Record {
     /// Answered from the cache with an LLM answer: what the provider's answer had cost.
     pub saved: Option<Box<crate::llm::Saved>>,
     /// An MCP call's method, name and id.
-    pub mcp: Option<Box<crate::mcp::Seen>>,
+    pub mcp: Option<Arc<crate::mcp::Call>>,
 }
 
 impl Record {

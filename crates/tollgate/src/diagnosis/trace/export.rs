@@ -313,7 +313,7 @@ impl opentelemetry_http::HttpClient for OtlpHttp {
 
 /// An MCP call's span name (OpenTelemetry's MCP conventions: `{mcp.method.name} {target}`,
 /// the target the tool, prompt or resource it names).
-fn mcp_span_name(m: &crate::mcp::Seen) -> String {
+fn mcp_span_name(m: &crate::mcp::Call) -> String {
     match &m.name {
         Some(n) => format!("{} {n}", m.method),
         None => m.method.to_string(),
@@ -321,7 +321,7 @@ fn mcp_span_name(m: &crate::mcp::Seen) -> String {
 }
 
 /// An MCP call's attributes (OpenTelemetry's MCP and GenAI conventions).
-fn mcp_attributes(m: &crate::mcp::Seen, attributes: &mut Vec<KeyValue>) {
+fn mcp_attributes(m: &crate::mcp::Call, attributes: &mut Vec<KeyValue>) {
     attributes.push(KeyValue::new("mcp.method.name", m.method.to_string()));
     if let Some(id) = &m.id {
         attributes.push(KeyValue::new(

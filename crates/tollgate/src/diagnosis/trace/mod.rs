@@ -149,7 +149,7 @@ pub struct Finished {
     pub events: Vec<super::Acted>,
     pub request_id: String,
     /// An MCP call: the server span is named for it (`tools/call create_issue`).
-    pub mcp: Option<Box<crate::mcp::Seen>>,
+    pub mcp: Option<std::sync::Arc<crate::mcp::Call>>,
 }
 
 impl Finished {
