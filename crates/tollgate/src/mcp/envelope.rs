@@ -73,6 +73,8 @@ pub struct Call {
     pub name: Option<Box<str>>,
     /// The protocol version the request's `_meta` names (2026-07-28 and later).
     pub version: Option<Box<str>>,
+    /// What the server answered, once its answer passed (`mcp:` reads it).
+    pub outcome: super::outcome::Slot,
 }
 
 impl Call {
@@ -171,6 +173,7 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
         method: method.into(),
         name,
         version,
+        outcome: Default::default(),
     }))
 }
 

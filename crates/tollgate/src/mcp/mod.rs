@@ -11,6 +11,7 @@
 
 pub mod envelope;
 pub mod names;
+pub mod outcome;
 pub mod tools_list;
 
 pub use envelope::{Call, Invalid, Kind};

@@ -467,12 +467,13 @@ fn diagnose(
                 .any(|a| a.remedy == "cache" && a.action == "hit"),
             at_ms,
             saved: diag.saved.as_deref(),
-            tool: diag.mcp.as_ref().and_then(|m| m.tool()).map(|tool| {
-                crate::diagnosis::discovery::mcp::ToolCall {
-                    tool,
+            tool: diag.mcp.as_ref().and_then(|m| {
+                Some(crate::diagnosis::discovery::mcp::ToolCall {
+                    tool: m.tool()?,
                     failed: ev.error.is_some() || ev.status >= 400,
+                    outcome: m.outcome.get(),
                     total_us: ev.total.as_micros() as u64,
-                }
+                })
             }),
             llm: diag
                 .llm

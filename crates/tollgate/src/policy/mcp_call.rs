@@ -43,5 +43,10 @@ pub fn read_call(x: &Exchange) -> Option<&Call> {
     x.locals.get::<Read>().and_then(|r| r.0.as_deref())
 }
 
+/// The call `x` carries, shared (the remedies' answer watchers write its outcome).
+pub fn shared_call(x: &Exchange) -> Option<Arc<Call>> {
+    x.locals.get::<Read>().and_then(|r| r.0.clone())
+}
+
 /// What was read of a request: its call, or `None` when it is not MCP.
 pub struct Read(pub Option<Arc<Call>>);

@@ -42,12 +42,18 @@ async fn mcp_server() -> (Server, Arc<Mutex<Seen>>) {
                 seen.calls.push((method.clone(), tool.clone()));
                 seen.encodings.push(encoding);
             }
-            let result = match method.as_str() {
-                "tools/list" => TOOLS.to_owned(),
-                _ => json!({"content": [{"type": "text", "text": tool}], "isError": false})
-                    .to_string(),
+            // `fails` runs and fails (a tool error); `missing` is no tool (a JSON-RPC error).
+            let result = match (method.as_str(), tool.as_deref()) {
+                ("tools/list", _) => format!(r#""result":{TOOLS}"#),
+                (_, Some("missing")) => {
+                    r#""error":{"code":-32602,"message":"Unknown tool: missing"}"#.to_owned()
+                }
+                (_, t) => format!(
+                    r#""result":{}"#,
+                    json!({"content": [{"type": "text", "text": t}], "isError": t == Some("fails")})
+                ),
             };
-            let message = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, m["id"]);
+            let message = format!(r#"{{"jsonrpc":"2.0","id":{},{result}}}"#, m["id"]);
             match sse {
                 true => answer(
                     200,
@@ -442,21 +448,25 @@ async fn har_and_discovery_show_each_call_by_tool_with_its_arguments_redacted() 
     post(&gw, call("2", "add"), &[]).await;
     post(&gw, call(r#""d-1""#, "delete_repository"), &[]).await;
     post(&gw, LIST, &[]).await;
-    let entries = har_entries_in(dir.path(), 4).await;
+    // What the server answered is read as it passes: as JSON, and as events.
+    post(&gw, call("3", "fails"), &[]).await;
+    post(&gw, call("4", "missing"), &[("x-answer", "sse")]).await;
+    let entries = har_entries_in(dir.path(), 6).await;
     let text = serde_json::to_string(&entries).unwrap();
     assert!(
         !text.contains("s3cr3t"),
         "an argument named as a secret is redacted"
     );
     let mcp: Vec<&Value> = entries.iter().map(|e| &e["_tollgateMcp"]).collect();
-    assert!(
-        mcp.contains(&&json!({"id": 1, "method": "tools/call", "name": "add"})),
-        "{mcp:?}"
-    );
-    assert!(
-        mcp.contains(&&json!({"id": "d-1", "method": "tools/call", "name": "delete_repository"}))
-    );
-    assert!(mcp.contains(&&json!({"id": 1, "method": "tools/list"})));
+    for want in [
+        json!({"id": 1, "method": "tools/call", "name": "add", "outcome": "ok"}),
+        json!({"id": "d-1", "method": "tools/call", "name": "delete_repository"}),
+        json!({"id": 1, "method": "tools/list", "outcome": "ok"}),
+        json!({"id": 3, "method": "tools/call", "name": "fails", "outcome": "tool_error"}),
+        json!({"id": 4, "method": "tools/call", "name": "missing", "outcome": "rpc_error"}),
+    ] {
+        assert!(mcp.contains(&&want), "{want} not in {mcp:?}");
+    }
     let denied = entries
         .iter()
         .find(|e| e["_tollgateMcp"]["id"] == "d-1")
@@ -483,4 +493,15 @@ async fn har_and_discovery_show_each_call_by_tool_with_its_arguments_redacted() 
         "a refused call is a failed one"
     );
     assert!(d["add"]["latency_ms"]["p50"].as_f64().is_some());
+    assert_eq!(d["fails"]["tool_errors"], 1);
+    assert_eq!(d["missing"]["rpc_errors"], 1);
+    assert_eq!(d["add"]["tool_errors"], 0);
+    let m = metrics_when(&gw, |t| t.contains("kind=\"rpc_error\"")).await;
+    for line in [
+        r#"tollgate_mcp_errors_total{policy="gh",method="tools/call",tool="fails",kind="tool_error"} 1"#,
+        r#"tollgate_mcp_errors_total{policy="gh",method="tools/call",tool="missing",kind="rpc_error"} 1"#,
+    ] {
+        assert!(m.contains(line), "{line}\n{m}");
+    }
+    assert!(!m.contains(r#"tool="add",kind="#), "a result is no error");
 }

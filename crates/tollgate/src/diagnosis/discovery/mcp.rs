@@ -1,6 +1,7 @@
 //! An MCP server's tools as discovery shows them, under the endpoint their calls go to:
-//! per tool, the calls, how many failed (tollgate's own errors, HTTP errors) and their
-//! latency. At most [`MAX_TOOLS`] tools per endpoint; calls of others are counted as
+//! per tool, the calls, how many failed (tollgate's own errors, HTTP errors), how many
+//! the server answered with a tool error (`isError: true`) or a JSON-RPC error, and
+//! their latency. At most [`MAX_TOOLS`] tools per endpoint; calls of others are counted as
 //! `other`, so a client cannot grow the table.
 
 use super::{percentiles, record_us};
@@ -16,6 +17,8 @@ const OTHER: &str = "other";
 pub struct ToolStats {
     pub calls: u64,
     pub errors: u64,
+    pub tool_errors: u64,
+    pub rpc_errors: u64,
     latency: Histogram<u32>,
 }
 
@@ -24,6 +27,8 @@ impl ToolStats {
         Self {
             calls: 0,
             errors: 0,
+            tool_errors: 0,
+            rpc_errors: 0,
             latency: Histogram::new(2).expect("2 significant figures is valid"),
         }
     }
@@ -38,7 +43,10 @@ pub struct McpStats {
 /// One MCP tool call, as discovery counts it.
 pub struct ToolCall<'a> {
     pub tool: &'a str,
+    /// tollgate's own error, or an HTTP error.
     pub failed: bool,
+    /// What the server answered.
+    pub outcome: crate::mcp::outcome::Outcome,
     pub total_us: u64,
 }
 
@@ -59,6 +67,8 @@ impl McpStats {
         let t = self.entry(c.tool);
         t.calls += 1;
         t.errors += u64::from(c.failed);
+        t.tool_errors += u64::from(c.outcome == crate::mcp::outcome::Outcome::ToolError);
+        t.rpc_errors += u64::from(c.outcome == crate::mcp::outcome::Outcome::RpcError);
         record_us(&mut t.latency, c.total_us);
     }
 
@@ -67,6 +77,8 @@ impl McpStats {
             let t = self.entry(&name);
             t.calls += s.calls;
             t.errors += s.errors;
+            t.tool_errors += s.tool_errors;
+            t.rpc_errors += s.rpc_errors;
             let _ = t.latency.add(&s.latency);
         }
     }
@@ -76,6 +88,8 @@ impl McpStats {
             "tools": self.tools.iter().map(|(name, t)| (name.to_string(), json!({
                 "calls": t.calls,
                 "errors": t.errors,
+                "tool_errors": t.tool_errors,
+                "rpc_errors": t.rpc_errors,
                 "latency_ms": percentiles(&t.latency),
             }))).collect::<serde_json::Map<_, _>>(),
         })
@@ -93,12 +107,14 @@ mod tests {
             m.add(&ToolCall {
                 tool: &format!("tool_{i}"),
                 failed: i % 10 == 0,
+                outcome: crate::mcp::outcome::Outcome::Ok,
                 total_us: 1000,
             });
         }
         m.add(&ToolCall {
             tool: "tool_1",
             failed: false,
+            outcome: crate::mcp::outcome::Outcome::ToolError,
             total_us: 3000,
         });
         assert_eq!(m.tools.len(), MAX_TOOLS + 1);
@@ -106,5 +122,6 @@ mod tests {
         assert_eq!(m.tools[OTHER].calls, 100 - MAX_TOOLS as u64);
         let j = m.to_json();
         assert_eq!(j["tools"]["tool_0"]["errors"], 1);
+        assert_eq!(j["tools"]["tool_1"]["tool_errors"], 1);
     }
 }

@@ -171,6 +171,11 @@ fn own_fields(out: &mut String, r: &Record) {
             out.push_str(",\"name\":");
             string(out, n);
         }
+        let outcome = m.outcome.get();
+        if outcome != crate::mcp::outcome::Outcome::Unknown {
+            out.push_str(",\"outcome\":");
+            string(out, outcome.as_str());
+        }
         out.push('}');
     }
     if let Some(p) = &r.policy {
@@ -516,6 +521,11 @@ mod tests {
                 name: Some("create_\"issue\"".into()),
                 id: Some("18446744073709551617".into()),
                 version: None,
+                outcome: {
+                    let o = crate::mcp::outcome::Slot::default();
+                    o.set(crate::mcp::outcome::Outcome::ToolError);
+                    o
+                },
             })),
             saved: Some(Box::new(crate::llm::Saved {
                 model: "gpt-4o-mini-2025-01-01".into(),

@@ -9,19 +9,20 @@ use crate::body::Body;
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::units::Size;
 use crate::mcp::tools_list::{Filtered, Keep};
-use crate::mcp::{Call, Kind as MessageKind, NameGlob, names};
+use crate::mcp::{Kind as MessageKind, NameGlob, names};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::BodyExt;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use rustc_hash::FxHashMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use tally::{Metrics, Tally};
+
+mod answer;
+mod tally;
 
 /// A `tools/call` of a tool the policy refuses.
 pub static DENIED: Refusal = Refusal::refusal(
@@ -29,9 +30,6 @@ pub static DENIED: Refusal = Refusal::refusal(
     StatusCode::FORBIDDEN,
     "an MCP `tools/call` of a tool a policy's `mcp` denies, or does not allow (a JSON-RPC error with the call's id; the server never sees it)",
 );
-/// Distinct tools counted per policy; calls of others are counted as `other`.
-pub const MAX_TOOLS: usize = 64;
-
 /// `mcp:` in a policy.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -82,21 +80,6 @@ crate::policy::actions::actions! {
     }
 }
 
-/// `tollgate_mcp_calls_total{policy, method, tool}`.
-#[derive(Default)]
-pub struct Metrics {
-    calls: Family<CallLabels, Counter>,
-}
-
-#[derive(
-    Clone, Debug, Default, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet,
-)]
-pub struct CallLabels {
-    pub policy: String,
-    pub method: &'static str,
-    pub tool: String,
-}
-
 /// `mcp:` in a policy.
 pub struct Kind;
 
@@ -115,12 +98,7 @@ impl RemedyKind for Kind {
     type Metrics = Metrics;
 
     fn register(f: &mut crate::metrics::Families<'_>) -> Metrics {
-        Metrics {
-            calls: f.add(
-                "mcp_calls",
-                "MCP calls a policy's `mcp` read, by policy, JSON-RPC method (known methods; others `other`) and tool (`tools/call`; the first 64 names per policy, others `other`; empty for other methods)",
-            ),
-        }
+        Metrics::register(f)
     }
 
     fn validate(raw: &RawMcp, cx: &mut Check<'_>) -> Option<McpSpec> {
@@ -145,9 +123,7 @@ impl RemedyKind for Kind {
         Built::from(Arc::new(Mcp {
             spec: Arc::new(spec.clone()),
             actions: b.actions(),
-            policy: b.policy.to_owned(),
-            metrics: b.metrics_of::<Kind>(),
-            counters: RwLock::default(),
+            tally: Arc::new(Tally::new(b.policy, b.metrics_of::<Kind>())),
         }))
     }
 }
@@ -155,10 +131,7 @@ impl RemedyKind for Kind {
 pub struct Mcp {
     spec: Arc<McpSpec>,
     actions: Actions<Action>,
-    policy: String,
-    metrics: Arc<Metrics>,
-    /// Each method's counters by tool, resolved once; at most [`MAX_TOOLS`] tools.
-    counters: RwLock<FxHashMap<&'static str, FxHashMap<Box<str>, Counter>>>,
+    tally: Arc<Tally>,
 }
 
 /// A `tools/list` answer to filter (set by the request phase).
@@ -173,11 +146,11 @@ impl Remedy for Mcp {
             if call.kind != MessageKind::Request {
                 return Ok(Flow::Continue);
             }
-            self.count(call);
+            self.tally.call(call);
             if let Some(tool) = call.tool()
                 && !self.spec.permits(tool)
             {
-                let e = denied(&self.policy, tool).on_call(call.id.clone());
+                let e = denied(self.tally.policy(), tool).on_call(call.id.clone());
                 self.actions.record(x, Action::Denied);
                 return Err(e);
             }
@@ -199,100 +172,31 @@ impl Remedy for Mcp {
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
-        if x.locals.take::<FilterList>().is_none() || !resp.status().is_success() {
+        let lists = x.locals.take::<FilterList>().is_some();
+        let Some(call) = crate::policy::mcp_call::shared_call(x) else {
+            return resp;
+        };
+        if call.kind != MessageKind::Request || !resp.status().is_success() {
             return resp;
         }
-        let kind = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.as_bytes().trim_ascii_start().to_ascii_lowercase());
-        let sse = match kind {
-            Some(k) if k.starts_with(b"text/event-stream") => true,
-            Some(k) if k.starts_with(b"application/json") => false,
-            _ => return resp,
+        let Some(sse) = answer::event_stream(&resp) else {
+            return resp;
         };
-        if resp.headers().contains_key(header::CONTENT_ENCODING) {
+        let resp = match lists && !resp.headers().contains_key(header::CONTENT_ENCODING) {
             // Coded although identity was asked for: relayed as it is (a call of a
             // refused tool is still refused).
-            return resp;
-        }
-        self.actions.record(x, Action::ListFiltered);
-        let spec = self.spec.clone();
-        let keep: Keep = Arc::new(move |tool| spec.permits(tool));
-        let (mut parts, body) = resp.into_parts();
-        parts.headers.remove(header::CONTENT_LENGTH);
-        Response::from_parts(parts, Filtered::new(body, sse, keep).boxed_unsync())
-    }
-}
-
-impl Mcp {
-    /// Counts `call` under its method and tool.
-    fn count(&self, call: &Call) {
-        let method = method_label(&call.method);
-        let tool = call.tool().unwrap_or("");
-        let found = self.counters.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = found.get(method).and_then(|m| m.get(tool)) {
-            c.inc();
-            return;
-        }
-        drop(found);
-        let mut counters = self.counters.write().unwrap_or_else(|e| e.into_inner());
-        let tools: usize = counters
-            .values()
-            .map(|m| m.keys().filter(|t| !t.is_empty()).count())
-            .sum();
-        let by_tool = counters.entry(method).or_default();
-        let label = match tool {
-            "" => "",
-            t if tools < MAX_TOOLS || by_tool.contains_key(t) => t,
-            _ => "other",
+            false => resp,
+            true => {
+                self.actions.record(x, Action::ListFiltered);
+                let spec = self.spec.clone();
+                let keep: Keep = Arc::new(move |tool| spec.permits(tool));
+                let (mut parts, body) = resp.into_parts();
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Response::from_parts(parts, Filtered::new(body, sse, keep).boxed_unsync())
+            }
         };
-        by_tool
-            .entry(label.into())
-            .or_insert_with(|| {
-                self.metrics
-                    .calls
-                    .get_or_create(&CallLabels {
-                        policy: self.policy.clone(),
-                        method,
-                        tool: label.to_owned(),
-                    })
-                    .clone()
-            })
-            .inc();
+        answer::watch(resp, sse, call, self.tally.clone())
     }
-}
-
-/// The MCP methods counted by name (2025-11-25 and 2026-07-28); any other is `other`, so a
-/// client cannot grow the label set.
-const METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "subscriptions/listen",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-];
-
-fn method_label(method: &str) -> &'static str {
-    METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
 }
 
 fn denied(policy: &str, tool: &str) -> ProxyError {
@@ -328,11 +232,5 @@ mod tests {
         };
         assert!(open.permits("create_issue"));
         assert!(!open.permits("delete_repository"));
-    }
-
-    #[test]
-    fn methods_are_a_bounded_set() {
-        assert_eq!(method_label("tools/call"), "tools/call");
-        assert_eq!(method_label("x/anything"), "other");
     }
 }
