@@ -12,6 +12,7 @@
 pub mod envelope;
 pub mod names;
 pub mod outcome;
+pub mod rewrite;
 pub mod tools_list;
 
 pub use envelope::{Call, Invalid, Kind};

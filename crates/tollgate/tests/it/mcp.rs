@@ -505,3 +505,40 @@ async fn har_and_discovery_show_each_call_by_tool_with_its_arguments_redacted() 
     }
     assert!(!m.contains(r#"tool="add",kind="#), "a result is no error");
 }
+
+#[tokio::test]
+async fn a_cached_tools_list_answers_each_call_with_its_own_id_and_stays_filtered() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: lists\n    match: {mcp: {methods: [tools/list]}}\n    mcp: {deny: [delete_repository]}\n    cache: {ttl: 1m, methods: [POST], key_body: true, key_ignore: [id]}\n",
+    )
+    .await;
+    let list = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+    let first = post(&gw, list("1"), &[]).await;
+    assert_eq!(first.header("x-tollgate-cache"), Some("miss"));
+    let second = post(&gw, list(r#""second""#), &[]).await;
+    assert_eq!(second.header("x-tollgate-cache"), Some("hit"));
+    let b = second.json();
+    assert_eq!(
+        b["id"], "second",
+        "the stored answer carries this call's id"
+    );
+    let names: Vec<&str> = b["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["add", "echo"], "filtered as it is served");
+    assert_eq!(
+        seen.lock().unwrap().calls.len(),
+        1,
+        "one call to the server"
+    );
+    // Another caller's list is its own entry (the key holds the caller's credential).
+    let other = post(&gw, list("3"), &[("authorization", "Bearer other-agent")]).await;
+    assert_eq!(other.header("x-tollgate-cache"), Some("miss"));
+    assert_eq!(other.json()["id"], 3);
+    assert_eq!(seen.lock().unwrap().calls.len(), 2);
+}

@@ -8,8 +8,8 @@
 use crate::body::Body;
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::units::Size;
-use crate::mcp::tools_list::{Filtered, Keep};
-use crate::mcp::{Kind as MessageKind, NameGlob, names};
+use crate::mcp::rewrite::{self, Rewrite, Rewritten};
+use crate::mcp::{Call, Kind as MessageKind, NameGlob, names};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
@@ -182,20 +182,51 @@ impl Remedy for Mcp {
         let Some(sse) = answer::event_stream(&resp) else {
             return resp;
         };
-        let resp = match lists && !resp.headers().contains_key(header::CONTENT_ENCODING) {
-            // Coded although identity was asked for: relayed as it is (a call of a
-            // refused tool is still refused).
-            false => resp,
-            true => {
-                self.actions.record(x, Action::ListFiltered);
-                let spec = self.spec.clone();
-                let keep: Keep = Arc::new(move |tool| spec.permits(tool));
-                let (mut parts, body) = resp.into_parts();
-                parts.headers.remove(header::CONTENT_LENGTH);
-                Response::from_parts(parts, Filtered::new(body, sse, keep).boxed_unsync())
-            }
-        };
+        let resp = self.rewritten(x, resp, sse, lists, &call);
         answer::watch(resp, sse, call, self.tally.clone())
+    }
+}
+
+impl Mcp {
+    /// The answer with its messages rewritten where they must be: a `tools/list`
+    /// without the refused tools; an answer from the cache (`x-tollgate-cache`), stored
+    /// with the `id` of the call that fetched it, with this call's `id`. A coded answer
+    /// (although identity was asked for) is relayed as it is: a call of a refused tool is
+    /// still refused.
+    fn rewritten(
+        &self,
+        x: &mut Exchange,
+        resp: Response<Body>,
+        sse: bool,
+        lists: bool,
+        call: &Call,
+    ) -> Response<Body> {
+        // `hit` and `shared-hit`: the stored answer, not this call's own.
+        let cached = resp
+            .headers()
+            .get(crate::headers::X_TOLLGATE_CACHE)
+            .is_some_and(|v| v.as_bytes().ends_with(b"hit"));
+        let id = cached.then(|| call.id.clone()).flatten();
+        if (!lists && id.is_none()) || resp.headers().contains_key(header::CONTENT_ENCODING) {
+            return resp;
+        }
+        if lists {
+            self.actions.record(x, Action::ListFiltered);
+        }
+        let spec = self.spec.clone();
+        let rewrite: Rewrite = Arc::new(move |m: &str| {
+            let cut = lists
+                .then(|| crate::mcp::tools_list::filter(m, &|t| spec.permits(t)))
+                .flatten();
+            let m = cut.as_deref().unwrap_or(m);
+            match &id {
+                Some(id) => rewrite::with_id(m, id).or(cut),
+                None => cut,
+            }
+        });
+        let (mut parts, body) = resp.into_parts();
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(parts, Rewritten::new(body, sse, rewrite).boxed_unsync())
     }
 }
 
