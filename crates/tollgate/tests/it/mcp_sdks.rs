@@ -4,6 +4,9 @@
 //! through a route and through `HTTPS_PROXY` with interception (an HTTPS server, the SDK
 //! unchanged): tools listed and called, a denied tool absent from `tools/list` and
 //! refused on call with the SDK raising the JSON-RPC error, and calls counted per tool.
+//! The `@modelcontextprotocol/sdk` TypeScript client against the reference
+//! `server-everything` through a route, and against the Python server through
+//! `HTTPS_PROXY` with interception.
 
 use crate::intercept::Setup;
 use crate::support::*;
@@ -317,6 +320,55 @@ async fn the_typescript_sdk_against_server_everything_through_a_route() {
         ) && t.contains(
             r#"tollgate_mcp_calls_total{policy="everything",method="tools/call",tool="echo"} 1"#,
         )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_through_https_proxy_with_interception() {
+    let s = Setup::new();
+    let (cert, key) = pem_files(&s.pki, s.dir.path());
+    let server = start_server(Some((&cert, &key))).await;
+    let gw = gateway(&s.config("[localhost]", POLICIES)).await;
+    let (sdk, _) = tokio::task::spawn_blocking(node_sdk).await.unwrap();
+    let undici = tokio::task::spawn_blocking(|| npm_once("node-undici", "undici@6.21.3"))
+        .await
+        .unwrap();
+    // Node's fetch reads no proxy variable before Node 24: the application's one line of
+    // bootstrap, the SDK unchanged (docs/interception.md).
+    let script = format!(
+        "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{}",
+        NODE_CLIENT
+            .replace("'get-env'", "'delete_repository'")
+            .replace(
+                "{ name: 'echo', arguments: { message: 'hi' } }",
+                "{ name: 'echo', arguments: { text: 'hi' } }"
+            )
+    );
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let mut c = Command::new("node");
+    c.env(
+        "NODE_PATH",
+        format!(
+            "{}:{}",
+            sdk.join("node_modules").display(),
+            undici.join("node_modules").display()
+        ),
+    )
+    .env("URL", format!("https://localhost:{}/mcp", server.port))
+    .env("HTTPS_PROXY", &proxy)
+    .env("https_proxy", &proxy)
+    .env_remove("NO_PROXY")
+    .env_remove("no_proxy")
+    .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"))
+    .args(["-e", &script]);
+    let out: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
+    assert_eq!(out["tools"], serde_json::json!(["add", "echo"]), "{out}");
+    assert_eq!(out["echo"][0]["text"], "hi");
+    assert_eq!(out["denied"]["name"], "McpError", "{out}");
+    assert_eq!(out["denied"]["code"], -32051, "{out}");
+    metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
     })
     .await;
 }
