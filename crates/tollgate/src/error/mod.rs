@@ -176,6 +176,29 @@ impl ProxyError {
         body(self.code(), &self.to_string())
     }
 
+    /// The error as a JSON-RPC error answering the call whose id is `id` (as written).
+    pub fn json_rpc(&self, id: Option<&str>) -> String {
+        let mut e = self;
+        loop {
+            match e {
+                ProxyError::Retried(r) => e = &r.error,
+                ProxyError::Rpc(r) => e = &r.error,
+                _ => break,
+            }
+        }
+        let retry_after = match e {
+            ProxyError::Rejected(r) => r.retry_after,
+            _ => None,
+        };
+        rpc::body(
+            id,
+            self.status(),
+            self.code(),
+            &self.to_string(),
+            retry_after,
+        )
+    }
+
     /// The error response. `request_id` is echoed like on every response.
     pub fn to_response(&self, request_id: &HeaderValue) -> Response<Body> {
         if let ProxyError::Rpc(r) = self {

@@ -67,7 +67,7 @@ pub fn rewrite_event(event: &[u8], rewrite: &dyn Fn(&str) -> Option<String>) -> 
 }
 
 /// Where an SSE event ends in `buf` (after its blank line), if a whole one is there.
-fn event_end(buf: &[u8]) -> Option<usize> {
+pub fn event_end(buf: &[u8]) -> Option<usize> {
     let mut i = 0;
     while let Some(n) = memchr::memchr(b'\n', &buf[i..]) {
         let nl = i + n;

@@ -218,6 +218,10 @@ fn finish(
     diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
 ) -> Result<Done, ProxyError> {
     *diag = x.diag.take();
+    let result = match result {
+        Err(e) => legacy_reply(&mut x, e),
+        ok => ok,
+    };
     let (response, upstream) = result.map_err(|e| {
         let e = x.chain.attempts.answer(&x, e);
         // On an MCP request, tollgate's own error is a JSON-RPC error with its id.
@@ -240,6 +244,31 @@ fn finish(
         upstream,
         moved: None,
     })
+}
+
+/// On the older MCP HTTP+SSE transport, a refused message's error goes on its session's
+/// stream, where the client waits for it, and the POST is answered `202 Accepted` as the
+/// server would (policy::remedies::mcp); elsewhere, or with that stream's queue full, the
+/// error answers the request.
+fn legacy_reply(
+    x: &mut Exchange,
+    e: ProxyError,
+) -> Result<(Response<Body>, Option<Duration>), ProxyError> {
+    let Some(reply) = x.locals.take::<super::mcp_call::LegacyReply>() else {
+        return Err(e);
+    };
+    let id = super::mcp_call::read_call(x).and_then(|c| c.id.as_deref());
+    let event = format!("event: message\ndata: {}\n\n", e.json_rpc(id));
+    if reply.0.try_send(bytes::Bytes::from(event)).is_err() {
+        return Err(e);
+    }
+    let mut resp = Response::new(crate::body::full("Accepted"));
+    *resp.status_mut() = http::StatusCode::ACCEPTED;
+    resp.headers_mut().insert(
+        crate::headers::X_TOLLGATE_ERROR,
+        http::HeaderValue::from_static(e.code()),
+    );
+    Ok((resp, None))
 }
 
 fn total_timeout(x: &Exchange) -> ProxyError {

@@ -48,5 +48,10 @@ pub fn shared_call(x: &Exchange) -> Option<Arc<Call>> {
     x.locals.get::<Read>().and_then(|r| r.0.clone())
 }
 
+/// Where a refusal of this request goes on the older HTTP+SSE transport: the stream of
+/// the session the message was POSTed to (its JSON-RPC error sent there, the POST
+/// answered `202`).
+pub struct LegacyReply(pub tokio::sync::mpsc::Sender<bytes::Bytes>);
+
 /// What was read of a request: its call, or `None` when it is not MCP.
 pub struct Read(pub Option<Arc<Call>>);

@@ -83,24 +83,19 @@ impl Drop for McpServer {
     }
 }
 
-/// Starts the server (TLS with `tls`: certificate and key files) and waits until it
-/// accepts connections.
-async fn start_server(tls: Option<(&std::path::Path, &std::path::Path)>) -> McpServer {
-    let path = tokio::task::spawn_blocking(sdk).await.unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A free port on the loopback address, for a server the test starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let mut c = Command::new("python3");
-    c.env("PYTHONPATH", &path)
-        .args(["-c", SERVER, &port.to_string()])
-        .stdout(Stdio::null());
-    if let Some((cert, key)) = tls {
-        c.arg(cert).arg(key);
-    }
+        .port()
+}
+
+/// Runs `cmd` (a server listening on `port`) until dropped, once it accepts connections.
+async fn serving(mut cmd: Command, port: u16) -> McpServer {
     let server = McpServer {
-        child: c.spawn().expect("python3 runs"),
+        child: cmd.spawn().expect("the server's runtime runs"),
         port,
     };
     eventually("the MCP server accepts connections", || async move {
@@ -110,6 +105,21 @@ async fn start_server(tls: Option<(&std::path::Path, &std::path::Path)>) -> McpS
     })
     .await;
     server
+}
+
+/// Starts the server (TLS with `tls`: certificate and key files) and waits until it
+/// accepts connections.
+async fn start_server(tls: Option<(&std::path::Path, &std::path::Path)>) -> McpServer {
+    let path = tokio::task::spawn_blocking(sdk).await.unwrap();
+    let port = free_port();
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", &path)
+        .args(["-c", SERVER, &port.to_string()])
+        .stdout(Stdio::null());
+    if let Some((cert, key)) = tls {
+        c.arg(cert).arg(key);
+    }
+    serving(c, port).await
 }
 
 /// What the client printed, run with `mode` towards `url` and `env`.
@@ -267,31 +277,14 @@ const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/cli
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_sdk_against_server_everything_through_a_route() {
     let (sdk, everything) = tokio::task::spawn_blocking(node_sdk).await.unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let server = McpServer {
-        child: Command::new("node")
-            .arg(
-                everything
-                    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
-            )
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs"),
-        port,
-    };
-    eventually("server-everything accepts connections", || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .map(|_| ())
-    })
-    .await;
+    let port = free_port();
+    let mut c = Command::new("node");
+    c.arg(everything.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let server = serving(c, port).await;
     // get-env would hand the model the server's environment: denied.
     let gw = gateway(&format!(
         "routes:\n  - prefix: /everything\n    upstream: http://127.0.0.1:{}\npolicies:\n  - name: everything\n    mcp: {{deny: [get-env]}}\n",
@@ -367,6 +360,74 @@ async fn the_typescript_sdk_through_https_proxy_with_interception() {
     assert_eq!(out["echo"][0]["text"], "hi");
     assert_eq!(out["denied"]["name"], "McpError", "{out}");
     assert_eq!(out["denied"]["code"], -32051, "{out}");
+    metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
+    })
+    .await;
+}
+
+/// The older HTTP+SSE transport's client (the SDK's `sse_client`): what it listed, what
+/// `add` returned, and what `delete_repository` raised.
+const SSE_CLIENT: &str = r#"
+import asyncio, json, os
+from mcp import Client
+from mcp.client.sse import sse_client
+async def main():
+    out = {}
+    async with Client(sse_client(os.environ["URL"]), mode="legacy", read_timeout_seconds=20) as c:
+        out["tools"] = sorted(t.name for t in (await c.list_tools()).tools)
+        out["add"] = (await c.call_tool("add", {"a": 2, "b": 3})).structured_content
+        try:
+            await c.call_tool("delete_repository", {"name": "prod"})
+            out["denied"] = None
+        except Exception as e:
+            err = getattr(e, "error", None)
+            out["denied"] = {"type": type(e).__name__, "code": getattr(err, "code", None),
+                             "data": getattr(err, "data", None)}
+        out["after"] = (await c.call_tool("add", {"a": 1, "b": 1})).structured_content
+    print(json.dumps(out))
+asyncio.run(main())
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_http_sse_transport_gets_its_refusals_on_its_stream() {
+    let path = tokio::task::spawn_blocking(sdk).await.unwrap();
+    let port = free_port();
+    // The same server on the old transport: a GET stream at /sse, messages POSTed to
+    // the URL its first event names.
+    let script = SERVER.replace(
+        "uvicorn.run(app.streamable_http_app()",
+        "uvicorn.run(app.sse_app()",
+    );
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", &path)
+        .args(["-c", &script, &port.to_string()])
+        .stdout(Stdio::null());
+    let server = serving(c, port).await;
+    let gw = gateway(POLICIES).await;
+    // The forward proxy: the client's URLs are the server's own.
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", &path)
+        .env("URL", format!("http://127.0.0.1:{}/sse", server.port))
+        .env("HTTP_PROXY", &proxy)
+        .env("http_proxy", &proxy)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .args(["-c", SSE_CLIENT]);
+    let out: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
+    assert_eq!(
+        out["tools"],
+        serde_json::json!(["add", "echo"]),
+        "the stream's list is filtered: {out}"
+    );
+    assert_eq!(out["add"]["result"], 5);
+    assert_eq!(out["denied"]["code"], -32051, "{out}");
+    assert_eq!(out["denied"]["data"]["code"], "mcp_tool_denied");
+    assert_eq!(
+        out["after"]["result"], 2,
+        "the session goes on after a refusal"
+    );
     metrics_when(&gw, |t| {
         t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
     })

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tally::{Metrics, Tally};
 
 mod answer;
+mod legacy;
 mod tally;
 
 /// A `tools/call` of a tool the policy refuses.
@@ -124,6 +125,11 @@ impl RemedyKind for Kind {
             spec: Arc::new(spec.clone()),
             actions: b.actions(),
             tally: Arc::new(Tally::new(b.policy, b.metrics_of::<Kind>())),
+            // One registry for every policy: a stream may pass through one and its
+            // messages through another (a per-tool policy).
+            sessions: b.reuse("mcp:legacy-sessions".into(), |_| {
+                legacy::Sessions::default()
+            }),
         }))
     }
 }
@@ -132,6 +138,8 @@ pub struct Mcp {
     spec: Arc<McpSpec>,
     actions: Actions<Action>,
     tally: Arc<Tally>,
+    /// The older HTTP+SSE transport's open streams (legacy.rs).
+    sessions: Arc<legacy::Sessions>,
 }
 
 /// A `tools/list` answer to filter (set by the request phase).
@@ -140,17 +148,32 @@ struct FilterList;
 impl Remedy for Mcp {
     fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let Some(call) = crate::policy::mcp_call::call(x, self.spec.max_body).await? else {
+            if crate::policy::mcp_call::call(x, self.spec.max_body)
+                .await?
+                .is_none()
+            {
+                return Ok(Flow::Continue);
+            }
+            let Some(call) = crate::policy::mcp_call::shared_call(x) else {
                 return Ok(Flow::Continue);
             };
+            // A message POSTed to an older HTTP+SSE session: a refusal goes on its stream.
+            let legacy = self.sessions.reply(
+                x.target.authority.as_str(),
+                x.parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+            );
             if call.kind != MessageKind::Request {
                 return Ok(Flow::Continue);
             }
-            self.tally.call(call);
-            if let Some(tool) = call.tool()
-                && !self.spec.permits(tool)
-            {
-                let e = denied(self.tally.policy(), tool).on_call(call.id.clone());
+            self.tally.call(&call);
+            let refused = call
+                .tool()
+                .filter(|t| !self.spec.permits(t))
+                .map(|tool| denied(self.tally.policy(), tool).on_call(call.id.clone()));
+            if let Some(reply) = legacy {
+                x.locals.insert(reply);
+            }
+            if let Some(e) = refused {
                 self.actions.record(x, Action::Denied);
                 return Err(e);
             }
@@ -174,7 +197,7 @@ impl Remedy for Mcp {
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
         let lists = x.locals.take::<FilterList>().is_some();
         let Some(call) = crate::policy::mcp_call::shared_call(x) else {
-            return resp;
+            return self.stream(x, resp);
         };
         if call.kind != MessageKind::Request || !resp.status().is_success() {
             return resp;
@@ -188,6 +211,28 @@ impl Remedy for Mcp {
 }
 
 impl Mcp {
+    /// A `GET`'s event stream (the older HTTP+SSE transport's session, or a 2025-11-25
+    /// server's own stream): its `tools/list` answers filtered, and, for the former,
+    /// refusals of the messages POSTed to it sent on it (legacy.rs).
+    fn stream(&self, x: &Exchange, resp: Response<Body>) -> Response<Body> {
+        if x.method != http::Method::GET
+            || !resp.status().is_success()
+            || answer::event_stream(&resp) != Some(true)
+            || resp.headers().contains_key(header::CONTENT_ENCODING)
+        {
+            return resp;
+        }
+        let spec = self.spec.clone();
+        let filters = spec.filter_lists && !(spec.deny.is_empty() && spec.allow.is_empty());
+        let rewrite: Option<Rewrite> = filters.then(|| {
+            Arc::new(move |m: &str| crate::mcp::tools_list::filter(m, &|t| spec.permits(t)))
+                as Rewrite
+        });
+        let authority = x.target.authority.as_str().to_owned();
+        let sessions = self.sessions.clone();
+        resp.map(|b| legacy::Stream::new(b, &authority, sessions, rewrite).boxed_unsync())
+    }
+
     /// The answer with its messages rewritten where they must be: a `tools/list`
     /// without the refused tools; an answer from the cache (`x-tollgate-cache`), stored
     /// with the `id` of the call that fetched it, with this call's `id`. A coded answer
