@@ -542,3 +542,43 @@ async fn a_cached_tools_list_answers_each_call_with_its_own_id_and_stays_filtere
     assert_eq!(other.json()["id"], 3);
     assert_eq!(seen.lock().unwrap().calls.len(), 2);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_a_stream_closes_the_server_side() {
+    type Feed = Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>;
+    let feed: Feed = Arc::default();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    *feed.lock().unwrap() = Some(rx);
+    let f = feed.clone();
+    let up = upstream(move |_req| {
+        let rx = f.lock().unwrap().take().expect("one stream");
+        async move {
+            let mut r = http::Response::new(events(rx));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    mcp: {deny: [delete_repository]}\n",
+    )
+    .await;
+    // A 2025-11-25 GET stream, through a policy that watches it.
+    let req = Request::get(format!("http://{}/mcp/", gw.proxy_addr))
+        .header("accept", "text/event-stream")
+        .body(empty())
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let mut body = resp.into_body();
+    tx.send(Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"))
+        .await
+        .unwrap();
+    assert!(body.frame().await.unwrap().unwrap().is_data());
+    drop(body);
+    // The server's side of the stream is closed: its body is dropped.
+    tokio::time::timeout(std::time::Duration::from_secs(10), tx.closed())
+        .await
+        .expect("the server's stream ends when the client leaves");
+}
