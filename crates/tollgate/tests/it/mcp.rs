@@ -96,6 +96,16 @@ fn call(id: &str, tool: &str) -> String {
     )
 }
 
+/// `b` is the JSON-RPC error of a refused call: its id, the code, a message saying `says`.
+fn assert_refused(b: &Value, id: Value, says: &str) {
+    assert_eq!(b["jsonrpc"], "2.0");
+    assert_eq!(b["id"], id);
+    assert_eq!(b["error"]["code"], -32051);
+    assert_eq!(b["error"]["data"]["code"], "mcp_tool_denied");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(message.contains(says), "{message}");
+}
+
 const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 
 #[tokio::test]
@@ -120,16 +130,7 @@ async fn a_denied_tool_is_answered_with_the_calls_id_and_never_sent() {
     assert_eq!(got.header("x-tollgate-error"), Some("mcp_tool_denied"));
     assert_eq!(got.header("content-type"), Some("application/json"));
     let b = got.json();
-    assert_eq!(b["jsonrpc"], "2.0");
-    assert_eq!(b["id"], "req-9");
-    assert_eq!(b["error"]["code"], -32051);
-    assert_eq!(b["error"]["data"]["code"], "mcp_tool_denied");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("delete_repository")
-    );
+    assert_refused(&b, json!("req-9"), "delete_repository");
     // An integer id comes back as written, past what a double holds.
     let got = post(&gw, call("18446744073709551617", "delete_repository"), &[]).await;
     assert!(
@@ -341,15 +342,12 @@ fn events(rx: tokio::sync::mpsc::Receiver<Bytes>) -> tollgate::body::Body {
     http_body_util::StreamBody::new(s).boxed_unsync()
 }
 
-#[tokio::test]
-async fn a_streamed_result_passes_event_by_event_and_a_stalled_one_is_cut() {
-    type Feed = Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>;
-    let feed: Feed = Arc::default();
+/// A server answering one request with an event stream the test feeds, event by event.
+async fn streaming_server() -> (Server, tokio::sync::mpsc::Sender<Bytes>) {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    *feed.lock().unwrap() = Some(rx);
-    let f = feed.clone();
+    let feed = Arc::new(Mutex::new(Some(rx)));
     let up = upstream(move |_req| {
-        let rx = f.lock().unwrap().take().expect("one call");
+        let rx = feed.lock().unwrap().take().expect("one stream");
         async move {
             let mut r = http::Response::new(events(rx));
             r.headers_mut()
@@ -358,6 +356,12 @@ async fn a_streamed_result_passes_event_by_event_and_a_stalled_one_is_cut() {
         }
     })
     .await;
+    (up, tx)
+}
+
+#[tokio::test]
+async fn a_streamed_result_passes_event_by_event_and_a_stalled_one_is_cut() {
+    let (up, tx) = streaming_server().await;
     let gw = mcp_gateway(
         &up,
         "policies:\n  - name: gh\n    match: {mcp: {tools: [long_job]}}\n    timeouts: {idle: 300ms}\n    mcp: {deny: [delete_repository]}\n",
@@ -545,21 +549,7 @@ async fn a_cached_tools_list_answers_each_call_with_its_own_id_and_stays_filtere
 
 #[tokio::test]
 async fn a_client_that_leaves_a_stream_closes_the_server_side() {
-    type Feed = Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>;
-    let feed: Feed = Arc::default();
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    *feed.lock().unwrap() = Some(rx);
-    let f = feed.clone();
-    let up = upstream(move |_req| {
-        let rx = f.lock().unwrap().take().expect("one stream");
-        async move {
-            let mut r = http::Response::new(events(rx));
-            r.headers_mut()
-                .insert("content-type", "text/event-stream".parse().unwrap());
-            r
-        }
-    })
-    .await;
+    let (up, tx) = streaming_server().await;
     let gw = mcp_gateway(
         &up,
         "policies:\n  - name: gh\n    mcp: {deny: [delete_repository]}\n",
@@ -581,4 +571,37 @@ async fn a_client_that_leaves_a_stream_closes_the_server_side() {
     tokio::time::timeout(std::time::Duration::from_secs(10), tx.closed())
         .await
         .expect("the server's stream ends when the client leaves");
+}
+
+#[tokio::test]
+async fn a_value_a_tool_may_not_be_called_with_is_refused() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: pay\n    mcp:\n      arguments:\n        - {tool: add, argument: token, deny: [\"s3cr*\"]}\n        - {tool: echo, argument: amount, max: 100}\n",
+    )
+    .await;
+    // `call` sends `{"token": "s3cr3t"}`: refused by the first rule.
+    let got = post(&gw, call(r#""r-1""#, "add"), &[]).await;
+    assert_refused(&got.json(), json!("r-1"), "the argument `token` of `add`");
+    let refund = |amount: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"amount":{amount}}}}}}}"#
+        )
+    };
+    let over = post(&gw, refund("250"), &[]).await.json();
+    assert!(
+        over["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("above 100"),
+        "{over}"
+    );
+    let fine = post(&gw, refund("99.5"), &[]).await.json();
+    assert_eq!(fine["result"]["content"][0]["text"], "echo");
+    assert_eq!(
+        seen.lock().unwrap().calls,
+        vec![("tools/call".to_owned(), Some("echo".to_owned()))],
+        "only the call within the rules reached the server"
+    );
 }

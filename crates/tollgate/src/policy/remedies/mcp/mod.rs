@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tally::{Metrics, Tally};
 
 mod answer;
+mod arguments;
 mod legacy;
 mod tally;
 
@@ -41,6 +42,8 @@ pub struct RawMcp {
     pub deny: Vec<String>,
     /// Cut the tools a call would be refused for from `tools/list` answers, so the model is never offered them.
     pub filter_lists: bool,
+    /// Values a tool may not be called with: each rule names the tools (exact or globs), an argument (`amount`, or a path: `options.force`), and strings it refuses (`deny`, globs) or the numbers it allows (`max`, `min`). Such a call is answered as a denied tool is. Only a call of a tool a rule names has its arguments read.
+    pub arguments: Vec<arguments::RawArgumentRule>,
     /// The largest request body read to judge a call; a larger one is refused (400 `mcp_invalid`), as it cannot be judged.
     pub max_body: Size<1024, { 64 << 20 }>,
 }
@@ -51,6 +54,7 @@ impl Default for RawMcp {
             allow: Vec::new(),
             deny: Vec::new(),
             filter_lists: true,
+            arguments: Vec::new(),
             max_body: Size::bytes(crate::mcp::MAX_BODY as u64),
         }
     }
@@ -62,6 +66,7 @@ pub struct McpSpec {
     pub allow: Vec<NameGlob>,
     pub deny: Vec<NameGlob>,
     pub filter_lists: bool,
+    pub arguments: Vec<arguments::ArgumentRule>,
     pub max_body: usize,
 }
 
@@ -112,10 +117,14 @@ impl RemedyKind for Kind {
                 })
                 .collect()
         };
+        let allow = globs("allow", &raw.allow);
+        let deny = globs("deny", &raw.deny);
+        let at = cx.at("arguments");
         Some(McpSpec {
-            allow: globs("allow", &raw.allow),
-            deny: globs("deny", &raw.deny),
+            allow,
+            deny,
             filter_lists: raw.filter_lists,
+            arguments: arguments::validate(cx.errors, &at, &raw.arguments),
             max_body: raw.max_body.get(),
         })
     }
@@ -166,10 +175,13 @@ impl Remedy for Mcp {
                 return Ok(Flow::Continue);
             }
             self.tally.call(&call);
-            let refused = call
-                .tool()
-                .filter(|t| !self.spec.permits(t))
-                .map(|tool| denied(self.tally.policy(), tool).on_call(call.id.clone()));
+            let refused = call.tool().and_then(|tool| {
+                let why = match self.spec.permits(tool) {
+                    false => format!("does not allow the MCP tool `{tool}`"),
+                    true => self.broken(x, tool)?,
+                };
+                Some(denied(self.tally.policy(), &why).on_call(call.id.clone()))
+            });
             if let Some(reply) = legacy {
                 x.locals.insert(reply);
             }
@@ -211,6 +223,16 @@ impl Remedy for Mcp {
 }
 
 impl Mcp {
+    /// What in the call of `tool` breaks an argument rule, when a rule names the tool.
+    fn broken(&self, x: &Exchange, tool: &str) -> Option<String> {
+        let rules = &self.spec.arguments;
+        if !arguments::applies(rules, tool) {
+            return None;
+        }
+        let why = arguments::broken(rules, tool, x.buffered.as_deref()?)?;
+        Some(format!("refuses this call: {why}"))
+    }
+
     /// A `GET`'s event stream (the older HTTP+SSE transport's session, or a 2025-11-25
     /// server's own stream): its `tools/list` answers filtered, and, for the former,
     /// refusals of the messages POSTed to it sent on it (legacy.rs).
@@ -275,10 +297,11 @@ impl Mcp {
     }
 }
 
-fn denied(policy: &str, tool: &str) -> ProxyError {
+/// A refused call: `why` says what the policy refuses (`does not allow the MCP tool …`).
+fn denied(policy: &str, why: &str) -> ProxyError {
     ProxyError::Rejected(Rejection {
         kind: &DENIED,
-        message: format!("policy `{policy}` does not allow the MCP tool `{tool}`"),
+        message: format!("policy `{policy}` {why}"),
         retry_after: None,
         rate: None,
         permanent: true,
@@ -296,6 +319,7 @@ mod tests {
             allow: g(&["get_*", "get_secret"]),
             deny: g(&["get_secret"]),
             filter_lists: true,
+            arguments: vec![],
             max_body: 1024,
         };
         assert!(s.permits("get_issue"));
