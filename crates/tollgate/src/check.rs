@@ -15,5 +15,5 @@ pub fn check(config: &Config) -> Result<Vec<String>, String> {
         crate::observe::check_access_log(p)?;
     }
     crate::diagnosis::check(&config.diagnosis_given(), &config.upstream)?;
-    Ok(config.policies.shadowed())
+    Ok(config.policies.warnings())
 }

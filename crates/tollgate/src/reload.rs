@@ -69,7 +69,7 @@ fn try_reload(shared: &Arc<Shared>) -> Result<ConfigDiff, Vec<ConfigError>> {
             }]
         })?
     };
-    for w in config.policies.shadowed() {
+    for w in config.policies.warnings() {
         tracing::warn!("{w}");
     }
     // Resources whose definition did not change keep their state (counters, queues,

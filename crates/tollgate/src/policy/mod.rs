@@ -171,9 +171,60 @@ impl PolicySet {
             .position(|p| p.matcher.host.as_ref().is_none_or(|h| h.matches(host)))
     }
 
+    /// What `tollgate check`, the start and each reload warn about: policies that never
+    /// apply, and MCP calls that escape a server's refusals.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.shadowed();
+        w.extend(self.mcp_gaps());
+        w
+    }
+
+    /// A policy chosen by the MCP call (`match.mcp`) ahead of a policy whose `mcp:`
+    /// refuses tools or values, on a host both may match, without those refusals: the
+    /// calls it takes reach the server whatever the later policy refuses.
+    fn mcp_gaps(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        // One warning per policy, naming the first whose refusals it escapes.
+        let mut told = vec![false; self.policies.len()];
+        for (j, later) in self.policies.iter().enumerate() {
+            let Some(rules) = later.spec.mcp.as_ref().filter(|m| m.refuses()) else {
+                continue;
+            };
+            for (i, earlier) in self.policies[..j].iter().enumerate() {
+                let hosts = match (&earlier.matcher.host, &later.matcher.host) {
+                    (Some(a), Some(b)) => a.as_str() == b.as_str(),
+                    _ => true,
+                };
+                let same = earlier
+                    .spec
+                    .mcp
+                    .as_ref()
+                    .is_some_and(|m| m.same_refusals(rules));
+                // Tools named exactly, none of which the later policy refuses, escape
+                // nothing.
+                let escapes = earlier.matcher.mcp.as_ref().is_some_and(|m| {
+                    m.tools.is_empty()
+                        || m.tools
+                            .iter()
+                            .any(|t| t.as_str().contains('*') || rules.refuses_tool(t.as_str()))
+                });
+                if escapes && hosts && !same && !told[i] {
+                    told[i] = true;
+                    out.push(format!(
+                        "policies[{i}] `{}` takes some MCP calls (match.mcp) before policies[{j}] `{}` and does not refuse what its `mcp` refuses: the calls it takes reach the server whatever `{}` denies; give it the same `mcp:` rules",
+                        earlier.name, later.name, later.name
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Policies an earlier one matches entirely (they never apply), as warnings.
     pub fn shadowed(&self) -> Vec<String> {
         let mut out = Vec::new();
+        // One warning per policy, naming the first whose refusals it escapes.
+        let mut told = vec![false; self.policies.len()];
         for (j, later) in self.policies.iter().enumerate() {
             if let Some((i, earlier)) = self.policies[..j]
                 .iter()

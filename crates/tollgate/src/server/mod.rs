@@ -127,7 +127,7 @@ impl Gateway {
             workers,
         )
         .map_err(StartError::Tls)?;
-        for w in config.policies.shadowed() {
+        for w in config.policies.warnings() {
             tracing::warn!("{w}");
         }
         let store: Arc<dyn Store> =

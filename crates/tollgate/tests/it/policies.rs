@@ -71,6 +71,25 @@ fn shadowed_policies_are_reported() {
     assert!(w[0].contains("policies[0] `all-github`"), "{}", w[0]);
 }
 
+#[test]
+fn a_per_tool_policy_without_the_server_s_refusals_is_reported() {
+    let c = tollgate::Config::from_yaml(
+        "policies:\n  - name: writes\n    match: {host: api.githubcopilot.com, mcp: {tools: ['*']}}\n    rate_limit: {limit: 10, window: minute}\n  - name: guarded-writes\n    match: {host: api.githubcopilot.com, mcp: {tools: ['create_*']}}\n    mcp: {deny: [delete_repository]}\n  - name: reads\n    match: {host: api.githubcopilot.com, mcp: {tools: [get_issue, list_issues]}}\n  - name: deletes\n    match: {host: api.githubcopilot.com, mcp: {tools: [delete_repository]}}\n  - name: github\n    match: {host: api.githubcopilot.com}\n    mcp: {deny: [delete_repository]}\n  - name: elsewhere\n    match: {host: mcp.stripe.com, mcp: {tools: ['*']}}\n",
+    )
+    .unwrap();
+    // `writes` (any tool) and `deletes` (a refused tool) escape; `reads` names tools
+    // nobody refuses; `elsewhere` is another host.
+    let w = c.policies.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[1].contains("`deletes` takes some MCP calls"), "{}", w[1]);
+    assert!(
+        w[0].contains("policies[0] `writes` takes some MCP calls")
+            && w[0].contains("whatever `guarded-writes` denies"),
+        "{}",
+        w[0]
+    );
+}
+
 #[tokio::test]
 async fn mock_only_when_asked_and_json_bodies() {
     let up = echo_upstream().await;

@@ -29,7 +29,7 @@ pub struct RawArgumentRule {
 }
 
 /// One rule, validated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ArgumentRule {
     pub tool: NameGlob,
     pub path: Vec<String>,

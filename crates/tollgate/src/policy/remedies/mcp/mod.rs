@@ -71,6 +71,21 @@ pub struct McpSpec {
 }
 
 impl McpSpec {
+    /// Whether it refuses anything (tools, or values of their arguments).
+    pub fn refuses(&self) -> bool {
+        !(self.allow.is_empty() && self.deny.is_empty() && self.arguments.is_empty())
+    }
+
+    /// Whether it refuses calls of `tool`, or some values of its arguments.
+    pub fn refuses_tool(&self, tool: &str) -> bool {
+        !self.permits(tool) || arguments::applies(&self.arguments, tool)
+    }
+
+    /// Whether it refuses what `other` refuses, the same way.
+    pub fn same_refusals(&self, other: &McpSpec) -> bool {
+        self.allow == other.allow && self.deny == other.deny && self.arguments == other.arguments
+    }
+
     /// Whether a call of `tool` may go to the server.
     pub fn permits(&self, tool: &str) -> bool {
         !names::any(&self.deny, tool) && (self.allow.is_empty() || names::any(&self.allow, tool))
