@@ -223,8 +223,6 @@ impl PolicySet {
     /// Policies an earlier one matches entirely (they never apply), as warnings.
     pub fn shadowed(&self) -> Vec<String> {
         let mut out = Vec::new();
-        // One warning per policy, naming the first whose refusals it escapes.
-        let mut told = vec![false; self.policies.len()];
         for (j, later) in self.policies.iter().enumerate() {
             if let Some((i, earlier)) = self.policies[..j]
                 .iter()
