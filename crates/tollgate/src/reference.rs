@@ -157,9 +157,14 @@ pub fn policies_yaml() -> String {
         }
         policy.insert(s.key.into(), (s.example)().unwrap_or_default());
     }
+    // A policy per MCP tool: what `match.mcp` names.
+    let per_tool = "{name: mcp-writes, match: {host: api.githubcopilot.com, mcp: {methods: [tools/call], tools: ['create_*'], names: []}}, mcp: {deny: [delete_repository]}}";
     out.insert(
         "policies".into(),
-        yaml_serde::Value::Sequence(vec![yaml_serde::Value::Mapping(policy)]),
+        yaml_serde::Value::Sequence(vec![
+            yaml_serde::Value::Mapping(policy),
+            yaml_serde::from_str(per_tool).unwrap_or_default(),
+        ]),
     );
     yaml_serde::to_string(&out).unwrap_or_default()
 }

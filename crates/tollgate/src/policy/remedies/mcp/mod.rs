@@ -111,7 +111,7 @@ impl RemedyKind for Kind {
         attempt: "",
         response: "cuts denied tools from a `tools/list` answer",
     };
-    const EXAMPLE: &'static str = "{deny: [delete_repository, 'admin_*']}";
+    const EXAMPLE: &'static str = "{deny: [delete_repository, 'admin_*'], arguments: [{tool: create_refund, argument: amount, min: 1, max: 100}]}";
     const REFUSALS: &'static [&'static Refusal] = &[&DENIED, &crate::mcp::INVALID];
     type Raw = RawMcp;
     type Spec = McpSpec;
