@@ -91,6 +91,8 @@ pub struct Scanner {
     top: Top,
     /// After `"isError":` inside `result`: the value's first byte decides.
     is_error_value: bool,
+    /// The outcome is known for good: the rest is not looked at.
+    done: bool,
     pub outcome: Outcome,
 }
 
@@ -105,6 +107,7 @@ impl Default for Scanner {
             last_key: None,
             top: Top::None,
             is_error_value: false,
+            done: false,
             outcome: Outcome::Unknown,
         }
     }
@@ -118,7 +121,7 @@ impl Scanner {
 
     pub fn feed(&mut self, data: &[u8]) {
         let mut i = 0;
-        while i < data.len() {
+        while i < data.len() && !self.done {
             if self.in_str {
                 if self.key.is_none() && !self.esc {
                     match memchr::memchr2(b'"', b'\\', &data[i..]) {
@@ -150,6 +153,13 @@ impl Scanner {
                 }
                 continue;
             }
+            // Where no key is read, only strings and brackets matter: skip the rest.
+            if !self.keyed() && !self.is_error_value {
+                match data[i..].iter().position(|c| STRUCTURE[*c as usize]) {
+                    Some(j) => i += j,
+                    None => return,
+                }
+            }
             let c = data[i];
             i += 1;
             if self.is_error_value && !c.is_ascii_whitespace() {
@@ -157,6 +167,8 @@ impl Scanner {
                 if c == b't' && self.outcome == Outcome::Ok {
                     self.outcome = Outcome::ToolError;
                 }
+                // `result.isError` decides (a result has one).
+                self.done = true;
             }
             match c {
                 b'"' => {
@@ -170,6 +182,8 @@ impl Scanner {
                 b'}' | b']' => {
                     self.depth = self.depth.saturating_sub(1);
                     if self.depth == 1 {
+                        // A result ended without `isError: true`: it stands.
+                        self.done = self.top == Top::Result;
                         self.top = Top::Other;
                     }
                 }
@@ -197,6 +211,7 @@ impl Scanner {
             (1, b"error") => {
                 self.top = Top::Error;
                 self.outcome = Outcome::RpcError;
+                self.done = true;
             }
             (1, _) => self.top = Top::Other,
             (2, b"isError") if self.top == Top::Result => self.is_error_value = true,
@@ -204,6 +219,17 @@ impl Scanner {
         }
     }
 }
+
+/// The bytes that matter where no key is read: a string's start and the brackets.
+const STRUCTURE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
 
 /// The outcome of one whole message.
 pub fn of_message(message: &[u8]) -> Outcome {
