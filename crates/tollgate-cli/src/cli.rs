@@ -116,7 +116,7 @@ pub fn dispatch(command: Command) -> ExitCode {
             match tollgate_provider::Provider::start_with(listen, tls).await {
                 Ok(p) => {
                     eprintln!("tollgate provider listening on {scheme}://{}", p.addr);
-                    shutdown_signal().await;
+                    Signals::new().recv().await;
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -226,12 +226,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             first_words(&given, gateway.proxy_addr, gateway.admin_addr, ui)
         );
         spawn_sighup(gateway.shared().clone());
-        shutdown_signal().await;
+        let mut signals = Signals::new();
+        signals.recv().await;
         tracing::info!("shutdown signal received: draining (a second one exits at once)");
         gateway.shutdown();
         tokio::select! {
             () = gateway.wait() => ExitCode::SUCCESS,
-            () = shutdown_signal() => {
+            () = signals.recv() => {
                 eprintln!("second shutdown signal: exiting without waiting for the drain");
                 ExitCode::FAILURE
             }
@@ -272,16 +273,38 @@ fn spawn_sighup(shared: std::sync::Arc<tollgate::state::Shared>) {
 #[cfg(not(unix))]
 fn spawn_sighup(_: std::sync::Arc<tollgate::state::Shared>) {}
 
-async fn shutdown_signal() {
+/// The shutdown signals (Ctrl-C, SIGTERM), listened for from the moment this is made: a
+/// signal sent before [`Signals::recv`] is awaited is not lost (a second Ctrl-C sent as
+/// soon as the drain is logged ends it).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                int: signal(SignalKind::interrupt()).expect("install SIGINT handler"),
+                term: signal(SignalKind::terminate()).expect("install SIGTERM handler"),
+            }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// The next shutdown signal.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
