@@ -123,10 +123,24 @@ impl Scanner {
         let mut i = 0;
         while i < data.len() && !self.done {
             if self.in_str {
-                if self.key.is_none() && !self.esc {
-                    match memchr::memchr2(b'"', b'\\', &data[i..]) {
-                        Some(j) => i += j,
-                        None => return,
+                if !self.esc {
+                    // To the string's next quote or backslash; a key's bytes on the
+                    // way are kept (at most 16: no key looked for is longer).
+                    let j = memchr::memchr2(b'"', b'\\', &data[i..]).unwrap_or(data.len() - i);
+                    if let Some((buf, len)) = &mut self.key {
+                        let run = &data[i..i + j];
+                        let at = *len as usize;
+                        match buf.get_mut(at..at + run.len()) {
+                            Some(slot) => {
+                                slot.copy_from_slice(run);
+                                *len += run.len() as u8;
+                            }
+                            None => self.key = None,
+                        }
+                    }
+                    i += j;
+                    if i == data.len() {
+                        return;
                     }
                 }
                 let c = data[i];
@@ -141,14 +155,6 @@ impl Scanner {
                     self.in_str = false;
                     if let Some(k) = self.key.take() {
                         self.last_key = Some(k);
-                    }
-                } else if let Some((buf, len)) = &mut self.key {
-                    match buf.get_mut(*len as usize) {
-                        Some(slot) => {
-                            *slot = c;
-                            *len += 1;
-                        }
-                        None => self.key = None,
                     }
                 }
                 continue;
