@@ -69,25 +69,24 @@ pub fn run(args: CacheArgs) -> Result<(), String> {
     let load = crate::rounds::Load::of_run(PATH, requests, c);
     let rounds = load.rounds;
 
-    // 1. Footprint: open loop, all targets in the same run, request by request.
+    // The footprint (open loop, request by request), then capacity (rounds A B A B).
     let all: Vec<&Target> = vec![&direct, &passthrough, &memory, &shared];
     let connections = 32;
-    let series = crate::rounds::footprint(
+    let crate::rounds::Mix {
+        series,
+        rows,
+        measured,
+    } = crate::rounds::footprint_and_capacity(
         &h,
         &all,
-        Interleave::Requests,
         &load,
         (connections, args.mix.rate),
+        args.mix.concurrency,
+        &c.out,
     )?;
-    let (base, others) = series.split_first().ok_or("no direct series")?;
-    let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
-    report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&rows))?;
     let p50 = |name: &str| stats::p50_of(&series, name);
     let shared_over_memory = p50("shared-hit") - p50("memory-hit");
-
-    // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity: Vec<&Target> = all[1..].to_vec();
-    let measured = crate::rounds::capacity(&h, &capacity, &load, args.mix.concurrency)?;
     let ratio = |i: usize| measured[i].rps / measured[0].rps.max(1e-9);
     // What the shared-hit target's hits were: read from Redis (shared) or from memory.
     let actions = |t: &Target, action: &str| {

@@ -66,25 +66,24 @@ pub fn run(args: McpArgs) -> Result<(), String> {
     let load = crate::rounds::Load::of_run(PATH, requests, c);
     let rounds = load.rounds;
 
-    // 1. Footprint: open loop, all targets in the same run, request by request.
+    // The footprint (open loop, request by request), then capacity (rounds A B A B).
     let all: Vec<&Target> = vec![&direct, &passthrough, &read, &per_tool];
     let connections = 32;
-    let series = crate::rounds::footprint(
+    let crate::rounds::Mix {
+        series,
+        rows,
+        measured,
+    } = crate::rounds::footprint_and_capacity(
         &h,
         &all,
-        Interleave::Requests,
         &load,
         (connections, args.mix.rate),
+        args.mix.concurrency,
+        &c.out,
     )?;
-    let (base, others) = series.split_first().ok_or("no direct series")?;
-    let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
-    report::write(&c.out, "percentiles.csv", &report::percentiles_csv(&rows))?;
     let p50 = |name: &str| stats::p50_of(&series, name);
     let over = |name: &str| p50(name) - p50("passthrough");
-
-    // 2. Capacity: closed loop, one target at a time, rounds A B A B.
     let capacity: Vec<&Target> = all[1..].to_vec();
-    let measured = crate::rounds::capacity(&h, &capacity, &load, args.mix.concurrency)?;
     let ratio = |i: usize| measured[i].rps / measured[0].rps.max(1e-9);
     // Every call was read and counted per tool: the per-tool target's counter says so.
     let counted = per_tool.metrics().and_then(|m| {

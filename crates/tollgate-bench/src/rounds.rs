@@ -289,3 +289,38 @@ pub fn capacity(
     )?;
     Ok(summaries(targets, samples))
 }
+
+/// A run's footprint and capacity together, as `bench cache` and `bench mcp` measure
+/// them: the footprint of `all` (the first direct) in open loop at `rate` over
+/// `connections`, request by request (`percentiles.csv` written to `out`), then the
+/// capacity of the others in closed loop over `concurrency`, rounds A B A B.
+pub struct Mix {
+    pub series: Vec<stats::Series>,
+    pub rows: Vec<stats::Row>,
+    pub measured: Vec<Summary>,
+}
+
+pub fn footprint_and_capacity(
+    h: &Harness,
+    all: &[&Target],
+    load: &Load<'_>,
+    (connections, rate): (usize, f64),
+    concurrency: usize,
+    out: &std::path::Path,
+) -> Result<Mix, String> {
+    let how = crate::harness::Interleave::Requests;
+    let series = footprint(h, all, how, load, (connections, rate))?;
+    let (base, others) = series.split_first().ok_or("no direct series")?;
+    let rows = stats::rows(base, &others.iter().collect::<Vec<_>>());
+    crate::report::write(
+        out,
+        "percentiles.csv",
+        &crate::report::percentiles_csv(&rows),
+    )?;
+    let measured = capacity(h, &all[1..], load, concurrency)?;
+    Ok(Mix {
+        series,
+        rows,
+        measured,
+    })
+}

@@ -179,8 +179,9 @@ impl KeyBuf {
     }
 }
 
-/// The bytes that matter below the watched depth: a string's start and the brackets.
-const NESTED: [bool; 256] = {
+/// The bytes that matter below the watched depth: a string's start and the brackets (the
+/// MCP answer's outcome reader skips with it too).
+pub const NESTED: [bool; 256] = {
     let mut t = [false; 256];
     t[b'"' as usize] = true;
     t[b'{' as usize] = true;

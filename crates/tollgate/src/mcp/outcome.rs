@@ -5,6 +5,7 @@
 //! deciding. Only the top level's `result` and `error` keys and `result.isError` are
 //! looked at; strings are skipped with `memchr`.
 
+use crate::llm::scan::NESTED;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// What the answer said.
@@ -161,7 +162,7 @@ impl Scanner {
             }
             // Where no key is read, only strings and brackets matter: skip the rest.
             if !self.keyed() && !self.is_error_value {
-                match data[i..].iter().position(|c| STRUCTURE[*c as usize]) {
+                match data[i..].iter().position(|c| NESTED[*c as usize]) {
                     Some(j) => i += j,
                     None => return,
                 }
@@ -225,17 +226,6 @@ impl Scanner {
         }
     }
 }
-
-/// The bytes that matter where no key is read: a string's start and the brackets.
-const STRUCTURE: [bool; 256] = {
-    let mut t = [false; 256];
-    t[b'"' as usize] = true;
-    t[b'{' as usize] = true;
-    t[b'}' as usize] = true;
-    t[b'[' as usize] = true;
-    t[b']' as usize] = true;
-    t
-};
 
 /// The outcome of one whole message.
 pub fn of_message(message: &[u8]) -> Outcome {
