@@ -173,14 +173,7 @@ fn config(out: &Path, name: &str, store: &str, cache: &str) -> Result<PathBuf, S
     } else {
         format!("policies:\n  - name: {POLICY}\n    cache: {cache}\n")
     };
-    report::write(
-        out,
-        name,
-        &format!(
-            "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\n{policy}log:\n  level: warn\n{store}"
-        ),
-    )?;
-    Ok(out.join(name))
+    report::route_config(out, name, &format!("{policy}{store}"))
 }
 
 /// `replicas` gateways with each its own cache, then `replicas` sharing one on Redis;

@@ -10,7 +10,6 @@ use crate::harness::{Harness, Interleave, Layout, Target};
 use crate::stats;
 use crate::{CommonArgs, machine, report};
 use serde_json::json;
-use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
@@ -53,9 +52,9 @@ pub fn run(args: McpArgs) -> Result<(), String> {
         t
     };
     let direct = mcp(h.direct());
-    let passthrough_cfg = config(&h.out, "passthrough.yaml", "")?;
-    let read_cfg = config(&h.out, "mcp-read.yaml", READ)?;
-    let per_tool_cfg = config(&h.out, "per-tool.yaml", PER_TOOL)?;
+    let passthrough_cfg = report::route_config(&h.out, "passthrough.yaml", "")?;
+    let read_cfg = report::route_config(&h.out, "mcp-read.yaml", READ)?;
+    let per_tool_cfg = report::route_config(&h.out, "per-tool.yaml", PER_TOOL)?;
     let passthrough = mcp(h.tollgate("passthrough", &passthrough_cfg, c.threads)?);
     let read = mcp(h.tollgate("mcp-read", &read_cfg, c.threads)?);
     let per_tool = mcp(h.tollgate("per-tool", &per_tool_cfg, c.threads)?);
@@ -133,17 +132,4 @@ pub fn run(args: McpArgs) -> Result<(), String> {
         (&load_before, &load_after),
         &report::footprint_files(),
     )
-}
-
-/// Writes a tollgate config for this bench: one route to the provider, quiet logs, and
-/// `policies`.
-fn config(out: &Path, name: &str, policies: &str) -> Result<PathBuf, String> {
-    report::write(
-        out,
-        name,
-        &format!(
-            "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\nlog:\n  level: warn\n{policies}"
-        ),
-    )?;
-    Ok(out.join(name))
 }

@@ -305,14 +305,7 @@ pub fn run(args: RedisArgs) -> Result<(), String> {
 /// Writes a tollgate config for this bench: one route to the provider, the limit, quiet
 /// logs, and `extra`.
 fn config(out: &Path, name: &str, extra: &str) -> Result<PathBuf, String> {
-    report::write(
-        out,
-        name,
-        &format!(
-            "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\n{LIMIT}log:\n  level: warn\n{extra}"
-        ),
-    )?;
-    Ok(out.join(name))
+    report::route_config(out, name, &format!("{LIMIT}{extra}"))
 }
 
 /// Redis's own round trip, p50 and p99 in µs: `redis-benchmark` on the proxy's `cores`

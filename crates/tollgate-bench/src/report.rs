@@ -29,6 +29,19 @@ pub fn footprint_files() -> Vec<String> {
         .to_vec()
 }
 
+/// Writes a tollgate config `name` into `dir` for a bench: one route to the provider,
+/// quiet logs, then `rest` (policies, a store); returns its path.
+pub fn route_config(dir: &Path, name: &str, rest: &str) -> Result<std::path::PathBuf, String> {
+    write(
+        dir,
+        name,
+        &format!(
+            "routes:\n  - prefix: /\n    upstream: ${{TOLLGATE_BENCH_PROVIDER}}\nlog:\n  level: warn\n{rest}"
+        ),
+    )?;
+    Ok(dir.join(name))
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     std::fs::write(dir.join(name), text)
         .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))
