@@ -239,9 +239,16 @@ const scenarios = {
     await page.goto(cfg.base + '/ui#live');
     await page.waitForFunction(() => document.querySelector('#live-state').textContent.startsWith('streaming'));
     for (const r of cfg.requests) out.statuses = (out.statuses || []).concat([await viaProxy(r).catch((e) => String(e))]);
-    // A last, plain call: once it shows, every call before it has been published.
+    // A last, plain call, to know the live view is receiving.
     await viaProxy({ path: '/v1/end', headers: { 'x-tollgate-request-id': 'hostile-end' } });
     await page.waitForSelector('#calls tbody tr[data-id="hostile-end"]');
+    // A call's record is sent when tollgate has finished with it, which may be just after
+    // its client read the last byte: a busy machine can publish the last call before the
+    // LLM one. Wait (bounded) for the rows the assertions look for; they fail if never.
+    await page.waitForFunction(() => {
+      const has = (sel, text) => [...document.querySelectorAll(sel)].some((td) => td.textContent.includes(text));
+      return has('#calls tbody td.llm', "__hit('model')") && has('#calls tbody td.path', 'javascript:');
+    }, null, { timeout: 10000 }).catch(() => null);
     out.livePaths = await page.$$eval('#calls tbody tr', (trs) => trs.map((tr) => tr.querySelector('.path').textContent));
     out.liveModels = await page.$$eval('#calls tbody td.llm', (tds) => tds.map((td) => td.textContent).filter(Boolean));
     out.liveHosts = await page.$$eval('#calls tbody td.host', (tds) => tds.map((td) => td.textContent));
