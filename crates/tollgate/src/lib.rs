@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod observe;
 pub mod paths;
 pub mod policy;
+pub mod protocol;
 pub mod reference;
 pub mod reload;
 pub mod request;

@@ -37,6 +37,16 @@ pub fn blocks() -> Vec<Block> {
             text: remedy_metrics_table(),
         },
         Block {
+            doc: "docs/llm.md",
+            name: "protocols".into(),
+            text: crate::protocol::table(),
+        },
+        Block {
+            doc: "docs/architecture.md",
+            name: "protocols".into(),
+            text: crate::protocol::table(),
+        },
+        Block {
             doc: "README.md",
             name: "errors".into(),
             text: error_table(),

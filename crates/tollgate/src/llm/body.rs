@@ -79,14 +79,9 @@ pin_project_lite::pin_project! {
 /// The events of an answer of `api`, long `data:` lines scanned for its usage and model.
 fn events(api: Api) -> Events {
     Events::new(CAP).scanning(Box::new(move |name| {
-        let nested = match api {
-            Api::OpenAiResponses => name.starts_with(b"response."),
-            Api::Anthropic => name == b"message_start",
-            _ => false,
-        };
-        Some(match nested {
-            true => Scan::nested(keys(api), CAP),
-            false => Scan::new(keys(api), CAP),
+        Some(match api.nested_event(name) {
+            true => Scan::nested(api.answer_keys(), CAP),
+            false => Scan::new(api.answer_keys(), CAP),
         })
     }))
 }
@@ -119,7 +114,7 @@ pub fn meter(call: &Call, resp: http::Response<Body>) -> http::Response<Body> {
     let reader = |meter: &Arc<Meter>| Reader {
         kind: match sse {
             true => Plain::Sse(events(meter.api)),
-            false => Plain::Json(Scan::new(keys(meter.api), CAP)),
+            false => Plain::Json(Scan::new(meter.api.answer_keys(), CAP)),
         },
         meter: meter.clone(),
     };
@@ -156,14 +151,6 @@ pub fn meter(call: &Call, resp: http::Response<Body>) -> http::Response<Body> {
         first: true,
     };
     http::Response::from_parts(parts, body.boxed_unsync())
-}
-
-/// The keys of a complete answer that tell its usage and model.
-fn keys(api: Api) -> &'static [&'static str] {
-    match api {
-        Api::Gemini => &["usageMetadata", "modelVersion"],
-        _ => &["usage", "model"],
-    }
 }
 
 impl HttpBody for Metered {
@@ -290,10 +277,10 @@ fn events_offset(events: &Events, pending: &BytesMut) -> u64 {
     events.offset() - pending.len() as u64
 }
 
-/// A kept value of a complete answer (or of Gemini's streamed array).
-fn json_value(meter: &Meter, key: usize, v: &[u8]) {
+/// A kept value of a complete answer (or of a Gemini chunk): its usage (key 0) or model.
+pub fn json_value(meter: &Meter, key: usize, v: &[u8]) {
     match key {
-        0 => meter.usage_json(v, meter.api != Api::Gemini),
+        0 => meter.usage_json(v, meter.api.final_usage(None)),
         _ => meter.model_json(v),
     }
 }
@@ -305,14 +292,9 @@ fn long_event(meter: &Meter, e: &Event) {
         meter.update(|m| m.unread = true);
         return;
     }
-    // Which events tell the final usage: not Gemini's chunks (each tells the count so
-    // far), Anthropic's `message_start` or a Responses `response.created`.
-    let whole = match meter.api {
-        Api::Gemini => false,
-        Api::Anthropic => e.name == b"message_delta",
-        Api::OpenAiResponses => e.name != b"response.created",
-        _ => true,
-    };
+    // Which events tell the final usage (not Gemini's chunks, Anthropic's
+    // `message_start` or a Responses `response.created`): the API's to say.
+    let whole = meter.api.final_usage(Some(&e.name));
     for (k, v) in &e.found {
         match k {
             0 => meter.usage_json(v, whole),
@@ -323,7 +305,7 @@ fn long_event(meter: &Meter, e: &Event) {
 
 /// Counts a chat chunk that carries generated text (a token's worth, about): the role
 /// chunk (`"content":""`) and the finish chunk (`"delta":{}`) carry none.
-fn count_content(meter: &Meter, data: &[u8]) {
+pub fn count_content(meter: &Meter, data: &[u8]) {
     if has_text(data) {
         meter.update(|m| m.chunks += 1);
     }
@@ -365,101 +347,7 @@ fn sse_event(meter: &Meter, e: &Event) -> bool {
     if data.is_empty() || data == b"[DONE]" {
         return false;
     }
-    match meter.api {
-        Api::OpenAiChat | Api::OpenAiEmbeddings => {
-            let has_usage = memchr::memmem::find(data, b"\"usage\"").is_some()
-                && memchr::memmem::find(data, b"\"usage\":null").is_none();
-            let need_model = !meter.knows_model();
-            if !has_usage && !need_model {
-                count_content(meter, data);
-                return false;
-            }
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
-                return false;
-            };
-            if let Some(m) = v.get("model") {
-                meter.model_value(m);
-            }
-            let usage = v.get("usage").filter(|u| u.is_object());
-            match usage {
-                Some(u) => {
-                    meter.usage_value(u, true);
-                    // The chunk `include_usage` adds carries no choice.
-                    v.get("choices")
-                        .and_then(|c| c.as_array())
-                        .is_some_and(|c| c.is_empty())
-                }
-                None => {
-                    count_content(meter, data);
-                    false
-                }
-            }
-        }
-        Api::OpenAiResponses => {
-            match &e.name[..] {
-                b"response.output_text.delta"
-                | b"response.function_call_arguments.delta"
-                | b"response.reasoning_summary_text.delta" => meter.update(|m| m.chunks += 1),
-                b"response.created"
-                | b"response.completed"
-                | b"response.incomplete"
-                | b"response.failed" => {
-                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data)
-                        && let Some(r) = v.get("response")
-                    {
-                        if let Some(m) = r.get("model") {
-                            meter.model_value(m);
-                        }
-                        if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
-                            meter.usage_value(u, true);
-                        }
-                    }
-                }
-                _ => {}
-            }
-            false
-        }
-        Api::Anthropic => {
-            match &e.name[..] {
-                b"content_block_delta" => meter.update(|m| m.chunks += 1),
-                b"message_start" => {
-                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data)
-                        && let Some(msg) = v.get("message")
-                    {
-                        if let Some(m) = msg.get("model") {
-                            meter.model_value(m);
-                        }
-                        if let Some(u) = msg.get("usage") {
-                            meter.usage_value(u, false);
-                        }
-                    }
-                }
-                b"message_delta" => {
-                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data)
-                        && let Some(u) = v.get("usage")
-                    {
-                        // The final output count (and, lately, the input again).
-                        meter.usage_value(u, true);
-                    }
-                }
-                _ => {}
-            }
-            false
-        }
-        Api::Gemini => {
-            let mut scan = Scan::new(keys(Api::Gemini), CAP);
-            scan.feed(data);
-            let mut told = false;
-            for (k, v) in scan.found.drain(..) {
-                told |= k == 0;
-                json_value(meter, k, &v);
-            }
-            if !told {
-                meter.update(|m| m.chunks += 1);
-            }
-            false
-        }
-    }
+    meter.api.event(meter, e)
 }
 
 #[cfg(test)]

@@ -77,19 +77,8 @@ pub struct Read {
 /// estimate is a quarter of the text's bytes until then).
 pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
     let (v, prompt) = body.map(|b| top(b, false)).unwrap_or_default();
-    let gemini_model = || {
-        let name = path.rsplit('/').next()?;
-        let model = name.split(':').next()?;
-        Some(model)
-    };
-    let model: Option<Arc<str>> = match api {
-        Api::Gemini => gemini_model().map(Arc::from),
-        _ => v.get("model").and_then(|m| m.as_str()).map(Arc::from),
-    };
-    let stream = match api {
-        Api::Gemini => path.ends_with(":streamGenerateContent"),
-        _ => v.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
-    };
+    let model: Option<Arc<str>> = api.model(path, &v).map(Arc::from);
+    let stream = api.streams(path, &v);
     let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
         .iter()
         .find_map(|k| v.get(k).and_then(|n| n.as_u64()))
@@ -98,19 +87,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
                 .and_then(|g| g.get("maxOutputTokens"))
                 .and_then(|n| n.as_u64())
         });
-    // `best_of` generates that many server-side (billed) whatever `n` returns.
-    let choices = match api {
-        Api::Gemini => v
-            .get("generationConfig")
-            .and_then(|g| g.get("candidateCount"))
-            .and_then(|n| n.as_u64()),
-        _ => ["n", "best_of"]
-            .iter()
-            .filter_map(|k| v.get(k).and_then(|n| n.as_u64()))
-            .max(),
-    }
-    .unwrap_or(1)
-    .max(1);
+    let choices = api.choices(&v).unwrap_or(1).max(1);
     let exact = model
         .as_deref()
         .is_some_and(|m| tokenizer && tokens::has_tokenizer(m));
@@ -121,7 +98,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
         .and_then(|o| o.get("include_usage"))
         .and_then(|u| u.as_bool())
         .unwrap_or(false);
-    let add = add_usage && api == Api::OpenAiChat && stream && !asks_usage;
+    let add = add_usage && api.adds_stream_usage() && stream && !asks_usage;
     let new_body = add.then(|| with_usage(body?, &v)).flatten();
     let meter = Meter::new(
         api,
@@ -287,7 +264,14 @@ mod tests {
             br#"{"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hello world"}]}"#,
         );
         let path = "/v1/chat/completions";
-        let mut call = read(Api::OpenAiChat, path, Some(&body), false, true).call;
+        let mut call = read(
+            crate::protocol::openai_chat::API,
+            path,
+            Some(&body),
+            false,
+            true,
+        )
+        .call;
         // A quarter of "You are a helpful assistant.\nHello world" (40 bytes), and 3 a
         // message: what usage-only policies keep, no tokenizer loaded.
         assert_eq!(call.input_estimate, 10 + 6);
@@ -297,14 +281,27 @@ mod tests {
         assert_eq!(call.meter.read().input_estimate, 8 + 6);
         assert!(call.prompt.is_none(), "counted once");
         // Without the tokenizer, or for a model without a public one, nothing is kept.
-        let off = read(Api::OpenAiChat, path, Some(&body), false, false).call;
+        let off = read(
+            crate::protocol::openai_chat::API,
+            path,
+            Some(&body),
+            false,
+            false,
+        )
+        .call;
         assert!(off.prompt.is_none());
         let other = Bytes::from_static(br#"{"model": "claude-sonnet-4-5", "messages": []}"#);
         assert!(
-            read(Api::Anthropic, "/v1/messages", Some(&other), false, true)
-                .call
-                .prompt
-                .is_none()
+            read(
+                crate::protocol::anthropic_messages::API,
+                "/v1/messages",
+                Some(&other),
+                false,
+                true
+            )
+            .call
+            .prompt
+            .is_none()
         );
     }
 
@@ -314,7 +311,7 @@ mod tests {
             br#"{ "model" : "gpt-4o-mini", "stream": true, "max_tokens": 50, "n": 1.50}"#,
         );
         let r = read(
-            Api::OpenAiChat,
+            crate::protocol::openai_chat::API,
             "/v1/chat/completions",
             Some(&body),
             true,
@@ -332,7 +329,7 @@ mod tests {
             br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
         );
         let r = read(
-            Api::OpenAiChat,
+            crate::protocol::openai_chat::API,
             "/v1/chat/completions",
             Some(&asks),
             true,
@@ -341,9 +338,15 @@ mod tests {
         assert!(r.body.is_none() && !r.call.strip_usage);
         let whole = Bytes::from_static(br#"{"model":"m"}"#);
         assert!(
-            read(Api::OpenAiChat, "/", Some(&whole), true, false)
-                .body
-                .is_none()
+            read(
+                crate::protocol::openai_chat::API,
+                "/",
+                Some(&whole),
+                true,
+                false
+            )
+            .body
+            .is_none()
         );
     }
 
@@ -351,7 +354,7 @@ mod tests {
     fn gemini_names_its_model_and_stream_in_the_path() {
         let body = Bytes::from_static(br#"{"generationConfig":{"maxOutputTokens":64}}"#);
         let r = read(
-            Api::Gemini,
+            crate::protocol::gemini::API,
             "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
             Some(&body),
             true,
@@ -368,24 +371,28 @@ mod tests {
             read(api, path, Some(&Bytes::from_static(body)), true, false).call
         };
         let c = read_one(
-            Api::OpenAiChat,
+            crate::protocol::openai_chat::API,
             "/v1/chat/completions",
             br#"{"model":"m","n":50,"max_tokens":20}"#,
         );
         assert_eq!((c.choices, c.reserve().output), (50, 1000));
         let c = read_one(
-            Api::OpenAiChat,
+            crate::protocol::openai_chat::API,
             "/v1/completions",
             br#"{"model":"m","n":2,"best_of":5,"max_tokens":10}"#,
         );
         assert_eq!(c.reserve().output, 50, "best_of generates 5");
         let c = read_one(
-            Api::Gemini,
+            crate::protocol::gemini::API,
             "/v1beta/models/g:generateContent",
             br#"{"generationConfig":{"candidateCount":3,"maxOutputTokens":7}}"#,
         );
         assert_eq!(c.reserve().output, 21);
-        let c = read_one(Api::OpenAiChat, "/v1/chat/completions", br#"{"n":0}"#);
+        let c = read_one(
+            crate::protocol::openai_chat::API,
+            "/v1/chat/completions",
+            br#"{"n":0}"#,
+        );
         assert_eq!(c.choices, 1, "n: 0 is still one answer");
     }
 }

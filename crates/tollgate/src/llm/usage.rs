@@ -204,56 +204,53 @@ impl Reported {
     }
 }
 
+/// Every count a usage object of any API may hold, by its key (a `…_details` count by
+/// its path): what a [`super::Shape`] makes its [`Reported`] of.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`
+    pub prompt_cached: Option<u64>,
+    /// `input_tokens_details.cached_tokens`
+    pub input_cached: Option<u64>,
+    /// `completion_tokens_details.reasoning_tokens`
+    pub completion_reasoning: Option<u64>,
+    /// `output_tokens_details.reasoning_tokens`
+    pub output_reasoning: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Gemini's `promptTokenCount`
+    pub prompt_token_count: Option<u64>,
+    /// Gemini's `candidatesTokenCount`
+    pub candidates_token_count: Option<u64>,
+    /// Gemini's `thoughtsTokenCount`
+    pub thoughts_token_count: Option<u64>,
+    /// Gemini's `cachedContentTokenCount`
+    pub cached_content_token_count: Option<u64>,
+}
+
 impl Fields {
     fn reported(self, api: Api) -> Reported {
         let f = self;
-        match api {
-            Api::OpenAiChat | Api::OpenAiEmbeddings | Api::OpenAiResponses => Reported {
-                input: f.prompt_tokens.0.or(f.input_tokens.0),
-                output: f.completion_tokens.0.or(f.output_tokens.0),
-                cached: f
-                    .prompt_tokens_details
-                    .cached_tokens
-                    .0
-                    .or(f.input_tokens_details.cached_tokens.0),
-                cache_write: None,
-                reasoning: f
-                    .completion_tokens_details
-                    .reasoning_tokens
-                    .0
-                    .or(f.output_tokens_details.reasoning_tokens.0),
-            },
-            Api::Anthropic => {
-                let read = f.cache_read_input_tokens.0;
-                let write = f.cache_creation_input_tokens.0;
-                Reported {
-                    // Anthropic's `input_tokens` leaves out the cache's reads and writes.
-                    input: f.input_tokens.0.map(|i| {
-                        i.saturating_add(read.unwrap_or(0))
-                            .saturating_add(write.unwrap_or(0))
-                    }),
-                    output: f.output_tokens.0,
-                    cached: read,
-                    cache_write: write,
-                    reasoning: None,
-                }
-            }
-            Api::Gemini => {
-                let thoughts = f.thoughts_token_count.0;
-                let candidates = f.candidates_token_count.0;
-                Reported {
-                    input: f.prompt_token_count.0,
-                    // Gemini counts thinking apart from the answer; both are billed as output.
-                    output: match (candidates, thoughts) {
-                        (None, None) => None,
-                        (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
-                    },
-                    cached: f.cached_content_token_count.0,
-                    cache_write: None,
-                    reasoning: thoughts,
-                }
-            }
-        }
+        api.reported(&Counts {
+            prompt_tokens: f.prompt_tokens.0,
+            completion_tokens: f.completion_tokens.0,
+            input_tokens: f.input_tokens.0,
+            output_tokens: f.output_tokens.0,
+            prompt_cached: f.prompt_tokens_details.cached_tokens.0,
+            input_cached: f.input_tokens_details.cached_tokens.0,
+            completion_reasoning: f.completion_tokens_details.reasoning_tokens.0,
+            output_reasoning: f.output_tokens_details.reasoning_tokens.0,
+            cache_read_input_tokens: f.cache_read_input_tokens.0,
+            cache_creation_input_tokens: f.cache_creation_input_tokens.0,
+            prompt_token_count: f.prompt_token_count.0,
+            candidates_token_count: f.candidates_token_count.0,
+            thoughts_token_count: f.thoughts_token_count.0,
+            cached_content_token_count: f.cached_content_token_count.0,
+        })
     }
 }
 
@@ -283,36 +280,36 @@ mod tests {
         let chat = json!({"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29,
             "prompt_tokens_details": {"cached_tokens": 3},
             "completion_tokens_details": {"reasoning_tokens": 4}});
-        let r = Reported::read(Api::OpenAiChat, &chat).unwrap();
+        let r = Reported::read(crate::protocol::openai_chat::API, &chat).unwrap();
         assert_eq!(
             (r.input, r.output, r.cached, r.reasoning),
             (Some(19), Some(10), Some(3), Some(4))
         );
         let responses = json!({"input_tokens": 36, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": 87, "output_tokens_details": {"reasoning_tokens": 0}});
-        let r = Reported::read(Api::OpenAiResponses, &responses).unwrap();
+        let r = Reported::read(crate::protocol::openai_responses::API, &responses).unwrap();
         assert_eq!((r.input, r.output), (Some(36), Some(87)));
         let anthropic = json!({"input_tokens": 10, "cache_read_input_tokens": 100,
             "cache_creation_input_tokens": 5, "output_tokens": 7});
-        let r = Reported::read(Api::Anthropic, &anthropic).unwrap();
+        let r = Reported::read(crate::protocol::anthropic_messages::API, &anthropic).unwrap();
         assert_eq!(
             (r.input, r.output, r.cached, r.cache_write),
             (Some(115), Some(7), Some(100), Some(5))
         );
         let gemini = json!({"promptTokenCount": 8, "candidatesTokenCount": 20,
             "thoughtsTokenCount": 5, "cachedContentTokenCount": 2, "totalTokenCount": 33});
-        let r = Reported::read(Api::Gemini, &gemini).unwrap();
+        let r = Reported::read(crate::protocol::gemini::API, &gemini).unwrap();
         assert_eq!(
             (r.input, r.output, r.cached, r.reasoning),
             (Some(8), Some(25), Some(2), Some(5))
         );
-        assert!(Reported::read(Api::OpenAiChat, &Value::Null).is_none());
+        assert!(Reported::read(crate::protocol::openai_chat::API, &Value::Null).is_none());
         // The text read straight gives what its `Value` gives.
         for (api, v) in [
-            (Api::OpenAiChat, &chat),
-            (Api::OpenAiResponses, &responses),
-            (Api::Anthropic, &anthropic),
-            (Api::Gemini, &gemini),
+            (crate::protocol::openai_chat::API, &chat),
+            (crate::protocol::openai_responses::API, &responses),
+            (crate::protocol::anthropic_messages::API, &anthropic),
+            (crate::protocol::gemini::API, &gemini),
         ] {
             let text = v.to_string();
             assert_eq!(
@@ -328,20 +325,22 @@ mod tests {
             "output_tokens": -1, "prompt_tokens_details": [1], "x": {"y": [{"z": 1}]},
             "completion_tokens_details": {"reasoning_tokens": 4, "other": {"a": 1}},
             "total_tokens": 9}"#;
-        let r = Reported::parse(Api::OpenAiChat, odd).unwrap();
+        let r = Reported::parse(crate::protocol::openai_chat::API, odd).unwrap();
         assert_eq!(
             (r.input, r.output, r.cached, r.reasoning),
             (None, None, None, Some(4))
         );
-        assert!(Reported::parse(Api::OpenAiChat, b"[19, 10]").is_none());
-        assert!(Reported::parse(Api::OpenAiChat, b"{\"prompt_tokens\": 1").is_none());
+        assert!(Reported::parse(crate::protocol::openai_chat::API, b"[19, 10]").is_none());
+        assert!(
+            Reported::parse(crate::protocol::openai_chat::API, b"{\"prompt_tokens\": 1").is_none()
+        );
     }
 
     #[test]
     fn absurd_counts_saturate_rather_than_wrap() {
         let huge = 1u64 << 63;
         let chat = json!({"prompt_tokens": huge, "completion_tokens": huge});
-        let r = Reported::read(Api::OpenAiChat, &chat).unwrap();
+        let r = Reported::read(crate::protocol::openai_chat::API, &chat).unwrap();
         let u = Usage {
             input: r.input.unwrap(),
             output: r.output.unwrap(),
@@ -350,11 +349,13 @@ mod tests {
         assert_eq!(u.total(), u64::MAX);
         let anthropic = json!({"input_tokens": huge, "cache_read_input_tokens": huge,
             "cache_creation_input_tokens": huge, "output_tokens": 1});
-        let r = Reported::read(Api::Anthropic, &anthropic).unwrap();
+        let r = Reported::read(crate::protocol::anthropic_messages::API, &anthropic).unwrap();
         assert_eq!(r.input, Some(u64::MAX));
         let gemini = json!({"candidatesTokenCount": huge, "thoughtsTokenCount": huge});
         assert_eq!(
-            Reported::read(Api::Gemini, &gemini).unwrap().output,
+            Reported::read(crate::protocol::gemini::API, &gemini)
+                .unwrap()
+                .output,
             Some(u64::MAX)
         );
     }

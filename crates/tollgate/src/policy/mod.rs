@@ -152,8 +152,8 @@ impl PolicySet {
     fn ambiguous(&self, host: &str, method: &Method, path: &str) -> Option<usize> {
         let loose = path::loosened(path)?;
         let call = *method == Method::POST
-            && crate::llm::Api::of_path(path).is_none()
-            && crate::llm::Api::of_path(&loose).is_some();
+            && crate::protocol::llm_api(path).is_none()
+            && crate::protocol::llm_api(&loose).is_some();
         self.policies.iter().position(|p| {
             p.reads_llm()
                 && p.matcher.host.as_ref().is_none_or(|h| h.matches(host))

@@ -593,7 +593,7 @@ impl Remedy for CacheStage {
             }
             let body = if s.key_body {
                 let llm = x.method == Method::POST
-                    && crate::llm::Api::of_path(&crate::policy::path::normalized(
+                    && crate::protocol::llm_api(&crate::policy::path::normalized(
                         x.parts.uri.path(),
                     ))
                     .is_some();

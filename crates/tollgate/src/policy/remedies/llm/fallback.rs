@@ -71,11 +71,7 @@ const ERROR_BODY: u64 = 64 << 10;
 
 impl Fallbacks {
     /// Whether `o` is a failure the list moves on for.
-    async fn triggered(
-        &self,
-        api: Option<Api>,
-        o: &mut Result<Response<Body>, ProxyError>,
-    ) -> bool {
+    async fn triggered(&self, api: Api, o: &mut Result<Response<Body>, ProxyError>) -> bool {
         let s = &self.0;
         match o {
             Err(e) => match classify(e) {
@@ -98,21 +94,12 @@ impl Fallbacks {
                 let bytes = crate::body::read_capped(body, ERROR_BODY as usize)
                     .await
                     .unwrap_or_default();
-                let found = too_long(api, &bytes);
+                let found = api.too_long(&bytes);
                 *r.body_mut() = full(bytes);
                 found
             }
             Ok(_) => false,
         }
-    }
-}
-
-/// Whether an error body says the prompt is longer than the model's context.
-fn too_long(api: Option<Api>, body: &[u8]) -> bool {
-    let find = |n: &[u8]| memchr::memmem::find(body, n).is_some();
-    match api {
-        Some(Api::Anthropic) => find(b"prompt is too long"),
-        _ => find(b"context_length_exceeded"),
     }
 }
 
@@ -125,13 +112,12 @@ impl Fallback for Fallbacks {
         Box::pin(async move {
             let at = x.locals.get::<At>().map_or(0, |a| a.0);
             // Only an LLM call whose body is kept can be sent again.
-            if at >= self.0.entries.len()
-                || x.buffered.is_none()
-                || x.locals.get::<Call>().is_none()
-            {
+            let Some(api) = x.locals.get::<Call>().map(|c| c.api) else {
+                return false;
+            };
+            if at >= self.0.entries.len() || x.buffered.is_none() {
                 return false;
             }
-            let api = x.locals.get::<Call>().map(|c| c.api);
             if !self.triggered(api, o).await {
                 return false;
             }
@@ -169,9 +155,9 @@ impl Fallbacks {
             .map_or("/", |p| p.as_str())
             .to_owned();
         if let Some(model) = &e.model {
-            match api {
-                Some(Api::Gemini) => pq = gemini_path(&pq, model),
-                _ => {
+            match api.and_then(|a| a.path_with_model(&pq, model)) {
+                Some(p) => pq = p,
+                None => {
                     if let Some(b) = x.buffered.as_ref().and_then(|b| with_model(b, model)) {
                         a.request
                             .headers_mut()
@@ -225,18 +211,6 @@ fn with_model(body: &Bytes, model: &str) -> Option<Bytes> {
     v.as_object_mut()?
         .insert("model".into(), serde_json::Value::String(model.to_owned()));
     serde_json::to_vec(&v).ok().map(Bytes::from)
-}
-
-/// Gemini's path with another model: `/v1beta/models/{model}:generateContent`.
-fn gemini_path(pq: &str, model: &str) -> String {
-    let Some(i) = pq.find("/models/") else {
-        return pq.to_owned();
-    };
-    let start = i + "/models/".len();
-    match pq[start..].find(':') {
-        Some(j) => format!("{}{model}{}", &pq[..start], &pq[start + j..]),
-        None => pq.to_owned(),
-    }
 }
 
 // ---- config: as written, and its validation ----
@@ -319,18 +293,4 @@ pub fn default_on() -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn gemini_models_are_in_the_path() {
-        assert_eq!(
-            super::gemini_path(
-                "/v1beta/models/gemini-2.5-pro:generateContent?alt=sse",
-                "gemini-2.5-flash"
-            ),
-            "/v1beta/models/gemini-2.5-flash:generateContent?alt=sse"
-        );
-    }
 }

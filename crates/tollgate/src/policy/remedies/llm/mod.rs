@@ -10,7 +10,7 @@ use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::units::{Int, Size};
 use crate::llm::prices::{Price, Prices};
-use crate::llm::{Api, Call, request};
+use crate::llm::{Call, request};
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -149,7 +149,7 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
         // Recognised as the provider routes the path (`%63ompletions` is `completions`).
         let path = crate::policy::path::normalized(x.parts.uri.path()).into_owned();
         let Some(api) = (x.method == Method::POST)
-            .then(|| Api::of_path(&path))
+            .then(|| crate::protocol::llm_api(&path))
             .flatten()
         else {
             return Ok(false);

@@ -1,0 +1,89 @@
+//! OpenAI's chat completions (and legacy completions), the shape most providers copy.
+//! A stream reports its usage only when asked (`stream_options.include_usage`), which
+//! tollgate adds and takes out again (`crate::llm::request`, `crate::llm::body`).
+
+use super::{Kind, Unit};
+use crate::llm::body::count_content;
+use crate::llm::sse::Event;
+use crate::llm::usage::{Counts, Reported};
+use crate::llm::{Api, Meter, Shape};
+
+pub const API: Api = Api::new("openai.chat", &OpenAiChat);
+
+pub const UNIT: Unit = Unit {
+    name: API.name(),
+    title: "OpenAI chat completions (and legacy completions)",
+    recognised_by: "`POST`, path ending `/completions`",
+    answer: "`usage` and `model`; a stream's final usage chunk (asked for when the request did not)",
+    policies: super::LLM_POLICIES,
+    kind: Kind::Llm(API),
+};
+
+pub struct OpenAiChat;
+
+impl Shape for OpenAiChat {
+    fn recognises(&self, path: &str) -> bool {
+        last_segment(path) == "completions"
+    }
+
+    fn adds_stream_usage(&self) -> bool {
+        true
+    }
+
+    fn event(&self, meter: &Meter, e: &Event) -> bool {
+        chunk(meter, &e.data)
+    }
+
+    fn reported(&self, c: &Counts) -> Reported {
+        openai(c)
+    }
+}
+
+/// The last segment of a path.
+pub fn last_segment(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or("")
+}
+
+/// A chunk of a chat (or embeddings) stream: its usage and model when it has them, else
+/// a token's worth of text counted; whether it is the usage chunk `include_usage` adds.
+pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
+    let has_usage = memchr::memmem::find(data, b"\"usage\"").is_some()
+        && memchr::memmem::find(data, b"\"usage\":null").is_none();
+    let need_model = !meter.knows_model();
+    if !has_usage && !need_model {
+        count_content(meter, data);
+        return false;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return false;
+    };
+    if let Some(m) = v.get("model") {
+        meter.model_value(m);
+    }
+    let usage = v.get("usage").filter(|u| u.is_object());
+    match usage {
+        Some(u) => {
+            meter.usage_value(u, true);
+            // The chunk `include_usage` adds carries no choice.
+            v.get("choices")
+                .and_then(|c| c.as_array())
+                .is_some_and(|c| c.is_empty())
+        }
+        None => {
+            count_content(meter, data);
+            false
+        }
+    }
+}
+
+/// OpenAI's usage: `prompt_tokens`/`completion_tokens` (chat, embeddings) or
+/// `input_tokens`/`output_tokens` (Responses), with their details.
+pub fn openai(c: &Counts) -> Reported {
+    Reported {
+        input: c.prompt_tokens.or(c.input_tokens),
+        output: c.completion_tokens.or(c.output_tokens),
+        cached: c.prompt_cached.or(c.input_cached),
+        cache_write: None,
+        reasoning: c.completion_reasoning.or(c.output_reasoning),
+    }
+}
