@@ -8,6 +8,7 @@
 //! 128, a key written twice) is [`Invalid`]: a server could read it otherwise than
 //! tollgate did, so it is refused rather than judged.
 
+use super::members::{self, Members};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -111,28 +112,21 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
         Some(b'{') => {}
         _ => return Ok(None),
     }
-    // One pass: the members wanted are borrowed as written, the rest skipped.
-    let m: Message<'_> = serde_json::from_slice(body).map_err(malformed)?;
-    if m.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+    // One pass by hand over a plain message; serde_json reads anything else (and says
+    // what is wrong with it).
+    let m = match members::read(body) {
+        Some(m) => m,
+        None => by_serde(body)?,
+    };
+    if m.jsonrpc != Some("\"2.0\"") {
         return Ok(None);
-    }
-    // serde_json skips what it does not keep without a depth limit: the server may
-    // parse it with one. Counting the brackets first spares the walk of nearly every
-    // message (fewer brackets than the limit cannot nest deeper).
-    let brackets = memchr::memchr2_iter(b'[', b'{', body).count();
-    if brackets > MAX_DEPTH
-        && let Some(at) = too_deep(body, MAX_DEPTH)
-    {
-        return Err(Invalid::Malformed(format!(
-            "nested deeper than {MAX_DEPTH} levels (at byte {at})"
-        )));
     }
     let id = m.id.map(id).transpose()?;
     let method = m
         .method
         .map(|v| text(v, "method", MAX_METHOD))
         .transpose()?;
-    let kind = match (&method, &id, m.result.is_some() || m.error.is_some()) {
+    let kind = match (&method, &id, m.result || m.error) {
         (Some(_), Some(_), false) => Kind::Request,
         (Some(_), None, false) => Kind::Notification,
         (None, Some(_), true) => Kind::Response,
@@ -144,18 +138,18 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
     };
     let method = method.map(Cow::into_owned).unwrap_or_default();
     let (mut name, mut version) = (None, None);
-    if let Some(p) = m.params {
+    if m.params {
         let key = match method.as_str() {
-            "tools/call" | "prompts/get" => Some(("params.name", p.name)),
+            "tools/call" | "prompts/get" => Some(("params.name", m.name)),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                Some(("params.uri", p.uri))
+                Some(("params.uri", m.uri))
             }
             _ => None,
         };
         if let Some((field, Some(v))) = key {
             name = Some(text(v, field, MAX_NAME)?.into());
         }
-        if let Some(v) = p.meta.and_then(|m| m.version) {
+        if let Some(v) = m.version {
             version = Some(text(v, "params._meta.protocolVersion", 64)?.into());
         }
     }
@@ -175,6 +169,11 @@ pub fn read(body: &[u8]) -> Result<Option<Call>, Invalid> {
         version,
         outcome: Default::default(),
     }))
+}
+
+/// The text of a member as written.
+fn raw(v: Option<&RawValue>) -> Option<&str> {
+    v.map(RawValue::get)
 }
 
 /// The top level, the members wanted borrowed as written (JSON-RPC 2.0 §4); other
@@ -227,10 +226,38 @@ fn malformed(e: serde_json::Error) -> Invalid {
     Invalid::Malformed(e.to_string())
 }
 
+/// The members of `body` as serde_json reads them: what [`members::read`] leaves (an
+/// escaped or repeated key, a malformed message, nesting past the limit).
+pub fn by_serde(body: &[u8]) -> Result<Members<'_>, Invalid> {
+    let m: Message<'_> = serde_json::from_slice(body).map_err(malformed)?;
+    // serde_json skips what it does not keep without a depth limit: the server may
+    // parse it with one. Counting the brackets first spares the walk of nearly every
+    // message (fewer brackets than the limit cannot nest deeper).
+    let brackets = memchr::memchr2_iter(b'[', b'{', body).count();
+    if brackets > MAX_DEPTH
+        && let Some(at) = too_deep(body, MAX_DEPTH)
+    {
+        return Err(Invalid::Malformed(format!(
+            "nested deeper than {MAX_DEPTH} levels (at byte {at})"
+        )));
+    }
+    let params = m.params.as_ref();
+    Ok(Members {
+        jsonrpc: raw(m.jsonrpc),
+        id: raw(m.id),
+        method: raw(m.method),
+        result: m.result.is_some(),
+        error: m.error.is_some(),
+        params: params.is_some(),
+        name: raw(params.and_then(|p| p.name)),
+        uri: raw(params.and_then(|p| p.uri)),
+        version: raw(params.and_then(|p| p.meta.as_ref()?.version)),
+    })
+}
+
 /// An `id`: a string or an integer (MCP: "MUST be a string or integer"; not null), at most
 /// [`MAX_ID`] bytes as written.
-fn id(v: &RawValue) -> Result<Box<str>, Invalid> {
-    let s = v.get();
+fn id(s: &str) -> Result<Box<str>, Invalid> {
     if s.len() > MAX_ID {
         return Err(Invalid::Malformed(format!(
             "`id` is {} bytes; at most {MAX_ID} are accepted",
@@ -253,13 +280,12 @@ fn id(v: &RawValue) -> Result<Box<str>, Invalid> {
 }
 
 /// A string member, decoded, at most `max` bytes.
-fn text<'a>(v: &'a RawValue, field: &str, max: usize) -> Result<Cow<'a, str>, Invalid> {
-    if v.get().len() > max + 2 {
+fn text<'a>(raw: &'a str, field: &str, max: usize) -> Result<Cow<'a, str>, Invalid> {
+    if raw.len() > max + 2 {
         return Err(Invalid::Malformed(format!(
             "`{field}` is longer than {max} bytes"
         )));
     }
-    let raw = v.get();
     // A string without escapes is its text between the quotes (serde_json checked it).
     if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
         && !inner.contains('\\')

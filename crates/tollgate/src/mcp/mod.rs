@@ -10,6 +10,7 @@
 //! except a `tools/list` answer a policy filters (docs/mcp.md).
 
 pub mod envelope;
+pub mod members;
 pub mod names;
 pub mod outcome;
 pub mod rewrite;

@@ -206,6 +206,12 @@ impl Scanner {
         }
     }
 
+    /// Reads `message`, the whole of what is fed ([`of_message`]); nothing after it is.
+    pub fn whole(&mut self, message: &[u8]) {
+        self.outcome = of_message(message);
+        self.done = true;
+    }
+
     /// A key at a watched depth, its `:` just read.
     fn key_read(&mut self, key: &[u8]) {
         match (self.depth, key) {
@@ -227,11 +233,42 @@ impl Scanner {
     }
 }
 
-/// The outcome of one whole message.
+/// The outcome of one whole message: [`quick`]'s answer when it has one, else the
+/// scanner's.
 pub fn of_message(message: &[u8]) -> Outcome {
+    if let Some(o) = quick(message) {
+        return o;
+    }
     let mut s = Scanner::default();
     s.feed(message);
     s.outcome
+}
+
+/// The common case, read from the keys' bytes alone: a whole message with a `"result"`
+/// and no `"error"`, no `"method"` (a request or notification of the server's, whose
+/// `params` may hold a `result`) and no `"isError"` followed by `true` anywhere is a
+/// result that stands. A quote inside a string is escaped (`\"error\"`), so a string's
+/// bytes never match a key followed by its closing quote; a string *value* `"error"`
+/// does, and sends the message to the scanner, as anything this cannot settle does
+/// (`None`). Every quote is looked at once; nothing is kept.
+fn quick(message: &[u8]) -> Option<Outcome> {
+    let mut result = false;
+    for i in memchr::memchr_iter(b'"', message) {
+        let rest = &message[i + 1..];
+        if rest.starts_with(b"result\"") {
+            result = true;
+        } else if rest.starts_with(b"error\"") || rest.starts_with(b"method\"") {
+            return None;
+        } else if let Some(after) = rest.strip_prefix(b"isError\"") {
+            // `"isError" : true`: anything but `false` after the colon is not settled here.
+            let mut value = after.iter().copied().skip_while(u8::is_ascii_whitespace);
+            if value.next() != Some(b':') || value.find(|c| !c.is_ascii_whitespace()) != Some(b'f')
+            {
+                return None;
+            }
+        }
+    }
+    result.then_some(Outcome::Ok)
 }
 
 #[cfg(test)]
@@ -280,6 +317,34 @@ mod tests {
                 assert_eq!(s.outcome, want, "{text} in pieces of {piece}");
             }
         }
+    }
+
+    #[test]
+    fn the_quick_reading_agrees_with_the_scanner_or_defers() {
+        let cases = [
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"add: ok"}],"isError":false}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"isError" :  false }}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"text":"say \"error\" and \"isError\":true"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"result":1}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"kind":"error"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"structuredContent":{"isError":true},"isError":false}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"tools":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":7}"#,
+        ];
+        let mut quick_ones = 0;
+        for text in cases {
+            let mut s = Scanner::default();
+            s.feed(text.as_bytes());
+            if let Some(o) = quick(text.as_bytes()) {
+                assert_eq!(o, s.outcome, "{text}");
+                quick_ones += 1;
+            }
+            assert_eq!(of_message(text.as_bytes()), s.outcome, "{text}");
+        }
+        // The plain results are settled without the scanner.
+        assert_eq!(quick_ones, 4);
     }
 
     #[test]

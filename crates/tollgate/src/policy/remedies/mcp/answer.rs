@@ -42,7 +42,10 @@ pub fn watch(
     }
     let mode = match sse {
         true => Mode::Sse(Box::new(Events::new(EVENT_CAP)), Outcome::Unknown),
-        false => Mode::Json(Scanner::default()),
+        false => Mode::Json(
+            Scanner::default(),
+            http_body::Body::size_hint(resp.body()).exact(),
+        ),
     };
     resp.map(|b| {
         Watched::new(
@@ -59,7 +62,9 @@ pub fn watch(
 }
 
 enum Mode {
-    Json(Scanner),
+    /// One message, and its length when the answer says it (`Content-Length`): a first
+    /// frame of that length is the whole message, read at once.
+    Json(Scanner, Option<u64>),
     /// Events, and the outcome of the last response among them.
     Sse(Box<Events>, Outcome),
 }
@@ -77,7 +82,7 @@ impl Answer {
             return;
         }
         let outcome = match &self.mode {
-            Mode::Json(s) => s.outcome,
+            Mode::Json(s, _) => s.outcome,
             Mode::Sse(_, o) => *o,
         };
         self.call.outcome.set(outcome);
@@ -88,7 +93,10 @@ impl Answer {
 impl crate::body::Watch for Answer {
     fn data(&mut self, data: &Bytes) {
         match &mut self.mode {
-            Mode::Json(s) => s.feed(data),
+            Mode::Json(s, whole) => match whole.take() {
+                Some(n) if n == data.len() as u64 => s.whole(data),
+                _ => s.feed(data),
+            },
             Mode::Sse(events, last) => events.feed(data, |e| {
                 let o = outcome::of_message(&e.data);
                 if o != Outcome::Unknown {
