@@ -248,21 +248,24 @@ impl<'a> Parser<'a> {
 
     /// A string (RFC 8259 §7), from its opening quote to past its closing one: no
     /// unescaped control character, only the escapes the grammar has. Whether it had an
-    /// escape.
+    /// escape. Read a byte at a time: the strings here are mostly keys and short values,
+    /// for which a vectorised search costs more to start than it saves.
     fn string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
         let mut escaped = false;
         loop {
-            let rest = &self.b[self.i..];
-            let j = memchr::memchr2(b'"', b'\\', rest)?;
-            if rest[..j].iter().any(|&c| c < 0x20) {
-                return None;
+            self.i += self
+                .b
+                .get(self.i..)?
+                .iter()
+                .position(|&c| STOP[c as usize])?;
+            let c = self.b[self.i];
+            self.i += 1;
+            match c {
+                b'"' => return Some(escaped),
+                b'\\' => escaped = true,
+                _ => return None,
             }
-            self.i += j + 1;
-            if rest[j] == b'"' {
-                return Some(escaped);
-            }
-            escaped = true;
             match self.peek()? {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
                 b'u' => {
@@ -277,6 +280,19 @@ impl<'a> Parser<'a> {
         }
     }
 }
+
+/// The bytes that end a string's plain run: its quote, an escape, a control character.
+const STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
 
 #[cfg(test)]
 mod tests {

@@ -253,19 +253,30 @@ pub fn of_message(message: &[u8]) -> Outcome {
 /// (`None`). Every quote is looked at once; nothing is kept.
 fn quick(message: &[u8]) -> Option<Outcome> {
     let mut result = false;
-    for i in memchr::memchr_iter(b'"', message) {
-        let rest = &message[i + 1..];
-        if rest.starts_with(b"result\"") {
-            result = true;
-        } else if rest.starts_with(b"error\"") || rest.starts_with(b"method\"") {
-            return None;
-        } else if let Some(after) = rest.strip_prefix(b"isError\"") {
-            // `"isError" : true`: anything but `false` after the colon is not settled here.
-            let mut value = after.iter().copied().skip_while(u8::is_ascii_whitespace);
-            if value.next() != Some(b':') || value.find(|c| !c.is_ascii_whitespace()) != Some(b'f')
-            {
-                return None;
+    let mut at = 0;
+    // Quote by quote, a byte at a time: an answer's quotes are a few bytes apart, where
+    // a vectorised search costs more to start than it saves.
+    while let Some(j) = message[at..].iter().position(|&c| c == b'"') {
+        at += j + 1;
+        let rest = &message[at..];
+        // Most quotes open other keys and strings: their first byte rules them out.
+        match rest.first() {
+            Some(b'r') if rest.starts_with(b"result\"") => result = true,
+            Some(b'e') if rest.starts_with(b"error\"") => return None,
+            Some(b'm') if rest.starts_with(b"method\"") => return None,
+            Some(b'i') => {
+                if let Some(after) = rest.strip_prefix(b"isError\"") {
+                    // `"isError" : true`: anything but `false` after the colon is not
+                    // settled here.
+                    let mut value = after.iter().copied().skip_while(u8::is_ascii_whitespace);
+                    if value.next() != Some(b':')
+                        || value.find(|c| !c.is_ascii_whitespace()) != Some(b'f')
+                    {
+                        return None;
+                    }
+                }
             }
+            _ => {}
         }
     }
     result.then_some(Outcome::Ok)
