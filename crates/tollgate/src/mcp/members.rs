@@ -248,17 +248,12 @@ impl<'a> Parser<'a> {
 
     /// A string (RFC 8259 §7), from its opening quote to past its closing one: no
     /// unescaped control character, only the escapes the grammar has. Whether it had an
-    /// escape. Read a byte at a time: the strings here are mostly keys and short values,
-    /// for which a vectorised search costs more to start than it saves.
+    /// escape. Its runs are searched a word at a time ([`super::swar`]).
     fn string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
         let mut escaped = false;
         loop {
-            self.i += self
-                .b
-                .get(self.i..)?
-                .iter()
-                .position(|&c| STOP[c as usize])?;
+            self.i += super::swar::string_stop(self.b.get(self.i..)?)?;
             let c = self.b[self.i];
             self.i += 1;
             match c {
@@ -280,19 +275,6 @@ impl<'a> Parser<'a> {
         }
     }
 }
-
-/// The bytes that end a string's plain run: its quote, an escape, a control character.
-const STOP: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut c = 0;
-    while c < 0x20 {
-        t[c] = true;
-        c += 1;
-    }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
-    t
-};
 
 #[cfg(test)]
 mod tests {
