@@ -1,7 +1,7 @@
 //! MCP calls through tollgate against an in-process JSON-RPC server: tools refused with a
 //! JSON-RPC error carrying the call's id (and never sent), cut from `tools/list` answers
-//! (JSON and SSE), policies matched per tool, and hostile messages refused before the
-//! server sees them.
+//! (JSON and SSE), policies matched per tool, in every routing mode, and hostile messages
+//! refused before the server sees them.
 
 use crate::support::*;
 use bytes::Bytes;
@@ -603,5 +603,56 @@ async fn a_value_a_tool_may_not_be_called_with_is_refused() {
         seen.lock().unwrap().calls,
         vec![("tools/call".to_owned(), Some("echo".to_owned()))],
         "only the call within the rules reached the server"
+    );
+}
+
+#[tokio::test]
+async fn a_call_is_judged_in_header_mode_and_through_the_forward_proxy() {
+    let (up, seen) = mcp_server().await;
+    let gw = mcp_gateway(
+        &up,
+        "policies:\n  - name: gh\n    mcp: {deny: [delete_repository]}\n",
+    )
+    .await;
+    let header_mode = |body: String| {
+        via_header(&gw, up.addr, "/rpc")
+            .method("POST")
+            .header("content-type", "application/json")
+            .body(bytes_body(Bytes::from(body)))
+            .unwrap()
+    };
+    // Header mode: the target named by `x-tollgate-host`.
+    let got = send(&client(), header_mode(call("1", "delete_repository"))).await;
+    assert_eq!(got.status, 200);
+    assert_refused(&got.json(), json!(1), "delete_repository");
+    let got = send(&client(), header_mode(call("2", "add"))).await;
+    assert_eq!(got.json()["result"]["content"][0]["text"], "add");
+    // The forward proxy (`HTTP_PROXY`): the request line names the server.
+    let denied = call("3", "delete_repository");
+    let forward = raw_exchange(
+        gw.proxy_addr,
+        format!(
+            "POST http://{0}/rpc HTTP/1.1\r\nHost: {0}\r\nContent-Type: application/json\r\nContent-Length: {1}\r\nConnection: close\r\n\r\n{denied}",
+            up.addr,
+            denied.len()
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(forward.starts_with("HTTP/1.1 200"), "{forward}");
+    assert!(
+        forward.contains("x-tollgate-error: mcp_tool_denied"),
+        "{forward}"
+    );
+    let body = &forward[forward.find("\r\n\r\n").unwrap() + 4..];
+    assert_refused(
+        &serde_json::from_str(body).unwrap(),
+        json!(3),
+        "delete_repository",
+    );
+    assert_eq!(
+        seen.lock().unwrap().calls,
+        vec![("tools/call".to_owned(), Some("add".to_owned()))],
+        "only the allowed call reached the server"
     );
 }
