@@ -12,6 +12,7 @@ pub mod request;
 pub mod scan;
 pub mod shape;
 pub mod sse;
+pub mod swar;
 pub mod tokens;
 pub mod usage;
 

@@ -1,7 +1,8 @@
 //! Watches a JSON text pass in pieces, as it is relayed, and keeps the values of a few
 //! keys of its top-level object (or of each object of a top-level array: Gemini's
 //! streamed JSON array): an answer's `usage` and `model` without holding the answer.
-//! Strings are skipped with `memchr`; a kept value is capped.
+//! Strings are skipped a word at a time, then with `memchr` (`swar`); a kept value is
+//! capped.
 
 /// The scanner. [`Scan::feed`] each piece in order; kept values come back in `found`
 /// (the key's index in `wanted`, the value's bytes) as each value ends.
@@ -123,13 +124,16 @@ impl Scan {
 
     /// Inside a string from `i`: returns where scanning goes on.
     fn string(&mut self, data: &[u8], mut i: usize) -> usize {
-        if self.key.is_none() && !self.esc {
-            // Nothing of this string is looked at (a kept value takes it as a run): jump
-            // to its next quote or backslash.
-            match memchr::memchr2(b'"', b'\\', &data[i..]) {
-                Some(j) => i += j,
-                None => return data.len(),
-            }
+        if !self.esc {
+            // To the string's next quote or backslash: nothing of an unwatched string is
+            // looked at (a kept value takes it as a run), and a key's bytes on the way
+            // are kept in one go.
+            let Some(j) = super::swar::string_end(&data[i..]) else {
+                self.key_bytes(&data[i..]);
+                return data.len();
+            };
+            self.key_bytes(&data[i..i + j]);
+            i += j;
         }
         let c = data[i];
         if self.esc {
@@ -144,12 +148,18 @@ impl Scan {
                 let k = k.as_bytes();
                 self.after_key = Some(self.wanted.iter().position(|w| w.as_bytes() == k));
             }
-        } else if let Some(k) = &mut self.key
-            && !k.push(c)
+        }
+        i + 1
+    }
+
+    /// A run of the key being read (none past [`KeyBuf`]'s room: no wanted key is
+    /// longer).
+    fn key_bytes(&mut self, run: &[u8]) {
+        if let Some(k) = &mut self.key
+            && !k.extend(run)
         {
             self.key = None;
         }
-        i + 1
     }
 }
 
@@ -162,12 +172,13 @@ struct KeyBuf {
 }
 
 impl KeyBuf {
-    /// Adds `c`; `false` past 32 bytes.
-    fn push(&mut self, c: u8) -> bool {
-        match self.bytes.get_mut(self.len as usize) {
-            Some(slot) => {
-                *slot = c;
-                self.len += 1;
+    /// Adds `run`; `false` past 32 bytes.
+    fn extend(&mut self, run: &[u8]) -> bool {
+        let at = self.len as usize;
+        match self.bytes.get_mut(at..at + run.len()) {
+            Some(slots) => {
+                slots.copy_from_slice(run);
+                self.len += run.len() as u8;
                 true
             }
             None => false,
@@ -260,5 +271,68 @@ mod tests {
         let mut s = Scan::new(&["usage"], 7);
         br#"{"usage":{"a":1},"x":2}"#.chunks(2).for_each(|c| s.feed(c));
         assert_eq!(s.found, [(0, br#"{"a":1}"#.to_vec())]);
+    }
+
+    /// xorshift64: the same cases on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    fn value(rng: &mut Rng, depth: u32) -> serde_json::Value {
+        use serde_json::{Value, json};
+        const KEYS: &[&str] = &["usage", "model", "id", "content", "usagex", "modelVersion"];
+        const TEXTS: &[&str] = &["", "gpt-4o", "say \"usage\": {", "é ∑ 𝄞", "a\\b\n", "[{\"model\":1}]"];
+        match rng.below(if depth > 3 { 4 } else { 6 }) {
+            0 => Value::Null,
+            1 => json!(rng.below(1000) as i64 - 500),
+            2 => Value::String(TEXTS[rng.below(TEXTS.len())].repeat(1 + rng.below(40))),
+            3 => json!(rng.below(2) == 1),
+            4 => Value::Array((0..rng.below(4)).map(|_| value(rng, depth + 1)).collect()),
+            _ => Value::Object(
+                (0..rng.below(5))
+                    .map(|_| (KEYS[rng.below(KEYS.len())].to_owned(), value(rng, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn generated_answers_in_random_pieces_keep_what_the_top_level_holds() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for _ in 0..3_000 {
+            let serde_json::Value::Object(top) = value(&mut rng, 0) else {
+                continue;
+            };
+            let text = match rng.below(2) {
+                0 => serde_json::to_string(&top).unwrap(),
+                _ => serde_json::to_string_pretty(&top).unwrap(),
+            };
+            let mut s = Scan::new(&["usage", "model"], 1 << 20);
+            let mut rest = text.as_bytes();
+            while !rest.is_empty() {
+                let n = (1 + rng.below(40)).min(rest.len());
+                s.feed(&rest[..n]);
+                rest = &rest[n..];
+            }
+            let found: Vec<(usize, serde_json::Value)> = s
+                .found
+                .iter()
+                .map(|(k, v)| (*k, serde_json::from_slice(v).unwrap()))
+                .collect();
+            let want: Vec<(usize, serde_json::Value)> = ["usage", "model"]
+                .iter()
+                .enumerate()
+                .filter_map(|(k, name)| Some((k, top.get(*name)?.clone())))
+                .collect();
+            let mut sorted = found.clone();
+            sorted.sort_by_key(|(k, _)| *k);
+            assert_eq!(sorted, want, "{text}");
+        }
     }
 }

@@ -248,12 +248,12 @@ impl<'a> Parser<'a> {
 
     /// A string (RFC 8259 §7), from its opening quote to past its closing one: no
     /// unescaped control character, only the escapes the grammar has. Whether it had an
-    /// escape. Its runs are searched a word at a time ([`super::swar`]).
+    /// escape. Its runs are searched a word at a time ([`crate::llm::swar`]).
     fn string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
         let mut escaped = false;
         loop {
-            self.i += super::swar::string_stop(self.b.get(self.i..)?)?;
+            self.i += crate::llm::swar::string_stop(self.b.get(self.i..)?)?;
             let c = self.b[self.i];
             self.i += 1;
             match c {

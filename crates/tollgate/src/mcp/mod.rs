@@ -14,7 +14,6 @@ pub mod members;
 pub mod names;
 pub mod outcome;
 pub mod rewrite;
-pub mod swar;
 pub mod tools_list;
 
 pub use envelope::{Call, Invalid, Kind};

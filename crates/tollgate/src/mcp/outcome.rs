@@ -255,7 +255,7 @@ fn quick(message: &[u8]) -> Option<Outcome> {
     let mut result = false;
     let mut at = 0;
     // Quote by quote, a word at a time: an answer's quotes are a few bytes apart.
-    while let Some(j) = super::swar::quote(&message[at..]) {
+    while let Some(j) = crate::llm::swar::quote(&message[at..]) {
         at += j + 1;
         let rest = &message[at..];
         // Most quotes open other keys and strings: their first byte rules them out.
