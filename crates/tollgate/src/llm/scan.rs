@@ -287,7 +287,14 @@ mod tests {
     fn value(rng: &mut Rng, depth: u32) -> serde_json::Value {
         use serde_json::{Value, json};
         const KEYS: &[&str] = &["usage", "model", "id", "content", "usagex", "modelVersion"];
-        const TEXTS: &[&str] = &["", "gpt-4o", "say \"usage\": {", "é ∑ 𝄞", "a\\b\n", "[{\"model\":1}]"];
+        const TEXTS: &[&str] = &[
+            "",
+            "gpt-4o",
+            "say \"usage\": {",
+            "é ∑ 𝄞",
+            "a\\b\n",
+            "[{\"model\":1}]",
+        ];
         match rng.below(if depth > 3 { 4 } else { 6 }) {
             0 => Value::Null,
             1 => json!(rng.below(1000) as i64 - 500),
@@ -296,7 +303,12 @@ mod tests {
             4 => Value::Array((0..rng.below(4)).map(|_| value(rng, depth + 1)).collect()),
             _ => Value::Object(
                 (0..rng.below(5))
-                    .map(|_| (KEYS[rng.below(KEYS.len())].to_owned(), value(rng, depth + 1)))
+                    .map(|_| {
+                        (
+                            KEYS[rng.below(KEYS.len())].to_owned(),
+                            value(rng, depth + 1),
+                        )
+                    })
                     .collect(),
             ),
         }

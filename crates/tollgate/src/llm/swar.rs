@@ -81,7 +81,9 @@ mod tests {
         let plain = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
         for len in 0..40 {
             for at in 0..=len {
-                for stop in [b'"', b'\\', 0x00, 0x1f, b'a', 0x20, 0x80, 0xff, 0x21, b'{', b']'] {
+                for stop in [
+                    b'"', b'\\', 0x00, 0x1f, b'a', 0x20, 0x80, 0xff, 0x21, b'{', b']',
+                ] {
                     let mut data = vec![b'x'; len];
                     // Bytes around it that could borrow or carry in a word.
                     if at > 0 {
@@ -100,7 +102,6 @@ mod tests {
                         string_end(&data),
                         data.iter().position(|&c| c == b'"' || c == b'\\')
                     );
-
                 }
             }
         }

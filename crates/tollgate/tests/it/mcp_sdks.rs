@@ -4,9 +4,11 @@
 //! through a route and through `HTTPS_PROXY` with interception (an HTTPS server, the SDK
 //! unchanged): tools listed and called, a denied tool absent from `tools/list` and
 //! refused on call with the SDK raising the JSON-RPC error, and calls counted per tool.
-//! The `@modelcontextprotocol/sdk` TypeScript client against the reference
-//! `server-everything` through a route, and against the Python server through
-//! `HTTPS_PROXY` with interception.
+//! The `@modelcontextprotocol/sdk` TypeScript client (v1, 2025-11-25 with sessions)
+//! against the reference `server-everything` through a route, and against the Python
+//! server through `HTTPS_PROXY` with interception; its v2 client
+//! (`@modelcontextprotocol/client`, pinned to 2026-07-28) against the Python server
+//! through a route and through `HTTPS_PROXY` with interception.
 
 use crate::intercept::Setup;
 use crate::support::*;
@@ -360,6 +362,101 @@ async fn the_typescript_sdk_through_https_proxy_with_interception() {
     assert_eq!(out["echo"][0]["text"], "hi");
     assert_eq!(out["denied"]["name"], "McpError", "{out}");
     assert_eq!(out["denied"]["code"], -32051, "{out}");
+    metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
+    })
+    .await;
+}
+
+/// The TypeScript SDK's v2 client (`@modelcontextprotocol/client`, 2026-07-28), pinned,
+/// installed once.
+fn node_client_v2() -> std::path::PathBuf {
+    npm_once("node-mcp-client-v2", "@modelcontextprotocol/client@2.4.0")
+}
+
+/// The v2 client pinned to 2026-07-28 (no fallback to 2025-11-25): the revision it
+/// negotiated, what it listed, what `echo` returned, and what `delete_repository` raised.
+const NODE_CLIENT_V2: &str = r#"
+const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
+(async () => {
+  const c = new Client({ name: 'tollgate-test', version: '1.0.0' },
+    { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await c.connect(new StreamableHTTPClientTransport(new URL(process.env.URL)));
+  const out = { version: c.getNegotiatedProtocolVersion() };
+  out.tools = (await c.listTools()).tools.map((t) => t.name).sort();
+  out.echo = (await c.callTool({ name: 'echo', arguments: { text: 'hi' } })).content;
+  try {
+    await c.callTool({ name: 'delete_repository', arguments: { name: 'prod' } });
+    out.denied = null;
+  } catch (e) {
+    out.denied = { name: e.constructor.name, code: e.code, message: e.message, data: e.data };
+  }
+  await c.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+/// What the v2 client must show: 2026-07-28 spoken, the denied tool not offered and
+/// raised as the JSON-RPC error.
+fn assert_governed_v2(out: &Value) {
+    assert_eq!(out["version"], "2026-07-28", "{out}");
+    assert_eq!(out["tools"], serde_json::json!(["add", "echo"]), "{out}");
+    assert_eq!(out["echo"][0]["text"], "hi", "{out}");
+    let denied = &out["denied"];
+    assert_eq!(denied["name"], "ProtocolError", "{out}");
+    assert_eq!(denied["code"], -32051, "{out}");
+    assert_eq!(denied["data"]["code"], "mcp_tool_denied", "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_v2_at_2026_07_28_through_a_route_and_https_proxy() {
+    let client = tokio::task::spawn_blocking(node_client_v2).await.unwrap();
+    // Through a route, to the plain server.
+    let server = start_server(None).await;
+    let gw = gateway(&format!(
+        "routes:\n  - prefix: /srv\n    upstream: http://127.0.0.1:{}\n{POLICIES}",
+        server.port
+    ))
+    .await;
+    let mut c = Command::new("node");
+    c.env("NODE_PATH", client.join("node_modules"))
+        .env("URL", format!("http://{}/srv/mcp", gw.proxy_addr))
+        .args(["-e", NODE_CLIENT_V2]);
+    assert_governed_v2(&serde_json::from_str(stdout_of(c).await.trim()).unwrap());
+    metrics_when(&gw, |t| {
+        t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
+            && t.contains(r#"tollgate_mcp_calls_total{policy="echo-limit",method="tools/call",tool="echo"} 1"#)
+    })
+    .await;
+    // Through `HTTPS_PROXY` with interception, to the HTTPS server: the SDK unchanged.
+    let s = Setup::new();
+    let (cert, key) = pem_files(&s.pki, s.dir.path());
+    let server = start_server(Some((&cert, &key))).await;
+    let gw = gateway(&s.config("[localhost]", POLICIES)).await;
+    let undici = tokio::task::spawn_blocking(|| npm_once("node-undici", "undici@6.21.3"))
+        .await
+        .unwrap();
+    let script = format!(
+        "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{NODE_CLIENT_V2}"
+    );
+    let proxy = format!("http://{}", gw.proxy_addr);
+    let mut c = Command::new("node");
+    c.env(
+        "NODE_PATH",
+        format!(
+            "{}:{}",
+            client.join("node_modules").display(),
+            undici.join("node_modules").display()
+        ),
+    )
+    .env("URL", format!("https://localhost:{}/mcp", server.port))
+    .env("HTTPS_PROXY", &proxy)
+    .env("https_proxy", &proxy)
+    .env_remove("NO_PROXY")
+    .env_remove("no_proxy")
+    .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"))
+    .args(["-e", &script]);
+    assert_governed_v2(&serde_json::from_str(stdout_of(c).await.trim()).unwrap());
     metrics_when(&gw, |t| {
         t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
     })
