@@ -2,8 +2,9 @@
 //! Protocol: Messages"): what it is (a request, a notification, a response to the server),
 //! its `id` as written, its method, and the name it acts on — `params.name` of
 //! `tools/call` and `prompts/get`, `params.uri` of the `resources/*` calls on one resource.
-//! Read once from the bounded request body; everything else in it (the arguments) is
-//! skipped, not kept. What is not a JSON-RPC 2.0 message is not MCP; what claims to be one
+//! Read once from the bounded request body, by one pass by hand ([`members`]) or, for
+//! what that pass is not sure of, by serde_json; everything else in it (the arguments)
+//! is skipped, not kept. What is not a JSON-RPC 2.0 message is not MCP; what claims to be one
 //! and is malformed (a batch, a wrong type, a huge id, nesting past serde_json's depth of
 //! 128, a key written twice) is [`Invalid`]: a server could read it otherwise than
 //! tollgate did, so it is refused rather than judged.
@@ -286,7 +287,7 @@ fn text<'a>(raw: &'a str, field: &str, max: usize) -> Result<Cow<'a, str>, Inval
             "`{field}` is longer than {max} bytes"
         )));
     }
-    // A string without escapes is its text between the quotes (serde_json checked it).
+    // A string without escapes is its text between the quotes (the reader checked it).
     if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
         && !inner.contains('\\')
     {
