@@ -64,12 +64,10 @@ impl Scan {
                 i = self.string(data, i);
                 continue;
             }
-            // Below the watched depth only strings and brackets matter: skip the rest.
+            // Below the watched depth only strings and brackets matter.
             if self.depth > self.base && self.base > 0 {
-                match data[i..].iter().position(|c| NESTED[*c as usize]) {
-                    Some(j) => i += j,
-                    None => break,
-                }
+                i = self.below(data, i);
+                continue;
             }
             let c = data[i];
             i += 1;
@@ -109,6 +107,42 @@ impl Scan {
         if self.capture.is_some() {
             self.keep(&data[run..]);
         }
+    }
+
+    /// Below the watched depth, from `i`: strings skipped and brackets counted in one
+    /// tight loop, until the depth is back at the watched one (past the bracket that
+    /// closes it) or the piece ends (inside a string: where [`Scan::string`] goes on).
+    fn below(&mut self, data: &[u8], mut i: usize) -> usize {
+        while let Some(j) = data[i..].iter().position(|c| NESTED[*c as usize]) {
+            i += j + 1;
+            match data[i - 1] {
+                b'"' => loop {
+                    let Some(k) = super::swar::string_end(&data[i..]) else {
+                        self.in_str = true;
+                        return data.len();
+                    };
+                    i += k + 1;
+                    if data[i - 1] == b'"' {
+                        break;
+                    }
+                    // A backslash: the byte it escapes is skipped with it.
+                    if i == data.len() {
+                        self.in_str = true;
+                        self.esc = true;
+                        return i;
+                    }
+                    i += 1;
+                },
+                b'{' | b'[' => self.depth += 1,
+                _ => {
+                    self.depth -= 1;
+                    if self.depth == self.base {
+                        return i;
+                    }
+                }
+            }
+        }
+        data.len()
     }
 
     /// Adds `bytes` to the value being kept, or drops it past the cap.
