@@ -319,26 +319,22 @@ async fn the_typescript_sdk_against_server_everything_through_a_route() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_typescript_sdk_through_https_proxy_with_interception() {
-    let s = Setup::new();
-    let (cert, key) = pem_files(&s.pki, s.dir.path());
-    let server = start_server(Some((&cert, &key))).await;
-    let gw = gateway(&s.config("[localhost]", POLICIES)).await;
-    let (sdk, _) = tokio::task::spawn_blocking(node_sdk).await.unwrap();
+/// `node` running `script` (a client of the SDK installed in `sdk`) towards the HTTPS
+/// server on `port` through `gw` as `HTTPS_PROXY`, trusting its CA. Node's fetch reads no
+/// proxy variable before Node 24: the application's one line of bootstrap, the SDK
+/// unchanged (docs/interception.md).
+async fn node_through_proxy(
+    s: &Setup,
+    gw: &tollgate::Gateway,
+    sdk: &std::path::Path,
+    port: u16,
+    script: &str,
+) -> Command {
     let undici = tokio::task::spawn_blocking(|| npm_once("node-undici", "undici@6.21.3"))
         .await
         .unwrap();
-    // Node's fetch reads no proxy variable before Node 24: the application's one line of
-    // bootstrap, the SDK unchanged (docs/interception.md).
     let script = format!(
-        "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{}",
-        NODE_CLIENT
-            .replace("'get-env'", "'delete_repository'")
-            .replace(
-                "{ name: 'echo', arguments: { message: 'hi' } }",
-                "{ name: 'echo', arguments: { text: 'hi' } }"
-            )
+        "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{script}"
     );
     let proxy = format!("http://{}", gw.proxy_addr);
     let mut c = Command::new("node");
@@ -350,13 +346,30 @@ async fn the_typescript_sdk_through_https_proxy_with_interception() {
             undici.join("node_modules").display()
         ),
     )
-    .env("URL", format!("https://localhost:{}/mcp", server.port))
+    .env("URL", format!("https://localhost:{port}/mcp"))
     .env("HTTPS_PROXY", &proxy)
     .env("https_proxy", &proxy)
     .env_remove("NO_PROXY")
     .env_remove("no_proxy")
     .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"))
     .args(["-e", &script]);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_through_https_proxy_with_interception() {
+    let s = Setup::new();
+    let (cert, key) = pem_files(&s.pki, s.dir.path());
+    let server = start_server(Some((&cert, &key))).await;
+    let gw = gateway(&s.config("[localhost]", POLICIES)).await;
+    let (sdk, _) = tokio::task::spawn_blocking(node_sdk).await.unwrap();
+    let client = NODE_CLIENT
+        .replace("'get-env'", "'delete_repository'")
+        .replace(
+            "{ name: 'echo', arguments: { message: 'hi' } }",
+            "{ name: 'echo', arguments: { text: 'hi' } }",
+        );
+    let c = node_through_proxy(&s, &gw, &sdk, server.port, &client).await;
     let out: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
     assert_eq!(out["tools"], serde_json::json!(["add", "echo"]), "{out}");
     assert_eq!(out["echo"][0]["text"], "hi");
@@ -433,29 +446,7 @@ async fn the_typescript_sdk_v2_at_2026_07_28_through_a_route_and_https_proxy() {
     let (cert, key) = pem_files(&s.pki, s.dir.path());
     let server = start_server(Some((&cert, &key))).await;
     let gw = gateway(&s.config("[localhost]", POLICIES)).await;
-    let undici = tokio::task::spawn_blocking(|| npm_once("node-undici", "undici@6.21.3"))
-        .await
-        .unwrap();
-    let script = format!(
-        "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{NODE_CLIENT_V2}"
-    );
-    let proxy = format!("http://{}", gw.proxy_addr);
-    let mut c = Command::new("node");
-    c.env(
-        "NODE_PATH",
-        format!(
-            "{}:{}",
-            client.join("node_modules").display(),
-            undici.join("node_modules").display()
-        ),
-    )
-    .env("URL", format!("https://localhost:{}/mcp", server.port))
-    .env("HTTPS_PROXY", &proxy)
-    .env("https_proxy", &proxy)
-    .env_remove("NO_PROXY")
-    .env_remove("no_proxy")
-    .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"))
-    .args(["-e", &script]);
+    let c = node_through_proxy(&s, &gw, &client, server.port, NODE_CLIENT_V2).await;
     assert_governed_v2(&serde_json::from_str(stdout_of(c).await.trim()).unwrap());
     metrics_when(&gw, |t| {
         t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
