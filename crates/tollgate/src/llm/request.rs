@@ -181,14 +181,14 @@ impl<'de> serde::de::Visitor<'de> for Top<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
         let mut role = false;
         while let Some(k) = a.next_key::<tokens::Key<'de>>()? {
-            let k = k.as_str();
-            role |= k == "role";
-            if HEAD.contains(&k) {
+            let k = k.as_bytes();
+            role |= k == b"role";
+            if let Some(head) = HEAD.iter().find(|h| h.as_bytes() == k) {
                 let v: Value = a.next_value()?;
                 if tokens::is_text(k) {
                     self.prompt.collect(&v);
                 }
-                self.head.insert(k.to_owned(), v);
+                self.head.insert((*head).to_owned(), v);
             } else if tokens::is_text(k) {
                 a.next_value_seed(tokens::Walk(&mut *self.prompt))?;
             } else {

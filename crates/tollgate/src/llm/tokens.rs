@@ -29,8 +29,8 @@ const NOT_TEXT: &[&str] = &[
 ];
 
 /// Whether the values under key `k` are prompt text.
-pub fn is_text(k: &str) -> bool {
-    !NOT_TEXT.contains(&k)
+pub fn is_text(k: &[u8]) -> bool {
+    !NOT_TEXT.iter().any(|n| n.as_bytes() == k)
 }
 
 /// Collects a JSON value's prompt text as it is parsed, as [`Prompt::collect`] does from
@@ -78,11 +78,11 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
         // A number written exactly (serde_json's `arbitrary_precision`) comes as a map
         // of one private key: not text.
         while let Some(k) = a.next_key::<Key<'de>>()? {
-            let k = k.as_str();
-            if k == "role" {
+            let k = k.as_bytes();
+            if k == b"role" {
                 self.0.count_message();
             }
-            if k.starts_with("$serde_json::") || !is_text(k) {
+            if k.starts_with(b"$serde_json::") || !is_text(k) {
                 a.next_value::<serde::de::IgnoredAny>()?;
             } else {
                 a.next_value_seed(Walk(&mut *self.0))?;
@@ -92,14 +92,16 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
     }
 }
 
-/// An object's key, borrowed from the JSON text unless it has escapes.
+/// An object's key, borrowed from the JSON text unless it has escapes: its bytes, as
+/// the keys looked for are ASCII (no UTF-8 check per key: the request's text is checked
+/// where it is kept, and the provider parses the rest).
 pub enum Key<'de> {
-    Borrowed(&'de str),
-    Owned(String),
+    Borrowed(&'de [u8]),
+    Owned(Vec<u8>),
 }
 
 impl Key<'_> {
-    pub fn as_str(&self) -> &str {
+    pub fn as_bytes(&self) -> &[u8] {
         match self {
             Key::Borrowed(s) => s,
             Key::Owned(s) => s,
@@ -115,14 +117,20 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a key")
             }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+            fn visit_borrowed_bytes<E>(self, s: &'de [u8]) -> Result<Key<'de>, E> {
                 Ok(Key::Borrowed(s))
             }
+            fn visit_bytes<E>(self, s: &[u8]) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(s.to_vec()))
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(s.as_bytes()))
+            }
             fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key::Owned(s.to_owned()))
+                Ok(Key::Owned(s.as_bytes().to_vec()))
             }
         }
-        d.deserialize_str(V)
+        d.deserialize_bytes(V)
     }
 }
 
@@ -167,7 +175,7 @@ impl Prompt {
                     self.messages += 1;
                 }
                 for (k, v) in o {
-                    if is_text(k) {
+                    if is_text(k.as_bytes()) {
                         self.collect(v);
                     }
                 }
