@@ -198,16 +198,17 @@ impl Scan {
 }
 
 /// A key being read, in place: every key of an answer's top-level object is read, and
-/// none needs a heap allocation (no wanted key is over 32 bytes).
-#[derive(Default)]
-struct KeyBuf {
+/// none needs a heap allocation (no wanted key is over 32 bytes; MCP's outcome reader
+/// keeps its keys in one too).
+#[derive(Default, Clone, Copy)]
+pub struct KeyBuf {
     bytes: [u8; 32],
     len: u8,
 }
 
 impl KeyBuf {
     /// Adds `run`; `false` past 32 bytes.
-    fn extend(&mut self, run: &[u8]) -> bool {
+    pub fn extend(&mut self, run: &[u8]) -> bool {
         let at = self.len as usize;
         match self.bytes.get_mut(at..at + run.len()) {
             Some(slots) => {
@@ -219,7 +220,7 @@ impl KeyBuf {
         }
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }
 }

@@ -153,19 +153,22 @@ impl<'a> Parser<'a> {
             self.eat(b':')?;
             self.ws();
             member(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closes(b'}')? {
+                return Some(());
             }
         }
+    }
+
+    /// After a container's member: past its `,` (`false`) or its closing bracket `close`
+    /// (`true`); anything else is `None`.
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        self.ws();
+        let c = self.peek()?;
+        self.i += 1;
+        if c == close {
+            return Some(true);
+        }
+        (c == b',').then(|| self.ws()).map(|()| false)
     }
 
     /// Any value inside a container at nesting `depth`, skipped.
@@ -192,17 +195,8 @@ impl<'a> Parser<'a> {
         }
         loop {
             self.value(depth)?;
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closes(b']')? {
+                return Some(());
             }
         }
     }

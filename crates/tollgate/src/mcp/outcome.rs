@@ -5,7 +5,7 @@
 //! deciding. Only the top level's `result` and `error` keys and `result.isError` are
 //! looked at; strings are skipped with `memchr`.
 
-use crate::llm::scan::NESTED;
+use crate::llm::scan::{KeyBuf, NESTED};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// What the answer said.
@@ -85,10 +85,11 @@ pub struct Scanner {
     in_str: bool,
     esc: bool,
     expect_key: bool,
-    /// The key being read (at depth 1, or 2 inside `result`), up to 16 bytes.
-    key: Option<([u8; 16], u8)>,
+    /// The key being read (at depth 1, or 2 inside `result`; `None` past the buffer's
+    /// room: no key looked for is that long).
+    key: Option<KeyBuf>,
     /// The last key read, waiting for its `:`.
-    last_key: Option<([u8; 16], u8)>,
+    last_key: Option<KeyBuf>,
     top: Top,
     /// After `"isError":` inside `result`: the value's first byte decides.
     is_error_value: bool,
@@ -126,18 +127,12 @@ impl Scanner {
             if self.in_str {
                 if !self.esc {
                     // To the string's next quote or backslash; a key's bytes on the
-                    // way are kept (at most 16: no key looked for is longer).
-                    let j = memchr::memchr2(b'"', b'\\', &data[i..]).unwrap_or(data.len() - i);
-                    if let Some((buf, len)) = &mut self.key {
-                        let run = &data[i..i + j];
-                        let at = *len as usize;
-                        match buf.get_mut(at..at + run.len()) {
-                            Some(slot) => {
-                                slot.copy_from_slice(run);
-                                *len += run.len() as u8;
-                            }
-                            None => self.key = None,
-                        }
+                    // way are kept.
+                    let j = crate::llm::swar::string_end(&data[i..]).unwrap_or(data.len() - i);
+                    if let Some(k) = &mut self.key
+                        && !k.extend(&data[i..i + j])
+                    {
+                        self.key = None;
                     }
                     i += j;
                     if i == data.len() {
@@ -180,7 +175,7 @@ impl Scanner {
             match c {
                 b'"' => {
                     self.in_str = true;
-                    self.key = (self.keyed() && self.expect_key).then_some(([0; 16], 0));
+                    self.key = (self.keyed() && self.expect_key).then(KeyBuf::default);
                 }
                 b'{' | b'[' => {
                     self.depth += 1;
@@ -196,8 +191,8 @@ impl Scanner {
                 }
                 b':' => {
                     self.expect_key = false;
-                    if let Some((buf, len)) = self.last_key.take() {
-                        self.key_read(&buf[..len as usize]);
+                    if let Some(k) = self.last_key.take() {
+                        self.key_read(k.as_bytes());
                     }
                 }
                 b',' if self.keyed() => self.expect_key = true,

@@ -293,10 +293,11 @@ async fn the_typescript_sdk_against_server_everything_through_a_route() {
         server.port
     ))
     .await;
-    let mut c = Command::new("node");
-    c.env("NODE_PATH", sdk.join("node_modules"))
-        .env("URL", format!("http://{}/everything/mcp", gw.proxy_addr))
-        .args(["-e", NODE_CLIENT]);
+    let c = node(
+        &sdk.join("node_modules").display().to_string(),
+        &format!("http://{}/everything/mcp", gw.proxy_addr),
+        NODE_CLIENT,
+    );
     let out: Value = serde_json::from_str(stdout_of(c).await.trim()).unwrap();
     let tools = out["tools"].as_array().unwrap();
     assert!(tools.contains(&"echo".into()), "{out}");
@@ -337,22 +338,26 @@ async fn node_through_proxy(
         "require('undici').setGlobalDispatcher(new (require('undici').EnvHttpProxyAgent)());\n{script}"
     );
     let proxy = format!("http://{}", gw.proxy_addr);
+    let modules = format!(
+        "{}:{}",
+        sdk.join("node_modules").display(),
+        undici.join("node_modules").display()
+    );
+    let mut c = node(&modules, &format!("https://localhost:{port}/mcp"), &script);
+    c.env("HTTPS_PROXY", &proxy)
+        .env("https_proxy", &proxy)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"));
+    c
+}
+
+/// `node` running `script` towards the MCP endpoint `url`, with `modules` (a `NODE_PATH`).
+fn node(modules: &str, url: &str, script: &str) -> Command {
     let mut c = Command::new("node");
-    c.env(
-        "NODE_PATH",
-        format!(
-            "{}:{}",
-            sdk.join("node_modules").display(),
-            undici.join("node_modules").display()
-        ),
-    )
-    .env("URL", format!("https://localhost:{port}/mcp"))
-    .env("HTTPS_PROXY", &proxy)
-    .env("https_proxy", &proxy)
-    .env_remove("NO_PROXY")
-    .env_remove("no_proxy")
-    .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"))
-    .args(["-e", &script]);
+    c.env("NODE_PATH", modules)
+        .env("URL", url)
+        .args(["-e", script]);
     c
 }
 
@@ -431,10 +436,11 @@ async fn the_typescript_sdk_v2_at_2026_07_28_through_a_route_and_https_proxy() {
         server.port
     ))
     .await;
-    let mut c = Command::new("node");
-    c.env("NODE_PATH", client.join("node_modules"))
-        .env("URL", format!("http://{}/srv/mcp", gw.proxy_addr))
-        .args(["-e", NODE_CLIENT_V2]);
+    let c = node(
+        &client.join("node_modules").display().to_string(),
+        &format!("http://{}/srv/mcp", gw.proxy_addr),
+        NODE_CLIENT_V2,
+    );
     assert_governed_v2(&serde_json::from_str(stdout_of(c).await.trim()).unwrap());
     metrics_when(&gw, |t| {
         t.contains(r#"tollgate_mcp_calls_total{policy="fixture",method="tools/call",tool="delete_repository"} 1"#)
