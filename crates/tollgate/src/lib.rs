@@ -21,6 +21,7 @@ pub mod fields;
 pub mod glob;
 pub mod headers;
 pub mod intercept;
+pub mod json;
 pub mod llm;
 pub mod logging;
 pub mod mcp;

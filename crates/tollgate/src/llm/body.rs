@@ -28,6 +28,9 @@ pub const CAP: usize = 1 << 20;
 struct Reader {
     kind: Plain,
     meter: Arc<Meter>,
+    /// A plain JSON answer's `Content-Length`, until its first piece: a first piece that
+    /// long is the whole answer, read in one pass ([`super::whole`]).
+    whole: Option<u64>,
 }
 
 enum Plain {
@@ -39,6 +42,14 @@ impl Feed for Reader {
     fn feed(&mut self, data: &[u8]) {
         match &mut self.kind {
             Plain::Json(scan) => {
+                if self.whole.take() == Some(data.len() as u64)
+                    && let Some(found) = super::whole::read(self.meter.api.answer_keys(), data, CAP)
+                {
+                    for (k, v) in found.iter() {
+                        json_value(&self.meter, k, v);
+                    }
+                    return;
+                }
                 scan.feed(data);
                 for (k, v) in scan.found.drain(..) {
                     json_value(&self.meter, k, &v);
@@ -57,8 +68,8 @@ impl Feed for Reader {
 enum Mode {
     /// Read as it passes.
     Plain(Reader),
-    /// Decoded as it passes, and read.
-    Coded(Decoder<Reader>),
+    /// Decoded as it passes, and read (boxed: the decoders are large, and rare).
+    Coded(Box<Decoder<Reader>>),
     /// `include_usage` was added: the usage chunk is removed, and bytes after the last
     /// whole event wait for the rest of it (at most [`CAP`] of them).
     Strip { events: Events, pending: BytesMut },
@@ -111,19 +122,25 @@ pub fn meter(call: &Call, resp: http::Response<Body>) -> http::Response<Body> {
         .collect::<Vec<_>>()
         .join(",");
     meter.update(|m| m.relayed = true);
-    let reader = |meter: &Arc<Meter>| Reader {
+    let length = resp
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let reader = |meter: &Arc<Meter>, whole: Option<u64>| Reader {
         kind: match sse {
             true => Plain::Sse(events(meter.api)),
             false => Plain::Json(Scan::new(meter.api.answer_keys(), CAP)),
         },
         meter: meter.clone(),
+        whole,
     };
     let mode = if !coding.is_empty() {
         // A compressed stream cannot have the chunk tollgate asked for removed (tollgate
         // asks for `identity` when it adds `include_usage`; a provider may compress
         // anyway): it is relayed as it came, the chunk with it.
-        match Decoder::new(&coding, reader(&meter)) {
-            Ok(d) => Mode::Coded(d),
+        // Its length is the coded one's.
+        match Decoder::new(&coding, reader(&meter, None)) {
+            Ok(d) => Mode::Coded(Box::new(d)),
             Err(_) => {
                 tracing::debug!("an LLM answer in `{coding}`: its usage cannot be read");
                 meter.update(|m| m.unread = true);
@@ -136,7 +153,7 @@ pub fn meter(call: &Call, resp: http::Response<Body>) -> http::Response<Body> {
             pending: BytesMut::new(),
         }
     } else {
-        Mode::Plain(reader(&meter))
+        Mode::Plain(reader(&meter, length))
     };
     let (mut parts, body) = resp.into_parts();
     if matches!(mode, Mode::Strip { .. }) {

@@ -193,6 +193,13 @@ impl Meter {
 
     /// [`Meter::model_value`] of the JSON text of the model's string.
     pub fn model_json(&self, json: &[u8]) {
+        // A name with no escape (every model's) is the text between its quotes.
+        if let [b'"', inner @ .., b'"'] = json
+            && crate::json::swar::string_stop(inner).is_none()
+            && let Ok(s) = std::str::from_utf8(inner)
+        {
+            return self.model(Some(s));
+        }
         let s = serde_json::from_slice::<std::borrow::Cow<str>>(json).ok();
         self.model(s.as_deref());
     }
@@ -200,6 +207,27 @@ impl Meter {
     fn model(&self, s: Option<&str>) {
         if let Some(s) = s.filter(|s| !s.is_empty() && s.len() <= 256) {
             self.update(|m| m.answered = Some(Arc::from(s)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_name_is_read_with_or_without_escapes() {
+        for (json, want) in [
+            (&br#""gpt-4o-2024-08-06""#[..], Some("gpt-4o-2024-08-06")),
+            (br#""gpt\u002d4o""#, Some("gpt-4o")),
+            (br#""mod\u00e9le""#, Some("modéle")),
+            (b"\"a\tb\"", None),
+            (br#""""#, None),
+            (br#"7"#, None),
+        ] {
+            let m = Meter::new(crate::protocol::openai_chat::API, Metered::default());
+            m.model_json(json);
+            assert_eq!(m.read().answered.as_deref(), want, "{json:?}");
         }
     }
 }

@@ -12,9 +12,9 @@ pub mod request;
 pub mod scan;
 pub mod shape;
 pub mod sse;
-pub mod swar;
 pub mod tokens;
 pub mod usage;
+pub mod whole;
 
 pub use meter::{Meter, Metered, Saved};
 pub use request::Call;

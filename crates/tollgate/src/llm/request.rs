@@ -129,9 +129,89 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
 }
 
 /// The top-level fields [`read`] looks at (as small `Value`s) and the prompt of the whole
-/// body (its text kept when `keep`), in one pass that builds no `Value` of the rest. A
-/// body that is not a JSON object is read whole as a `Value`.
+/// body (its text kept when `keep`), in one pass that builds no `Value` of the rest: by
+/// hand ([`by_hand`]), else through serde_json ([`by_serde`]).
 fn top(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
+    by_hand(body, keep).unwrap_or_else(|| by_serde(body, keep))
+}
+
+/// [`top`] by one hand pass over the body ([`crate::json::walk`]): what [`by_serde`]
+/// gives, or `None` where the pass is not sure (a key with an escape, a string that
+/// serde_json would not decode, malformed text, anything past serde_json's nesting
+/// limit). A test holds the two to the same on generated requests.
+fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
+    use crate::json::walk::{SERDE_DEPTH, Walk};
+    // Checked once (stricter than serde_json, which checks only what it decodes: unsure,
+    // not wrong), so a plain string's bytes are its text.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut p = Walk::new(body, SERDE_DEPTH);
+    let mut prompt = tokens::Prompt::new(keep);
+    let mut head = serde_json::Map::new();
+    let mut role = false;
+    p.ws();
+    p.object(1, |p, k| {
+        role |= k == b"role";
+        if let Some(h) = HEAD.iter().find(|h| h.as_bytes() == k) {
+            let start = p.i;
+            p.value(1)?;
+            let v: Value = serde_json::from_slice(&body[start..p.i]).ok()?;
+            if tokens::is_text(k) {
+                prompt.collect(&v);
+            }
+            head.insert((*h).to_owned(), v);
+            Some(())
+        } else if tokens::is_text(k) {
+            prompt_text(p, text, &mut prompt, 1)
+        } else {
+            p.value(1)
+        }
+    })?;
+    if role {
+        prompt.count_message();
+    }
+    p.ends().then_some((Value::Object(head), prompt))
+}
+
+/// A value's prompt text, as [`tokens::Walk`] collects it, by hand: the value is inside a
+/// container at nesting `depth`.
+fn prompt_text(
+    p: &mut crate::json::walk::Walk,
+    text: &str,
+    prompt: &mut tokens::Prompt,
+    depth: usize,
+) -> Option<()> {
+    match p.peek()? {
+        b'"' => {
+            let start = p.i;
+            if p.string()? {
+                // Decoded as serde_json decodes it (a lone surrogate is refused).
+                let s: String = serde_json::from_str(text.get(start..p.i)?).ok()?;
+                prompt.string(&s);
+            } else {
+                prompt.string(text.get(start + 1..p.i - 1)?);
+            }
+            Some(())
+        }
+        b'[' => p.array(depth + 1, |p| prompt_text(p, text, prompt, depth + 1)),
+        b'{' => p.object(depth + 1, |p, k| {
+            if k == b"role" {
+                prompt.count_message();
+            }
+            // serde_json's private key of a number written exactly is no key of the
+            // text's: one spelt so in the text is skipped as [`tokens::Walk`] skips it.
+            if k.starts_with(b"$serde_json::") || !tokens::is_text(k) {
+                p.value(depth + 1)
+            } else {
+                prompt_text(p, text, prompt, depth + 1)
+            }
+        }),
+        _ => p.value(depth),
+    }
+}
+
+/// [`top`] through serde_json: the top level as a map of [`Top`]; a body that is not a
+/// JSON object is read whole as a `Value`.
+fn by_serde(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
     let mut prompt = tokens::Prompt::new(keep);
     let mut head = serde_json::Map::new();
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -256,6 +336,41 @@ mod tests {
         let (head, prompt) = top(br#"["a", "bc"]"#, false);
         assert!(head.is_array());
         assert_eq!(prompt.approximate(), 1);
+    }
+
+    /// Whether the hand read `body`; when it did, serde_json reads the same.
+    fn agrees(body: &[u8]) -> bool {
+        let Some(hand) = by_hand(body, true) else {
+            return false;
+        };
+        assert_eq!(
+            hand,
+            by_serde(body, true),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(by_hand(body, false), Some(by_serde(body, false)));
+        true
+    }
+
+    #[test]
+    fn what_the_hand_reads_serde_reads_the_same_on_generated_requests() {
+        const BASES: &[&str] = &[
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Hello world"}],"max_tokens":64,"stream":true}"#,
+            r#" { "model" : "gpt-4o" , "messages" : [ { "role" : "user" , "content" : [ { "type" : "text" , "text" : "Hi \"there\" \u00e9" } , { "type" : "image_url" , "image_url" : { "url" : "data:xx" } } ] } ] , "n" : 2.0 , "stream_options" : { "include_usage" : false } , "temperature" : 0.7 } "#,
+            r#"{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":[1,-2.5e3,null,true,false]}}]}],"max_tokens":1024,"metadata":{"user_id":"u"}}"#,
+            r#"{"contents":[{"role":"user","parts":[{"text":"Why is the sky blue?"}]}],"generationConfig":{"maxOutputTokens":100,"candidateCount":1},"role":"x"}"#,
+            r#"{"input":"Say hi","model":"gpt-4.1","max_output_tokens":12345678901234567890,"reasoning":{"effort":"low"},"best_of":3}"#,
+        ];
+        const SNIPPETS: &[&str] = &[
+            r#""role":"user","#,
+            r#""content":"more text","#,
+            r#""model":"m","#,
+            r#""stream":false,"#,
+            r#""r\u006fle":"x","#,
+            r#""$serde_json::private::Number":"1","#,
+        ];
+        crate::json::mutants::check_mutants(BASES, SNIPPETS, 40_000, agrees);
     }
 
     #[test]

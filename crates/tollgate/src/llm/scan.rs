@@ -117,7 +117,7 @@ impl Scan {
             i += j + 1;
             match data[i - 1] {
                 b'"' => loop {
-                    let Some(k) = super::swar::string_end(&data[i..]) else {
+                    let Some(k) = crate::json::swar::string_end(&data[i..]) else {
                         self.in_str = true;
                         return data.len();
                     };
@@ -162,7 +162,7 @@ impl Scan {
             // To the string's next quote or backslash: nothing of an unwatched string is
             // looked at (a kept value takes it as a run), and a key's bytes on the way
             // are kept in one go.
-            let Some(j) = super::swar::string_end(&data[i..]) else {
+            let Some(j) = crate::json::swar::string_end(&data[i..]) else {
                 self.key_bytes(&data[i..]);
                 return data.len();
             };

@@ -138,7 +138,7 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
 const PER_MESSAGE: u64 = 3;
 
 /// A prompt's text and messages, as collected from the request's JSON.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Prompt {
     /// The text, when kept for an exact count.
     text: String,
@@ -189,7 +189,8 @@ impl Prompt {
         self.messages += 1;
     }
 
-    fn string(&mut self, s: &str) {
+    /// One string of prompt text more.
+    pub fn string(&mut self, s: &str) {
         if self.len > 0 {
             self.len += 1;
             if self.keep {

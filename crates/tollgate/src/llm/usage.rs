@@ -44,6 +44,7 @@ pub struct Reported {
 /// `Value` tree): a field that is absent, `null` or not a whole number is `None`, and any
 /// other field is skipped.
 #[derive(Default, serde::Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 #[serde(default)]
 struct Fields {
     prompt_tokens: Count,
@@ -67,6 +68,7 @@ struct Fields {
 }
 
 #[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Details {
     cached_tokens: Count,
     reasoning_tokens: Count,
@@ -74,6 +76,7 @@ struct Details {
 
 /// A whole number of tokens, or `None` for anything else in its place.
 #[derive(Default, Clone, Copy)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Count(Option<u64>);
 
 impl<'de> serde::Deserialize<'de> for Count {
@@ -200,7 +203,100 @@ impl Reported {
         if json.trim_ascii_start().first() != Some(&b'{') {
             return None;
         }
-        Some(serde_json::from_slice::<Fields>(json).ok()?.reported(api))
+        let fields = match by_hand(json) {
+            Some(f) => f,
+            None => serde_json::from_slice::<Fields>(json).ok()?,
+        };
+        Some(fields.reported(api))
+    }
+}
+
+/// [`Fields`] of a usage object read in one pass by hand ([`crate::json::walk`]): what
+/// serde_json would make of it, or `None` where the pass is not sure (a key or a watched
+/// string with an escape, a count written twice, malformed text, anything past
+/// serde_json's nesting limit), and serde_json reads it instead. A test holds the two to
+/// the same counts on generated objects.
+fn by_hand(json: &[u8]) -> Option<Fields> {
+    use crate::json::walk::{SERDE_DEPTH, Walk};
+    // Stricter than serde_json, which checks only the strings it decodes: unsure, not wrong.
+    std::str::from_utf8(json).ok()?;
+    let mut p = Walk::new(json, SERDE_DEPTH);
+    let mut f = Fields::default();
+    // The fields seen: serde refuses one written twice.
+    let mut seen = 0u16;
+    p.ws();
+    p.object(1, |p, key| {
+        let (bit, count) = match key {
+            b"prompt_tokens" => (0, &mut f.prompt_tokens),
+            b"completion_tokens" => (1, &mut f.completion_tokens),
+            b"input_tokens" => (2, &mut f.input_tokens),
+            b"output_tokens" => (3, &mut f.output_tokens),
+            b"cache_read_input_tokens" => (4, &mut f.cache_read_input_tokens),
+            b"cache_creation_input_tokens" => (5, &mut f.cache_creation_input_tokens),
+            b"promptTokenCount" => (6, &mut f.prompt_token_count),
+            b"candidatesTokenCount" => (7, &mut f.candidates_token_count),
+            b"thoughtsTokenCount" => (8, &mut f.thoughts_token_count),
+            b"cachedContentTokenCount" => (9, &mut f.cached_content_token_count),
+            _ => {
+                let (bit, details) = match key {
+                    b"prompt_tokens_details" => (10, &mut f.prompt_tokens_details),
+                    b"input_tokens_details" => (11, &mut f.input_tokens_details),
+                    b"completion_tokens_details" => (12, &mut f.completion_tokens_details),
+                    b"output_tokens_details" => (13, &mut f.output_tokens_details),
+                    _ => return p.value(1),
+                };
+                seen = once(seen, bit)?;
+                return hand_details(p, details);
+            }
+        };
+        seen = once(seen, bit)?;
+        *count = hand_count(p, 1)?;
+        Some(())
+    })?;
+    p.ends().then_some(f)
+}
+
+/// `seen` with field `bit` added; `None` when it was there already.
+fn once(seen: u16, bit: u8) -> Option<u16> {
+    (seen & 1 << bit == 0).then_some(seen | 1 << bit)
+}
+
+/// A [`Count`] by hand, inside a container at nesting `depth`.
+fn hand_count(p: &mut crate::json::walk::Walk, depth: usize) -> Option<Count> {
+    match p.peek()? {
+        b'-' | b'0'..=b'9' => {
+            let start = p.i;
+            p.number()?;
+            // serde_json (`arbitrary_precision`) gives a whole number that fits a `u64`
+            // as one; a negative one, a fraction, an exponent or a larger one is none.
+            let n = p.b[start..p.i].iter().try_fold(0u64, |n, &c| {
+                let d = c.wrapping_sub(b'0');
+                (d < 10).then(|| n.checked_mul(10)?.checked_add(d.into()))?
+            });
+            Some(Count(n))
+        }
+        // serde_json decodes a string in this place: one with an escape may be refused.
+        b'"' => (!p.string()?).then_some(Count(None)),
+        _ => p.value(depth).map(|()| Count(None)),
+    }
+}
+
+/// [`Details`] by hand: an object's two counts (the last of each written), anything else
+/// none.
+fn hand_details(p: &mut crate::json::walk::Walk, d: &mut Details) -> Option<()> {
+    match p.peek()? {
+        b'{' => {
+            let mut read = Details::default();
+            p.object(2, |p, key| match key {
+                b"cached_tokens" => hand_count(p, 2).map(|c| read.cached_tokens = c),
+                b"reasoning_tokens" => hand_count(p, 2).map(|c| read.reasoning_tokens = c),
+                _ => p.value(2),
+            })?;
+            *d = read;
+            Some(())
+        }
+        b'"' => (!p.string()?).then_some(()),
+        _ => p.value(1),
     }
 }
 
@@ -317,6 +413,38 @@ mod tests {
                 Reported::read(api, v)
             );
         }
+    }
+
+    /// Whether the hand read `json`; when it did, serde_json reads the same.
+    fn agrees(json: &[u8]) -> bool {
+        match by_hand(json) {
+            Some(f) => {
+                let by_serde = serde_json::from_slice::<Fields>(json);
+                let text = String::from_utf8_lossy(json);
+                assert_eq!(Some(f), by_serde.ok(), "{text}");
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn what_the_hand_reads_serde_reads_the_same_on_generated_usage() {
+        const BASES: &[&str] = &[
+            r#"{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":3,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":4,"audio_tokens":0,"accepted_prediction_tokens":0}}"#,
+            r#" { "input_tokens" : 36 , "input_tokens_details" : { "cached_tokens" : 0 } , "output_tokens" : 87 , "output_tokens_details" : { "reasoning_tokens" : 0 } } "#,
+            r#"{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":7,"server_tool_use":{"web_search_requests":[1,"x",null,true]}}"#,
+            r#"{"promptTokenCount":8,"candidatesTokenCount":20,"thoughtsTokenCount":5,"cachedContentTokenCount":2,"totalTokenCount":33,"promptTokensDetails":[{"modality":"TEXT","tokenCount":8}]}"#,
+            r#"{"prompt_tokens":null,"completion_tokens":2.5,"input_tokens":"7","output_tokens":-1,"prompt_tokens_details":[1],"completion_tokens_details":{"reasoning_tokens":4,"reasoning_tokens":5}}"#,
+        ];
+        const SNIPPETS: &[&str] = &[
+            r#""prompt_tokens":1,"#,
+            r#""cached_tokens":2,"#,
+            r#""input_tokens_details":{},"#,
+            r#""pr\u006fmpt_tokens":3,"#,
+            "1e2",
+        ];
+        crate::json::mutants::check_mutants(BASES, SNIPPETS, 40_000, agrees);
     }
 
     #[test]

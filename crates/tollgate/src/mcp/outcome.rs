@@ -128,7 +128,7 @@ impl Scanner {
                 if !self.esc {
                     // To the string's next quote or backslash; a key's bytes on the
                     // way are kept.
-                    let j = crate::llm::swar::string_end(&data[i..]).unwrap_or(data.len() - i);
+                    let j = crate::json::swar::string_end(&data[i..]).unwrap_or(data.len() - i);
                     if let Some(k) = &mut self.key
                         && !k.extend(&data[i..i + j])
                     {
@@ -250,7 +250,7 @@ fn quick(message: &[u8]) -> Option<Outcome> {
     let mut result = false;
     let mut at = 0;
     // Quote by quote, a word at a time: an answer's quotes are a few bytes apart.
-    while let Some(j) = crate::llm::swar::quote(&message[at..]) {
+    while let Some(j) = crate::json::swar::quote(&message[at..]) {
         at += j + 1;
         let rest = &message[at..];
         // Most quotes open other keys and strings: their first byte rules them out.
