@@ -154,7 +154,7 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
         if let Some(h) = HEAD.iter().find(|h| h.as_bytes() == k) {
             let start = p.i;
             p.value(1)?;
-            let v: Value = serde_json::from_slice(&body[start..p.i]).ok()?;
+            let v = head_value(text.get(start..p.i)?)?;
             if tokens::is_text(k) {
                 prompt.collect(&v);
             }
@@ -170,6 +170,26 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
         prompt.count_message();
     }
     p.ends().then_some((Value::Object(head), prompt))
+}
+
+/// A head field's value (`json`, checked by the walk): the common scalars made at once (a
+/// string without escapes, a boolean, a whole number written plainly), the rest parsed
+/// by serde_json.
+fn head_value(json: &str) -> Option<Value> {
+    let b = json.as_bytes();
+    match b {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => {
+            Some(Value::String(json.get(1..json.len() - 1)?.to_owned()))
+        }
+        b"true" => Some(Value::Bool(true)),
+        b"false" => Some(Value::Bool(false)),
+        // Written as `Number` writes it (no sign, fraction, exponent or leading zero), so
+        // its text under `arbitrary_precision` is the same.
+        [b'1'..=b'9', rest @ ..] if rest.len() < 19 && rest.iter().all(u8::is_ascii_digit) => {
+            json.parse::<u64>().ok().map(Value::from)
+        }
+        _ => serde_json::from_str(json).ok(),
+    }
 }
 
 /// A value's prompt text, as [`tokens::Walk`] collects it, by hand: the value is inside a
