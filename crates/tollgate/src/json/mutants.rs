@@ -37,6 +37,14 @@ const COMMON: &[&str] = &[
     "\"",
 ];
 
+/// Chunks of an OpenAI chat stream: the first (the model, no text), the usage chunk
+/// `include_usage` adds (no choice), and one with text that needs escapes.
+pub const CHAT_CHUNKS: &[&str] = &[
+    r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+    r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[ ],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+    r#"{"choices":[{"delta":{"content":"Hi \"there\"\n"}}],"model":"m","usage":{"prompt_tokens":1}}"#,
+];
+
 /// `bases` each read by the hand reader, and `n` mutants of them, one to three edits
 /// each (a byte changed, removed or inserted, a snippet of `snippets` or [`COMMON`]
 /// spliced in): `check` holds the hand reader to serde_json's reading and says whether

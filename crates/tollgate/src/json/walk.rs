@@ -12,11 +12,18 @@ pub struct Walk<'a> {
     pub i: usize,
     /// The deepest nesting accepted.
     max_depth: usize,
+    /// A string had a `\u` escape (a lone surrogate is one serde_json refuses to decode).
+    pub unicode_escape: bool,
 }
 
 impl<'a> Walk<'a> {
     pub fn new(b: &'a [u8], max_depth: usize) -> Self {
-        Self { b, i: 0, max_depth }
+        Self {
+            b,
+            i: 0,
+            max_depth,
+            unicode_escape: false,
+        }
     }
 
     #[inline]
@@ -184,9 +191,65 @@ impl<'a> Walk<'a> {
                         return None;
                     }
                     self.i += 5;
+                    self.unicode_escape = true;
                 }
                 _ => return None,
             }
         }
+    }
+}
+
+/// The text of the top-level members of `json` named `keys` (of each, the last written, as
+/// a parsed object keeps it), in one checked pass; `None` wherever serde_json might read
+/// the text otherwise (then it reads it): not an object, not UTF-8, not JSON, a key with
+/// an escape, a `\u` escape anywhere (a lone surrogate is refused there), nesting past
+/// its limit.
+pub fn members<'a, const N: usize>(
+    json: &'a [u8],
+    keys: [&str; N],
+) -> Option<[Option<&'a [u8]>; N]> {
+    std::str::from_utf8(json).ok()?;
+    let mut p = Walk::new(json, SERDE_DEPTH);
+    let mut found = [None; N];
+    p.ws();
+    p.object(1, |p, key| {
+        let start = p.i;
+        p.value(1)?;
+        if let Some(k) = keys.iter().position(|w| w.as_bytes() == key) {
+            found[k] = Some(&json[start..p.i]);
+        }
+        Some(())
+    })?;
+    (p.ends() && !p.unicode_escape).then_some(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    const KEYS: [&str; 3] = ["model", "usage", "choices"];
+
+    /// Whether the pass read `json`; when it did, each member is what serde_json's
+    /// `Value` of the whole holds.
+    fn agrees(json: &[u8]) -> bool {
+        let Some(found) = members(json, KEYS) else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(json);
+        let v: Value = serde_json::from_slice(json).unwrap_or_else(|e| panic!("{e}: {text}"));
+        for (k, raw) in KEYS.iter().zip(found) {
+            let raw = raw.map(|r| serde_json::from_slice::<Value>(r).unwrap());
+            assert_eq!(raw.as_ref(), v.get(k), "{k}: {text}");
+        }
+        true
+    }
+
+    #[test]
+    fn what_the_pass_finds_a_parsed_object_holds_on_generated_chunks() {
+        let mut bases = crate::json::mutants::CHAT_CHUNKS.to_vec();
+        bases.push(r#" { "choices" : [ { "delta" : { "content" : "Hi \"there\"\n" } } ] , "model" : "m" , "model" : "n" } "#);
+        const SNIPPETS: &[&str] = &[r#""model":"x","#, r#""usage":{},"#, r#""mod\u0065l":1,"#];
+        crate::json::mutants::check_mutants(&bases, SNIPPETS, 40_000, agrees);
     }
 }

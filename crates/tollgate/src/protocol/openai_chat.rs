@@ -54,6 +54,34 @@ pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
         count_content(meter, data);
         return false;
     }
+    // The three members read in one checked pass over the chunk; where the pass is not
+    // sure (an escaped key, a `\u` escape), the chunk is parsed whole.
+    by_members(meter, data).unwrap_or_else(|| by_value(meter, data))
+}
+
+/// [`chunk`]'s reading of the members `model`, `usage` and `choices`, found by one pass
+/// ([`crate::json::walk::members`]); `None` where the pass is not sure.
+fn by_members(meter: &Meter, data: &[u8]) -> Option<bool> {
+    let [model, usage, choices] = crate::json::walk::members(data, ["model", "usage", "choices"])?;
+    if let Some(m) = model {
+        meter.model_json(m);
+    }
+    Some(match usage.filter(|u| u.first() == Some(&b'{')) {
+        Some(u) => {
+            meter.usage_json(u, true);
+            // The chunk `include_usage` adds carries no choice.
+            choices
+                .is_some_and(|c| c.starts_with(b"[") && c[1..].trim_ascii_start().starts_with(b"]"))
+        }
+        None => {
+            count_content(meter, data);
+            false
+        }
+    })
+}
+
+/// [`chunk`]'s reading of the chunk parsed whole.
+fn by_value(meter: &Meter, data: &[u8]) -> bool {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
         return false;
     };
@@ -63,8 +91,9 @@ pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
     let usage = v.get("usage").filter(|u| u.is_object());
     match usage {
         Some(u) => {
-            meter.usage_value(u, true);
-            // The chunk `include_usage` adds carries no choice.
+            // Read from its text, as the one pass and a complete answer read it (a
+            // `Value`'s numbers past `u64` would fail the whole object).
+            meter.usage_json(&serde_json::to_vec(u).unwrap_or_default(), true);
             v.get("choices")
                 .and_then(|c| c.as_array())
                 .is_some_and(|c| c.is_empty())
@@ -85,5 +114,50 @@ pub fn openai(c: &Counts) -> Reported {
         cached: c.prompt_cached.or(c.input_cached),
         cache_write: None,
         reasoning: c.completion_reasoning.or(c.output_reasoning),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::Metered;
+
+    /// Whether the one pass read `chunk`; when it did, the meter and the answer are what
+    /// the chunk parsed whole gives.
+    fn agrees(chunk: &[u8]) -> bool {
+        let (hand, whole) = (
+            Meter::new(API, Metered::default()),
+            Meter::new(API, Metered::default()),
+        );
+        let Some(stripped) = by_members(&hand, chunk) else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(chunk);
+        assert_eq!(stripped, by_value(&whole, chunk), "{text}");
+        let (h, w) = (hand.read(), whole.read());
+        assert_eq!(
+            (h.answered, h.reported, h.chunks),
+            (w.answered, w.reported, w.chunks),
+            "{text}"
+        );
+        true
+    }
+
+    #[test]
+    fn a_chunk_read_in_one_pass_reads_as_the_chunk_parsed_whole() {
+        const SNIPPETS: &[&str] = &[
+            r#""model":"x","#,
+            r#""model":7,"#,
+            r#""usage":{},"#,
+            r#""usage":[],"#,
+            r#""choices":[],"#,
+            r#""content":"more","#,
+        ];
+        crate::json::mutants::check_mutants(
+            crate::json::mutants::CHAT_CHUNKS,
+            SNIPPETS,
+            40_000,
+            agrees,
+        );
     }
 }
