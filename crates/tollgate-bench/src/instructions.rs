@@ -54,7 +54,9 @@ pub struct InstructionsArgs {
     /// aggregate, dashboard-open (passthrough with the dashboard's live view open and
     /// reading every call), and LLM calls (a chat completion POSTed to the provider's
     /// stand-in, answered whole): llm-passthrough (no policy), llm-usage (its usage read),
-    /// llm-limits (read, and counted against a token limit and a budget), and MCP tool
+    /// llm-limits (read, and counted against a token limit and a budget); LLM streams
+    /// (the same call streamed unpaced, 16 content events and the usage chunk):
+    /// llm-stream (no policy), llm-stream-usage (its usage read); and MCP tool
     /// calls (`bench mcp`'s `tools/call`): mcp-passthrough (no policy), mcp-read (each
     /// call read and judged by `mcp:`), mcp-per-tool (a policy chosen by the tool) (comma
     /// separated).
@@ -73,7 +75,7 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 15] = [
     "passthrough",
     "with-remedy",
     "with-credentials",
@@ -84,6 +86,8 @@ const SCENARIOS: [&str; 13] = [
     "llm-passthrough",
     "llm-usage",
     "llm-limits",
+    "llm-stream",
+    "llm-stream-usage",
     "mcp-passthrough",
     "mcp-read",
     "mcp-per-tool",
@@ -91,6 +95,10 @@ const SCENARIOS: [&str; 13] = [
 
 /// What the LLM scenarios POST: `bench llm`'s complete (non-streamed) call.
 const LLM_CALL: &[u8] = crate::llm::WHOLE_CALL;
+
+/// What the LLM stream scenarios POST: the same call streamed, its usage asked for (as
+/// `bench llm`'s streams ask), unpaced.
+const LLM_STREAM: &[u8] = br#"{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":16,"messages":[{"role":"user","content":"Say hello to the benchmark."}]}"#;
 
 /// One target's count over the measured requests.
 #[derive(Debug)]
@@ -352,18 +360,22 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
         "with-credentials" => h.with_credentials_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,
-        "llm-passthrough" | "llm-usage" | "llm-limits" => {
+        "llm-passthrough" | "llm-usage" | "llm-limits" | "llm-stream" | "llm-stream-usage" => {
             let file = format!("{name}.yaml");
             let config = match name {
-                "llm-passthrough" => crate::llm::PASSTHROUGH,
-                "llm-usage" => crate::llm::USAGE,
+                "llm-passthrough" | "llm-stream" => crate::llm::PASSTHROUGH,
+                "llm-usage" | "llm-stream-usage" => crate::llm::USAGE,
                 _ => crate::llm::LIMITS,
             };
             report::write(&h.out, &file, config)?;
             let target = h.tollgate(name, &h.out.join(&file), workers)?;
+            let body = match name.starts_with("llm-stream") {
+                true => LLM_STREAM,
+                false => LLM_CALL,
+            };
             let call = Shape {
                 path: "/v1/chat/completions".into(),
-                body: Some(bytes::Bytes::from_static(LLM_CALL)),
+                body: Some(bytes::Bytes::from_static(body)),
                 captured: false,
             };
             return Ok((target, call));
@@ -668,6 +680,17 @@ LLM calls (`bench llm`'s complete chat completion, {:.0} instructions through th
                 each.join(", ")
             );
         }
+    }
+    // LLM streams against their own passthrough: the same streamed POST.
+    if let Some(base) = per("llm-stream")
+        && let Some(v) = per("llm-stream-usage")
+    {
+        let _ = writeln!(
+            s,
+            "\nLLM streams (the call streamed, 16 content events and the usage chunk, {base:.0} instructions through the passthrough) ÷ llm-stream: llm-stream-usage {:.2}× (+{:.0}).",
+            v / base,
+            v - base
+        );
     }
     // MCP tool calls against their own passthrough: the same POST.
     if let Some(base) = per("mcp-passthrough") {

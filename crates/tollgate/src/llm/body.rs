@@ -15,8 +15,9 @@ use crate::body::{Body, BoxError};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
+use memchr::memmem::Finder;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use tokio::time::Instant;
 
@@ -268,7 +269,8 @@ impl HttpBody for Metered {
 /// would be escaped, so the sequence is only ever the key and its value.)
 fn without_null_usage(out: &mut BytesMut, mut event: &[u8]) {
     const KEY: &[u8] = b"\"usage\":null";
-    while let Some(i) = memchr::memmem::find(event, KEY) {
+    static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(KEY));
+    while let Some(i) = FINDER.find(event) {
         let (before, after) = (&event[..i], &event[i + KEY.len()..]);
         // The key goes with the comma that joins it to its neighbour.
         match (before.last(), after.first()) {
@@ -333,17 +335,21 @@ pub fn count_content(meter: &Meter, data: &[u8]) {
 /// `reasoning`, `refusal`. Read on the bytes: such a key inside a string would have its
 /// quotes escaped.
 fn has_text(data: &[u8]) -> bool {
-    const KEYS: [&[u8]; 6] = [
-        b"\"content\"",
-        b"\"text\"",
-        b"\"arguments\"",
-        b"\"reasoning_content\"",
-        b"\"reasoning\"",
-        b"\"refusal\"",
-    ];
+    // Searchers built once: building one costs more than searching a chunk.
+    static KEYS: LazyLock<[Finder<'static>; 6]> = LazyLock::new(|| {
+        [
+            &b"\"content\""[..],
+            b"\"text\"",
+            b"\"arguments\"",
+            b"\"reasoning_content\"",
+            b"\"reasoning\"",
+            b"\"refusal\"",
+        ]
+        .map(Finder::new)
+    });
     KEYS.iter().any(|k| {
-        memchr::memmem::find_iter(data, k).any(|i| {
-            let mut rest = data[i + k.len()..]
+        k.find_iter(data).any(|i| {
+            let mut rest = data[i + k.needle().len()..]
                 .iter()
                 .skip_while(|c| c.is_ascii_whitespace());
             rest.next() == Some(&b':')

@@ -7,6 +7,8 @@ use crate::llm::body::count_content;
 use crate::llm::sse::Event;
 use crate::llm::usage::{Counts, Reported};
 use crate::llm::{Api, Meter, Shape};
+use memchr::memmem::Finder;
+use std::sync::LazyLock;
 
 pub const API: Api = Api::new("openai.chat", &OpenAiChat);
 
@@ -47,8 +49,10 @@ pub fn last_segment(path: &str) -> &str {
 /// A chunk of a chat (or embeddings) stream: its usage and model when it has them, else
 /// a token's worth of text counted; whether it is the usage chunk `include_usage` adds.
 pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
-    let has_usage = memchr::memmem::find(data, b"\"usage\"").is_some()
-        && memchr::memmem::find(data, b"\"usage\":null").is_none();
+    // Searchers built once: building one costs more than searching a chunk.
+    static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+    static NULL_USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":null"));
+    let has_usage = USAGE.find(data).is_some() && NULL_USAGE.find(data).is_none();
     let need_model = !meter.knows_model();
     if !has_usage && !need_model {
         count_content(meter, data);
