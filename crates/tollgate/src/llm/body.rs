@@ -59,7 +59,7 @@ impl Feed for Reader {
             Plain::Sse(events) => {
                 let meter = &*self.meter;
                 events.feed(data, |e| {
-                    sse_event(meter, &e);
+                    sse_event(meter, e);
                 });
             }
         }
@@ -231,7 +231,7 @@ impl HttpBody for Metered {
                     let meter = &*this.meter;
                     events.feed(&data, |e| {
                         let upto = (e.end - start) as usize;
-                        if !sse_event(meter, &e) {
+                        if !sse_event(meter, e) {
                             without_null_usage(&mut out, &pending[kept as usize..upto]);
                         }
                         kept = upto as u64;

@@ -9,7 +9,7 @@
 use super::scan::Scan;
 
 /// One event.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Event {
     pub name: Vec<u8>,
     pub data: Vec<u8>,
@@ -62,8 +62,9 @@ impl Events {
         self.offset
     }
 
-    /// Feeds the next piece; `each` gets every event it completes.
-    pub fn feed(&mut self, data: &[u8], mut each: impl FnMut(Event)) {
+    /// Feeds the next piece; `each` gets every event it completes (its buffers are the
+    /// splitter's, used again for the next event).
+    pub fn feed(&mut self, data: &[u8], mut each: impl FnMut(&Event)) {
         let mut rest = data;
         while !rest.is_empty() {
             let Some(nl) = memchr::memchr(b'\n', rest) else {
@@ -71,9 +72,15 @@ impl Events {
                 self.offset += rest.len() as u64;
                 return;
             };
-            self.keep(&rest[..nl]);
             self.offset += nl as u64 + 1;
+            let whole = &rest[..nl];
             rest = &rest[nl + 1..];
+            // A line wholly in this piece (the common case) is read where it lies.
+            if self.line.is_empty() && !self.line_long && self.scan.is_none() && nl <= self.cap {
+                self.line_ended(whole.strip_suffix(b"\r").unwrap_or(whole), false, &mut each);
+                continue;
+            }
+            self.keep(whole);
             let mut line = std::mem::take(&mut self.line);
             if line.last() == Some(&b'\r') {
                 line.pop();
@@ -82,16 +89,25 @@ impl Events {
             if let Some(scan) = self.scan.take() {
                 self.event.found.extend(scan.found);
             }
-            self.event.long |= long;
-            if line.is_empty() && !long {
-                let mut e = std::mem::take(&mut self.event);
-                e.end = self.offset;
-                each(e);
-            } else if !long {
-                self.field(&line);
-            }
+            self.line_ended(&line, long, &mut each);
             line.clear();
             self.line = line;
+        }
+    }
+
+    /// A line (without its end) that was `long` and not kept: a blank one ends the event.
+    fn line_ended(&mut self, line: &[u8], long: bool, each: &mut impl FnMut(&Event)) {
+        self.event.long |= long;
+        if line.is_empty() && !long {
+            self.event.end = self.offset;
+            each(&self.event);
+            let e = &mut self.event;
+            e.name.clear();
+            e.data.clear();
+            e.found.clear();
+            e.long = false;
+        } else if !long {
+            self.field(line);
         }
     }
 
@@ -139,7 +155,10 @@ impl Events {
                 self.event.data.extend_from_slice(value);
             }
             b"data" => self.event.long = true,
-            b"event" => self.event.name = value.to_vec(),
+            b"event" => {
+                self.event.name.clear();
+                self.event.name.extend_from_slice(value);
+            }
             _ => {}
         }
     }
@@ -156,7 +175,7 @@ mod tests {
             let mut got = Vec::new();
             let mut ev = Events::new(1024);
             for c in stream.chunks(piece) {
-                ev.feed(c, |e| got.push(e));
+                ev.feed(c, |e| got.push(e.clone()));
             }
             let names: Vec<_> = got.iter().map(|e| e.name.clone()).collect();
             let data: Vec<_> = got.iter().map(|e| e.data.clone()).collect();
@@ -188,7 +207,7 @@ mod tests {
             }));
             let mut got = Vec::new();
             for c in event.as_bytes().chunks(piece) {
-                ev.feed(c, |e| got.push(e));
+                ev.feed(c, |e| got.push(e.clone()));
             }
             assert_eq!(got.len(), 1);
             assert!(got[0].long && got[0].data.is_empty());
@@ -208,7 +227,7 @@ mod tests {
         let mut got = Vec::new();
         ev.feed(
             b"data: 0123456789012345678901234567890\n\ndata: ok\n\n",
-            |e| got.push(e.data),
+            |e| got.push(e.data.clone()),
         );
         assert_eq!(got, vec![b"".to_vec(), b"ok".to_vec()]);
     }

@@ -7,7 +7,7 @@ use crate::llm::body::count_content;
 use crate::llm::sse::Event;
 use crate::llm::usage::{Counts, Reported};
 use crate::llm::{Api, Meter, Shape};
-use memchr::memmem::Finder;
+use memchr::memmem::FinderRev;
 use std::sync::LazyLock;
 
 pub const API: Api = Api::new("openai.chat", &OpenAiChat);
@@ -49,10 +49,7 @@ pub fn last_segment(path: &str) -> &str {
 /// A chunk of a chat (or embeddings) stream: its usage and model when it has them, else
 /// a token's worth of text counted; whether it is the usage chunk `include_usage` adds.
 pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
-    // Searchers built once: building one costs more than searching a chunk.
-    static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-    static NULL_USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":null"));
-    let has_usage = USAGE.find(data).is_some() && NULL_USAGE.find(data).is_none();
+    let has_usage = has_usage(data);
     let need_model = !meter.knows_model();
     if !has_usage && !need_model {
         count_content(meter, data);
@@ -61,6 +58,25 @@ pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
     // The three members read in one checked pass over the chunk; where the pass is not
     // sure (an escaped key, a `\u` escape), the chunk is parsed whole.
     by_members(meter, data).unwrap_or_else(|| by_value(meter, data))
+}
+
+/// Whether a chunk has a `"usage"` and no `"usage":null` (OpenAI writes the null in every
+/// chunk when the stream asks for its usage, and the count in the last). Searched from
+/// the end, where OpenAI writes it: a chunk with its null is told by the last
+/// occurrence, without reading the rest. The searchers are built once: building one
+/// costs more than searching a chunk.
+fn has_usage(data: &[u8]) -> bool {
+    static USAGE: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"usage\""));
+    let mut end = data.len();
+    let mut seen = false;
+    while let Some(i) = USAGE.rfind(&data[..end]) {
+        if data[i + 7..].starts_with(b":null") {
+            return false;
+        }
+        seen = true;
+        end = i;
+    }
+    seen
 }
 
 /// [`chunk`]'s reading of the members `model`, `usage` and `choices`, found by one pass
@@ -145,6 +161,30 @@ mod tests {
             "{text}"
         );
         true
+    }
+
+    #[test]
+    fn a_chunk_has_usage_when_it_has_the_key_and_never_its_null() {
+        for (chunk, want) in [
+            (&br#"{"choices":[],"usage":{"prompt_tokens":1}}"#[..], true),
+            (
+                br#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#,
+                false,
+            ),
+            (
+                br#"{"usage":null,"x":{"usage":{"prompt_tokens":1}}}"#,
+                false,
+            ),
+            (
+                br#"{"usage":{"prompt_tokens":1},"x":{"usage":null}}"#,
+                false,
+            ),
+            (br#"{"usage" :null}"#, true),
+            (br#"{"choices":[]}"#, false),
+            (br#""usage""#, true),
+        ] {
+            assert_eq!(has_usage(chunk), want, "{}", String::from_utf8_lossy(chunk));
+        }
     }
 
     #[test]
