@@ -66,6 +66,10 @@ pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
 /// occurrence, without reading the rest. The searchers are built once: building one
 /// costs more than searching a chunk.
 fn has_usage(data: &[u8]) -> bool {
+    // Its last member, as OpenAI writes every chunk but the last: told at once.
+    if data.trim_ascii_end().ends_with(b"\"usage\":null}") {
+        return false;
+    }
     static USAGE: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"usage\""));
     let mut end = data.len();
     let mut seen = false;
