@@ -166,11 +166,7 @@ const POLICIES: &str = "policies:\n  - name: echo-limit\n    match: {mcp: {tools
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_through_a_route_in_both_revisions() {
     let server = start_server(None).await;
-    let gw = gateway(&format!(
-        "routes:\n  - prefix: /fixture\n    upstream: http://127.0.0.1:{}\n{POLICIES}",
-        server.port
-    ))
-    .await;
+    let gw = routed("/fixture", server.port, POLICIES).await;
     let url = format!("http://{}/fixture/mcp", gw.proxy_addr);
     for mode in ["2026-07-28", "legacy"] {
         let out = client(&url, mode, &[]).await;
@@ -288,10 +284,11 @@ async fn the_typescript_sdk_against_server_everything_through_a_route() {
         .stderr(Stdio::null());
     let server = serving(c, port).await;
     // get-env would hand the model the server's environment: denied.
-    let gw = gateway(&format!(
-        "routes:\n  - prefix: /everything\n    upstream: http://127.0.0.1:{}\npolicies:\n  - name: everything\n    mcp: {{deny: [get-env]}}\n",
-        server.port
-    ))
+    let gw = routed(
+        "/everything",
+        server.port,
+        "policies:\n  - name: everything\n    mcp: {deny: [get-env]}\n",
+    )
     .await;
     let c = node(
         &sdk.join("node_modules").display().to_string(),
@@ -350,6 +347,14 @@ async fn node_through_proxy(
         .env_remove("no_proxy")
         .env("NODE_EXTRA_CA_CERTS", s.dir.path().join("tollgate-ca.pem"));
     c
+}
+
+/// A gateway routing `prefix` to the MCP server on `port`, with `policies`.
+async fn routed(prefix: &str, port: u16, policies: &str) -> tollgate::Gateway {
+    gateway(&format!(
+        "routes:\n  - prefix: {prefix}\n    upstream: http://127.0.0.1:{port}\n{policies}"
+    ))
+    .await
 }
 
 /// `node` running `script` towards the MCP endpoint `url`, with `modules` (a `NODE_PATH`).
@@ -431,11 +436,7 @@ async fn the_typescript_sdk_v2_at_2026_07_28_through_a_route_and_https_proxy() {
     let client = tokio::task::spawn_blocking(node_client_v2).await.unwrap();
     // Through a route, to the plain server.
     let server = start_server(None).await;
-    let gw = gateway(&format!(
-        "routes:\n  - prefix: /srv\n    upstream: http://127.0.0.1:{}\n{POLICIES}",
-        server.port
-    ))
-    .await;
+    let gw = routed("/srv", server.port, POLICIES).await;
     let c = node(
         &client.join("node_modules").display().to_string(),
         &format!("http://{}/srv/mcp", gw.proxy_addr),
