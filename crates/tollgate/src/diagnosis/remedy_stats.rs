@@ -79,6 +79,9 @@ pub struct RemedyStats {
     /// Where [`RemedyStats::record_keyed`] writes a request's endpoint key, kept from one
     /// request to the next.
     scratch: String,
+    /// The parts `scratch` was written from, each ended by a NUL (which no method, host
+    /// or path holds).
+    written_from: String,
 }
 
 /// Whether two (remedy, action) names are the same: the same `&'static str`s as a rule
@@ -107,6 +110,18 @@ fn bounded<'a>(map: &'a mut Endpoints, key: &str) -> &'a mut Vec<Cell> {
     }
 }
 
+/// Whether `joined` is `parts`, each ended by a NUL.
+fn written_from(joined: &str, parts: [&str; 4]) -> bool {
+    let mut rest = joined.as_bytes();
+    for p in parts {
+        match rest.strip_prefix(p.as_bytes()) {
+            Some([0, tail @ ..]) => rest = tail,
+            _ => return false,
+        }
+    }
+    rest.is_empty()
+}
+
 /// The counts of `policy` with `status` among an endpoint's cells, made on first use.
 fn cell<'a>(cells: &'a mut Vec<Cell>, policy: &str, status: u16) -> &'a mut Scope {
     let i = match cells
@@ -133,18 +148,29 @@ impl RemedyStats {
         cell(bounded(&mut self.by_endpoint, endpoint), policy, status).add(acted);
     }
 
-    /// [`RemedyStats::record`] with the endpoint key written by `key` into a buffer these
-    /// statistics keep (no allocation once it has grown to a key's length).
+    /// [`RemedyStats::record`] with the endpoint key written by `key` from the `parts`
+    /// it depends on, into a buffer these statistics keep (no allocation once it has
+    /// grown to a key's length). The key is written only when the parts differ from the
+    /// last request's: a worker's requests mostly repeat an endpoint, and a path's
+    /// templating is most of the cost.
     pub fn record_keyed(
         &mut self,
         policy: &str,
+        parts: [&str; 4],
         key: impl FnOnce(&mut String),
         status: u16,
         acted: &[Acted],
     ) {
         let mut endpoint = std::mem::take(&mut self.scratch);
-        endpoint.clear();
-        key(&mut endpoint);
+        if !written_from(&self.written_from, parts) {
+            self.written_from.clear();
+            for p in parts {
+                self.written_from.push_str(p);
+                self.written_from.push('\0');
+            }
+            endpoint.clear();
+            key(&mut endpoint);
+        }
         self.record(policy, &endpoint, status, acted);
         self.scratch = endpoint;
     }
@@ -264,6 +290,55 @@ mod tests {
         }
         assert_eq!(parts.to_json(), one.to_json());
         assert_eq!(parts.to_json()["policies"][0]["requests"], 30);
+    }
+
+    #[test]
+    fn a_key_is_written_again_only_when_its_parts_change() {
+        let mut stats = RemedyStats::default();
+        let mut written = 0;
+        let a = [acted("cache", "hit")];
+        for parts in [
+            ["GET", "h", "", "/x/1"],
+            ["GET", "h", "", "/x/1"],
+            ["GET", "h", "", "/x/2"],
+            ["GET", "h", "", "/x/2"],
+            ["GET", "h", "/x/{id}", ""],
+            ["GET", "h", "/x/{id}", ""],
+            // Each part's boundary counts: not the same as the one before.
+            ["GET", "h", "/x/{id", "}"],
+            ["GET", "h", "", "/x/1"],
+        ] {
+            stats.record_keyed(
+                "p",
+                parts,
+                |k| {
+                    written += 1;
+                    k.push_str(&parts.concat());
+                },
+                200,
+                &a,
+            );
+        }
+        assert_eq!(written, 5);
+        let keys: Vec<_> = stats.to_json()["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["endpoint"].as_str().unwrap().to_owned(),
+                    e["requests"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("GETh/x/1".to_owned(), 3),
+                ("GETh/x/2".to_owned(), 2),
+                ("GETh/x/{id}".to_owned(), 3),
+            ]
+        );
     }
 
     /// A view's rows: key, requests, and (remedy/action, count) per action.

@@ -184,6 +184,14 @@ impl HttpBody for Metered {
             let frame = match this.inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(f))) => f,
                 Poll::Ready(None) => {
+                    if let Mode::Coded(decoder) = this.mode
+                        && !decoder.failed()
+                    {
+                        decoder.finish();
+                        if decoder.failed() {
+                            this.meter.update(|m| m.unread = true);
+                        }
+                    }
                     // An answer that ended whole told its final usage (Gemini's last
                     // chunk repeats the whole count).
                     this.meter
@@ -213,6 +221,11 @@ impl HttpBody for Metered {
                 Mode::Coded(decoder) => {
                     if !decoder.failed() {
                         decoder.feed(data);
+                        // A body at its length is not polled again (hyper stops once
+                        // `is_end_stream` says so): the answer ends here.
+                        if this.inner.is_end_stream() {
+                            decoder.finish();
+                        }
                         if decoder.failed() {
                             tracing::debug!(
                                 "an LLM answer stopped decoding: its usage is estimated"

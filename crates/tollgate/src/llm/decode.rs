@@ -84,6 +84,24 @@ impl<F: Feed> Decoder<F> {
         matches!(self.0, Coder::Failed)
     }
 
+    /// Decodes what the decoder still holds once the answer has ended: a write decoder
+    /// keeps its last output until its next write, so the last piece (a one-piece
+    /// answer's all) reaches the reader only here.
+    pub fn finish(&mut self) {
+        let ok = match &mut self.0 {
+            Coder::Gzip(d) => d.try_finish().is_ok(),
+            Coder::Zlib(d) => d.try_finish().is_ok(),
+            Coder::RawDeflate(d) => d.try_finish().is_ok(),
+            Coder::Br(d) => d.close().is_ok(),
+            // zstd decodes each block whole as it arrives; a `deflate` answer of less
+            // than two bytes has nothing to decode.
+            Coder::Zstd(_) | Coder::Deflate(..) | Coder::Failed => true,
+        };
+        if !ok {
+            self.0 = Coder::Failed;
+        }
+    }
+
     /// Decodes the next piece of the answer into the reader.
     pub fn feed(&mut self, data: &[u8]) {
         let ok = match &mut self.0 {
@@ -198,24 +216,28 @@ impl<F: Feed> Zstd<F> {
 mod tests {
     use super::*;
 
-    #[derive(Default)]
-    struct Collect(Vec<u8>);
+    #[derive(Default, Clone)]
+    struct Collect(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
 
-    impl Feed for &mut Collect {
+    impl Feed for Collect {
         fn feed(&mut self, data: &[u8]) {
-            self.0.extend_from_slice(data);
+            self.0.borrow_mut().extend_from_slice(data);
         }
     }
 
+    /// What the reader got once the decoder was told the answer ended (before it is
+    /// dropped: the answer's end is where its usage is read).
     fn decoded(coding: &str, body: &[u8], piece: usize) -> (Vec<u8>, bool) {
-        let mut got = Collect::default();
-        let mut d = Decoder::new(coding, &mut got).ok().expect("known coding");
+        let got = Collect::default();
+        let mut d = Decoder::new(coding, got.clone())
+            .ok()
+            .expect("known coding");
         for c in body.chunks(piece) {
             d.feed(c);
         }
-        let failed = d.failed();
-        drop(d);
-        (got.0, failed)
+        d.finish();
+        let out = got.0.borrow().clone();
+        (out, d.failed())
     }
 
     fn text() -> Vec<u8> {
@@ -369,8 +391,8 @@ mod tests {
 
     #[test]
     fn unknown_and_corrupt_codings_are_told() {
-        assert!(Decoder::new("compress", &mut Collect::default()).is_err());
-        assert!(Decoder::new("gzip, br", &mut Collect::default()).is_err());
+        assert!(Decoder::new("compress", Collect::default()).is_err());
+        assert!(Decoder::new("gzip, br", Collect::default()).is_err());
         let (_, failed) = decoded("gzip", b"not gzip at all", 4);
         assert!(failed);
     }

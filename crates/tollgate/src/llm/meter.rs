@@ -162,6 +162,11 @@ impl Meter {
             .is_some()
     }
 
+    /// Reads the record in place (no copy).
+    pub fn with<R>(&self, f: impl FnOnce(&Metered) -> R) -> R {
+        f(&self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     pub fn update(&self, f: impl FnOnce(&mut Metered)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
     }

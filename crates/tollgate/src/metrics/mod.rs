@@ -219,10 +219,12 @@ metrics! {
     ui_dropped: Counter = "ui_live_dropped", "Calls a dashboard live stream skipped because its browser read too slowly (the stream goes on from the newest)";
     ui_logins: Family<ResultLabels, Counter> = "ui_logins", "Dashboard logins by result: ok, error (a wrong token), throttled (refused unchecked: too many wrong tokens from the address)";
     hosts_folded: sharded::ShardedCounter = "metric_hosts_folded", "Requests counted under host=\"other\" because metrics.max_hosts distinct hosts were already labels";
-    llm_calls: Family<LlmLabels, Counter> = "llm_calls", "LLM calls whose answers were read (policies with `llm`, `token_limit` or `budget`), by policy and model (the answer's; at most 100 names, then `other`)";
-    llm_tokens: Family<LlmTokenLabels, Counter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
-    llm_cost: Family<LlmLabels, FloatCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
-    llm_first_byte: Family<NameLabels, Histogram> = "llm_time_to_first_byte_seconds", "From an LLM call's admission to the first bytes of its answer's body (time to first token on a stream), by policy";
+    /// The four LLM families are counted by each call's worker, in its shard
+    /// (`observe/llm.rs`).
+    llm_calls: Family<LlmLabels, sharded::ShardedCounter> = "llm_calls", "LLM calls whose answers were read (policies with `llm`, `token_limit` or `budget`), by policy and model (the answer's; at most 100 names, then `other`)";
+    llm_tokens: Family<LlmTokenLabels, sharded::ShardedCounter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
+    llm_cost: Family<LlmLabels, sharded::NanoCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
+    llm_first_byte: Family<NameLabels, LatencyHistogram> = "llm_time_to_first_byte_seconds", "From an LLM call's admission to the first bytes of its answer's body (time to first token on a stream), by policy";
     /// Counted on the path by every worker: sharded per worker ([`sharded`]).
     remedy_actions: Family<ActionLabels, sharded::ShardedCounter> = "remedy_actions", "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)";
     queue_depth: Family<NameLabels, Gauge> = "queue_depth", "Requests waiting in a rate-limit or concurrency queue, by limit name";
@@ -369,6 +371,12 @@ impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, Counter> {
 }
 
 impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, sharded::ShardedCounter> {
+    fn make() -> Self {
+        Family::default()
+    }
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Make for Family<L, sharded::NanoCounter> {
     fn make() -> Self {
         Family::default()
     }

@@ -154,9 +154,13 @@ impl Default for ShardedCounter {
 
 impl ShardedCounter {
     pub fn inc(&self) {
+        self.inc_by(1);
+    }
+
+    pub fn inc_by(&self, n: u64) {
         self.cells[shard()]
             .get_or_init(Box::default)
-            .fetch_add(1, Ordering::Relaxed);
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     /// The sum over the shards.
@@ -180,6 +184,38 @@ impl TypedMetric for ShardedCounter {
 }
 
 impl EncodeMetric for ShardedCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// A [`ShardedCounter`] of billionths, exposed in units: money counted exactly in
+/// nano-dollars (a float counter would round each addition) and shown in dollars.
+#[derive(Clone, Default)]
+pub struct NanoCounter(pub ShardedCounter);
+
+impl NanoCounter {
+    /// The sum in units.
+    pub fn get(&self) -> f64 {
+        self.0.get() as f64 / 1e9
+    }
+}
+
+impl std::fmt::Debug for NanoCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("NanoCounter").field(&self.get()).finish()
+    }
+}
+
+impl TypedMetric for NanoCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for NanoCounter {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
     }

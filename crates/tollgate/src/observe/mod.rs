@@ -1,12 +1,13 @@
 //! Request events. As a request ends its worker counts it (`tally.rs`: the request
-//! metrics, the dashboard's last minute). Only when the observer thread has more to do
-//! with it (the access log, the dashboard's live calls and failures, diagnosis, LLM
-//! metrics, aggregated endpoints) is its event built and sent through the worker's
-//! bounded queue to that thread, which drains every worker's queue every 20 ms. A full
+//! metrics, the dashboard's last minute; `llm.rs`: an LLM call's tokens and cost). Only
+//! when the observer thread has more to do with it (the access log, the dashboard's live
+//! calls and failures, diagnosis, aggregated endpoints) is its event built and sent
+//! through the worker's bounded queue to that thread, which drains every worker's queue every 20 ms. A full
 //! queue drops the event and counts it (`tollgate_events_dropped_total`); the request
 //! never waits. A queue per worker keeps workers from contending on one queue's
 //! counters.
 
+mod llm;
 mod tally;
 
 use crate::diagnosis::RequestDiag;
@@ -78,6 +79,8 @@ pub struct Observer {
     /// Where this worker counts its own matched requests' remedy statistics: when
     /// discovery is off (discovery names the endpoint, on the observer thread).
     settle: Option<Settle>,
+    /// Its LLM calls' metrics. Its lock is taken by its worker alone.
+    llm: std::sync::Mutex<llm::LlmTally>,
 }
 
 /// A worker's part of the remedy statistics.
@@ -89,26 +92,34 @@ struct Settle {
 impl Settle {
     /// Counts a request's remedy statistics in this worker's part and drops its
     /// diagnosis record here, when nothing on the observer thread reads the record: no
-    /// trace, no LLM usage (the caller has checked that the call did not fail and that
-    /// no dashboard watches). The record was built on this thread; dropped on the
-    /// observer's, its blocks and reference counts would move between the two cores at
-    /// every matched request.
-    fn settle(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>) {
+    /// trace, no LLM usage for the access log (`keeps`: the request kept its path for
+    /// it); the caller has checked that the call did not fail and that no dashboard
+    /// watches. The record was built on this thread; dropped on the observer's, its
+    /// blocks and reference counts would move between the two cores at every matched
+    /// request.
+    fn settle(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>, keeps: bool) {
         let Some(d) = diag.as_deref() else {
             return;
         };
-        if d.trace.is_some() || d.llm.is_some() {
+        if d.trace.is_some() || (d.llm.is_some() && keeps) {
             return;
         }
         if let Some(policy) = &d.policy {
+            let (method, host) = (method_label(e.method), e.host.map(|h| &**h));
+            // What `plain_endpoint` reads: the template, else the path.
+            let (template, path) = match d.template.as_deref().filter(|t| !t.is_empty()) {
+                Some(t) => (t, ""),
+                None => ("", d.path.as_deref().unwrap_or("/")),
+            };
+            let parts = [method, host.unwrap_or("-"), template, path];
             let key = |key: &mut String| {
-                stats_key(key, method_label(e.method), e.host.map(|h| &**h), "");
+                stats_key(key, method, host, "");
                 plain_endpoint(key, d);
             };
             self.diagnostics
                 .remedy_stats
                 .worker(self.worker)
-                .record_keyed(policy, key, e.status, &d.acted);
+                .record_keyed(policy, parts, key, e.status, &d.acted);
         }
         *diag = None;
     }
@@ -146,6 +157,7 @@ impl Observer {
             })
         };
         let hosts = tally::Hosts::new(max_hosts);
+        let models = Arc::new(llm::Models::default());
         let observers = txs
             .into_iter()
             .enumerate()
@@ -154,6 +166,7 @@ impl Observer {
                 tx,
                 watching: ui.live.watching().clone(),
                 settle: settle(i),
+                llm: std::sync::Mutex::new(llm::LlmTally::new(metrics.clone(), models.clone())),
             })
             .collect();
         std::thread::Builder::new()
@@ -170,6 +183,12 @@ impl Observer {
     pub fn ended(&self, e: &Ended<'_>, diag: &mut Option<Box<RequestDiag>>, keeps: bool) -> bool {
         let failed = crate::ui::live::failed(e.status, e.error);
         self.tally.count(e, failed);
+        if let Some(d) = diag.as_deref()
+            && let Some(meter) = &d.llm
+        {
+            let mut llm = self.llm.lock().unwrap_or_else(|p| p.into_inner());
+            meter.with(|u| llm.record(d.policy.as_ref(), u));
+        }
         // The dashboard keeps the last failed calls with their policy and actions, and
         // shows a watched call's: the observer thread needs those records whole.
         let watched = self.watching.any();
@@ -177,7 +196,7 @@ impl Observer {
             && !failed
             && !watched
         {
-            s.settle(e, diag);
+            s.settle(e, diag, keeps);
         }
         keeps || diag.is_some() || failed || watched
     }
@@ -208,10 +227,6 @@ fn consume(
     let mut key = String::new();
     let mut endpoint = String::new();
     let mut out = std::io::BufWriter::new(out);
-    let mut cache = Labels {
-        models: rustc_hash::FxHashSet::default(),
-        llm: rustc_hash::FxHashMap::default(),
-    };
     loop {
         let mut open = 0;
         let now_ms = std::time::SystemTime::now()
@@ -221,11 +236,6 @@ fn consume(
             loop {
                 match rx.try_recv() {
                     Ok(ev) => {
-                        if let Some(d) = &ev.diag
-                            && let Some(meter) = &d.llm
-                        {
-                            record_llm(&metrics, &mut cache, d, &meter.read());
-                        }
                         let failed = crate::ui::live::failed(ev.status, ev.error);
                         if let Some(a) = &ev.access
                             && a.log
@@ -265,100 +275,9 @@ fn consume(
     }
 }
 
-/// The observer's label state: the LLM models that are labels and their handles.
-struct Labels {
-    /// LLM models that are labels (at most [`MAX_MODELS`]).
-    models: rustc_hash::FxHashSet<Arc<str>>,
-    /// The LLM handles of each (policy, model) seen.
-    llm: rustc_hash::FxHashMap<(Arc<str>, Arc<str>), LlmHandles>,
-}
-
-/// Bound on distinct cached label sets (the workers' request handles, the observer's LLM
-/// handles); past it the cache is cleared (the registry keeps the series).
+/// Bound on distinct cached label sets (a worker's request handles, its LLM handles);
+/// past it the cache is cleared (the registry keeps the series).
 const MAX_CACHED: usize = 10_000;
-
-/// Distinct model names that are metric labels; past them, `other`.
-const MAX_MODELS: usize = 100;
-
-/// The LLM metric handles of one (policy, model), looked up once.
-struct LlmHandles {
-    /// input, output, cached, cache_write, reasoning.
-    tokens: [prometheus_client::metrics::counter::Counter; 5],
-    calls: prometheus_client::metrics::counter::Counter,
-    cost: crate::metrics::FloatCounter,
-    first_byte: prometheus_client::metrics::histogram::Histogram,
-}
-
-const TOKEN_KINDS: [&str; 5] = ["input", "output", "cached", "cache_write", "reasoning"];
-
-/// An LLM call's tokens, cost and time to first byte, by policy and model.
-fn record_llm(m: &Metrics, cache: &mut Labels, d: &RequestDiag, u: &crate::llm::Metered) {
-    if !u.relayed {
-        return;
-    }
-    let policy = d.policy.clone().unwrap_or_else(|| Arc::from("-"));
-    let model: Arc<str> = match u.model() {
-        Some(name) if cache.models.contains(name) => name.clone(),
-        Some(name) if cache.models.len() < MAX_MODELS => {
-            cache.models.insert(name.clone());
-            name.clone()
-        }
-        Some(_) => Arc::from("other"),
-        None => Arc::from("-"),
-    };
-    if cache.llm.len() >= MAX_CACHED {
-        cache.llm.clear();
-    }
-    let h = cache
-        .llm
-        .entry((policy, model))
-        .or_insert_with_key(|(policy, model)| {
-            let labels = crate::metrics::LlmLabels {
-                policy: policy.to_string(),
-                model: model.to_string(),
-            };
-            let kind = |kind| {
-                m.llm_tokens
-                    .get_or_create(&crate::metrics::LlmTokenLabels {
-                        policy: labels.policy.clone(),
-                        model: labels.model.clone(),
-                        kind,
-                    })
-                    .clone()
-            };
-            LlmHandles {
-                tokens: TOKEN_KINDS.map(kind),
-                calls: m.llm_calls.get_or_create(&labels).clone(),
-                cost: m.llm_cost.get_or_create(&labels).clone(),
-                first_byte: m
-                    .llm_first_byte
-                    .get_or_create(&crate::metrics::NameLabels {
-                        name: labels.policy.clone(),
-                    })
-                    .clone(),
-            }
-        });
-    let usage = u.usage();
-    let counts = [
-        usage.input,
-        usage.output,
-        usage.cached,
-        usage.cache_write,
-        usage.reasoning,
-    ];
-    for (c, n) in h.tokens.iter().zip(counts) {
-        if n > 0 {
-            c.inc_by(n);
-        }
-    }
-    h.calls.inc();
-    if let Some(c) = u.cost_nanos() {
-        h.cost.inc_by(c as f64 / 1e9);
-    }
-    if let Some(t) = u.first_byte {
-        h.first_byte.observe(t.as_secs_f64());
-    }
-}
 
 fn write_access(out: &mut impl Write, ev: &Event, a: &Access, json: bool) -> std::io::Result<()> {
     let host = ev.host.as_deref().unwrap_or("-");

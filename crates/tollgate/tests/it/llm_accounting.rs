@@ -69,6 +69,46 @@ async fn compressed_answers_are_relayed_as_sent_and_counted() {
     }
 }
 
+/// A compressed answer settles its call's reservation at the usage it tells, as a plain
+/// one does: what the decoder still holds when the answer ends is read before the call
+/// is settled (a one-piece answer is all of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_answer_settles_the_token_limit_at_its_usage() {
+    clear_of_the_hour_end(30).await;
+    let up = stand_in().await;
+    let body = chat(false, false, 20);
+    let plain = post(None, &up, "/v1/chat/completions", &body, &[]).await;
+    let total = plain.json()["usage"]["total_tokens"].as_u64().unwrap();
+    for coding in ["gzip", "deflate", "zstd"] {
+        let gw = gateway(&llm_policy(
+            "    token_limit: {limit: 100000, window: hour}\n",
+        ))
+        .await;
+        let headers = [("accept-encoding", coding)];
+        let got = post(
+            Some(&gw),
+            &up,
+            "/compress/v1/chat/completions",
+            &body,
+            &headers,
+        )
+        .await;
+        assert_eq!(got.status, StatusCode::OK, "{coding}");
+        assert_eq!(got.header("content-encoding"), Some(coding));
+        eventually(
+            &format!("{coding}: the call settled at its usage"),
+            || async {
+                let s = admin_get(&gw, "/policies").await.json();
+                match s["policies"][0]["state"]["token_limit"]["used_tokens"].as_u64() {
+                    Some(n) if n == total => Ok(()),
+                    n => Err(n),
+                }
+            },
+        )
+        .await;
+    }
+}
+
 /// A stream whose usage tollgate asks for itself is asked uncompressed (the usage chunk
 /// is removed from it), and the client still gets the stream it asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
