@@ -24,10 +24,10 @@ pub struct Call {
     /// The prompt's tokens, estimated ([`tokens`]): approximated when read, counted
     /// exactly by [`Call::count_prompt`].
     pub input_estimate: u64,
-    /// The request's body kept for the prompt's exact count, when the reader asked for
-    /// the tokenizer and the model has one (a reference to the buffered body, no copy);
-    /// taken by the first remedy that reserves.
-    pub prompt: Option<Bytes>,
+    /// The policy counts prompts with the model's tokenizer where it has one.
+    pub tokenizer: bool,
+    /// [`Call::count_prompt`] ran.
+    pub counted: bool,
     /// `include_usage` was added: the usage chunk is removed from what the client gets.
     pub strip_usage: bool,
     pub meter: Arc<Meter>,
@@ -42,11 +42,19 @@ pub struct Call {
 }
 
 impl Call {
-    /// Counts the prompt with the model's tokenizer (loading it the first time), for a
-    /// remedy that reserves the estimate; once per call.
-    pub fn count_prompt(&mut self) {
-        if let Some(body) = self.prompt.take() {
-            let n = top(&body, true).1.count(self.model.as_deref());
+    /// Counts the prompt of the request's `body` with the model's tokenizer (loading it
+    /// the first time), when the policy asks for it and the model has one: for a remedy
+    /// that reserves the estimate; once per call. A call that only reads its usage never
+    /// looks the tokenizer up.
+    pub fn count_prompt(&mut self, body: Option<&Bytes>) {
+        if std::mem::replace(&mut self.counted, true) || !self.tokenizer {
+            return;
+        }
+        let model = self.model.as_deref();
+        if let Some(body) = body
+            && model.is_some_and(tokens::has_tokenizer)
+        {
+            let n = top(body, true).1.count(model);
             self.input_estimate = n;
             self.meter.update(|m| m.input_estimate = n);
         }
@@ -64,6 +72,70 @@ impl Call {
     }
 }
 
+/// The top-level fields of a request that the shapes read, as serde_json reads them
+/// (`Value::as_str`, `as_bool`, `as_u64` of each): a field that is absent or of another
+/// type is `None`. The last of a key written twice counts, as in a parsed map.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Head {
+    pub model: Option<String>,
+    pub stream: Option<bool>,
+    /// `stream_options` is there, whatever its value.
+    pub stream_options: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: Option<bool>,
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub n: Option<u64>,
+    pub best_of: Option<u64>,
+    /// Gemini's `generationConfig.maxOutputTokens`.
+    pub max_output_tokens_gemini: Option<u64>,
+    /// Gemini's `generationConfig.candidateCount`.
+    pub candidate_count: Option<u64>,
+}
+
+impl Head {
+    /// The head of a whole request `v` (nothing when it is not an object).
+    fn of(v: &Value) -> Self {
+        let mut h = Self::default();
+        for k in HEAD {
+            if let Some(v) = v.get(k) {
+                h.set(k.as_bytes(), v.clone());
+            }
+        }
+        h
+    }
+
+    /// Top-level field `key` (one of [`HEAD`]) is `v`.
+    fn set(&mut self, key: &[u8], v: Value) {
+        let n = v.as_u64();
+        match key {
+            b"model" => {
+                self.model = match v {
+                    Value::String(s) => Some(s),
+                    _ => None,
+                }
+            }
+            b"stream" => self.stream = v.as_bool(),
+            b"stream_options" => {
+                self.stream_options = true;
+                self.include_usage = v.get("include_usage").and_then(Value::as_bool);
+            }
+            b"max_tokens" => self.max_tokens = n,
+            b"max_completion_tokens" => self.max_completion_tokens = n,
+            b"max_output_tokens" => self.max_output_tokens = n,
+            b"n" => self.n = n,
+            b"best_of" => self.best_of = n,
+            b"generationConfig" => {
+                let field = |k| v.get(k).and_then(Value::as_u64);
+                self.max_output_tokens_gemini = field("maxOutputTokens");
+                self.candidate_count = field("candidateCount");
+            }
+            _ => {}
+        }
+    }
+}
+
 /// What reading a request gave: the call, and the body to send instead when
 /// `include_usage` was added.
 pub struct Read {
@@ -72,34 +144,23 @@ pub struct Read {
 }
 
 /// Reads the request `body` of a call to `api` at `path`. `add_usage`: add
-/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`: keep
-/// the prompt for [`Call::count_prompt`] where the model has a public tokenizer (the
+/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`: let
+/// [`Call::count_prompt`] count the prompt where the model has a public tokenizer (the
 /// estimate is a quarter of the text's bytes until then).
 pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
-    let (v, prompt) = body.map(|b| top(b, false)).unwrap_or_default();
-    let model: Option<Arc<str>> = api.model(path, &v).map(Arc::from);
-    let stream = api.streams(path, &v);
-    let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-        .iter()
-        .find_map(|k| v.get(k).and_then(|n| n.as_u64()))
-        .or_else(|| {
-            v.get("generationConfig")
-                .and_then(|g| g.get("maxOutputTokens"))
-                .and_then(|n| n.as_u64())
-        });
-    let choices = api.choices(&v).unwrap_or(1).max(1);
-    let exact = model
-        .as_deref()
-        .is_some_and(|m| tokenizer && tokens::has_tokenizer(m));
+    let (head, prompt) = body.map(|b| top(b, false)).unwrap_or_default();
+    let model: Option<Arc<str>> = api.model(path, &head).map(Arc::from);
+    let stream = api.streams(path, &head);
+    let max_output = head
+        .max_tokens
+        .or(head.max_completion_tokens)
+        .or(head.max_output_tokens)
+        .or(head.max_output_tokens_gemini);
+    let choices = api.choices(&head).unwrap_or(1).max(1);
     let input_estimate = prompt.approximate();
-    let prompt = body.filter(|_| exact).cloned();
-    let asks_usage = v
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(|u| u.as_bool())
-        .unwrap_or(false);
+    let asks_usage = head.include_usage.unwrap_or(false);
     let add = add_usage && api.adds_stream_usage() && stream && !asks_usage;
-    let new_body = add.then(|| with_usage(body?, &v)).flatten();
+    let new_body = add.then(|| with_usage(body?, &head)).flatten();
     let meter = Meter::new(
         api,
         Metered {
@@ -116,7 +177,8 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
             max_output,
             choices,
             input_estimate,
-            prompt,
+            tokenizer,
+            counted: false,
             strip_usage: new_body.is_some(),
             meter,
             started: Instant::now(),
@@ -128,10 +190,10 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
     }
 }
 
-/// The top-level fields [`read`] looks at (as small `Value`s) and the prompt of the whole
-/// body (its text kept when `keep`), in one pass that builds no `Value` of the rest: by
-/// hand ([`by_hand`]), else through serde_json ([`by_serde`]).
-fn top(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
+/// The top-level fields [`read`] looks at ([`Head`]) and the prompt of the whole body
+/// (its text kept when `keep`), in one pass that builds no `Value` of the rest: by hand
+/// ([`by_hand`]), else through serde_json ([`by_serde`]).
+fn top(body: &[u8], keep: bool) -> (Head, tokens::Prompt) {
     by_hand(body, keep).unwrap_or_else(|| by_serde(body, keep))
 }
 
@@ -139,14 +201,14 @@ fn top(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
 /// gives, or `None` where the pass is not sure (a key with an escape, a string that
 /// serde_json would not decode, malformed text, anything past serde_json's nesting
 /// limit). A test holds the two to the same on generated requests.
-fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
+fn by_hand(body: &[u8], keep: bool) -> Option<(Head, tokens::Prompt)> {
     use crate::json::walk::{SERDE_DEPTH, Walk};
     // Checked once (stricter than serde_json, which checks only what it decodes: unsure,
     // not wrong), so a plain string's bytes are its text.
     let text = std::str::from_utf8(body).ok()?;
     let mut p = Walk::new(body, SERDE_DEPTH);
     let mut prompt = tokens::Prompt::new(keep);
-    let mut head = serde_json::Map::new();
+    let mut head = Head::default();
     let mut role = false;
     p.ws();
     p.object(1, |p, k| {
@@ -158,7 +220,7 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
             if tokens::is_text(k) {
                 prompt.collect(&v);
             }
-            head.insert((*h).to_owned(), v);
+            head.set(h.as_bytes(), v);
             Some(())
         } else if tokens::is_text(k) {
             prompt_text(p, text, &mut prompt, 1)
@@ -169,7 +231,7 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Value, tokens::Prompt)> {
     if role {
         prompt.count_message();
     }
-    p.ends().then_some((Value::Object(head), prompt))
+    p.ends().then_some((head, prompt))
 }
 
 /// A head field's value (`json`, checked by the walk): the common scalars made at once (a
@@ -231,7 +293,7 @@ fn prompt_text(
 
 /// [`top`] through serde_json: the top level as a map of [`Top`]; a body that is not a
 /// JSON object is read whole as a `Value`.
-fn by_serde(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
+fn by_serde(body: &[u8], keep: bool) -> (Head, tokens::Prompt) {
     let mut prompt = tokens::Prompt::new(keep);
     let mut head = serde_json::Map::new();
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -244,11 +306,11 @@ fn by_serde(body: &[u8], keep: bool) -> (Value, tokens::Prompt) {
     )
     .and_then(|()| de.end());
     match read {
-        Ok(()) => (Value::Object(head), prompt),
+        Ok(()) => (Head::of(&Value::Object(head)), prompt),
         Err(_) => {
             let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
             let prompt = tokens::Prompt::of(&v, keep);
-            (v, prompt)
+            (Head::of(&v), prompt)
         }
     }
 }
@@ -305,8 +367,8 @@ impl<'de> serde::de::Visitor<'de> for Top<'_> {
 /// The body with `"stream_options":{"include_usage":true}`: written in front of the
 /// object's first key when the request has no `stream_options` (every other byte kept as
 /// sent), else the object written again with the option set.
-fn with_usage(body: &Bytes, v: &Value) -> Option<Bytes> {
-    if v.get("stream_options").is_none() {
+fn with_usage(body: &Bytes, head: &Head) -> Option<Bytes> {
+    if !head.stream_options {
         let open = body.iter().position(|&c| c == b'{')?;
         let empty = body[open + 1..]
             .iter()
@@ -348,14 +410,49 @@ mod tests {
             let whole = tokens::Prompt::of(&v, keep);
             assert_eq!(prompt.approximate(), whole.approximate());
             assert_eq!(prompt.count(Some("gpt-4o")), whole.count(Some("gpt-4o")));
-            for k in HEAD {
-                assert_eq!(head.get(k), v.get(k), "{k}");
-            }
+            assert_eq!(head, Head::of(&v));
+            assert_eq!(
+                head,
+                Head {
+                    model: Some("gpt-4o".into()),
+                    stream: Some(true),
+                    stream_options: true,
+                    include_usage: Some(false),
+                    max_tokens: Some(12_345_678_901_234_567_890),
+                    // A fraction is no count.
+                    n: None,
+                    ..Head::default()
+                }
+            );
         }
         // Not an object: read whole.
         let (head, prompt) = top(br#"["a", "bc"]"#, false);
-        assert!(head.is_array());
+        assert_eq!(head, Head::default());
         assert_eq!(prompt.approximate(), 1);
+    }
+
+    #[test]
+    fn each_head_field_is_read_as_its_type_or_not_at_all() {
+        let (head, _) = top(
+            br#"{"model": 4, "stream": "yes", "stream_options": null, "max_tokens": 7,
+              "max_completion_tokens": -1, "best_of": 3, "n": 2,
+              "generationConfig": {"maxOutputTokens": 9, "candidateCount": 2.5}}"#,
+            false,
+        );
+        assert_eq!(
+            head,
+            Head {
+                stream_options: true,
+                max_tokens: Some(7),
+                best_of: Some(3),
+                n: Some(2),
+                max_output_tokens_gemini: Some(9),
+                ..Head::default()
+            }
+        );
+        // The last of a key written twice.
+        let (head, _) = top(br#"{"model": "a", "model": "b\u0063"}"#, false);
+        assert_eq!(head.model.as_deref(), Some("bc"));
     }
 
     /// Whether the hand read `body`; when it did, serde_json reads the same.
@@ -410,13 +507,18 @@ mod tests {
         // A quarter of "You are a helpful assistant.\nHello world" (40 bytes), and 3 a
         // message: what usage-only policies keep, no tokenizer loaded.
         assert_eq!(call.input_estimate, 10 + 6);
-        call.count_prompt();
+        call.count_prompt(Some(&body));
         // o200k_base: 8 tokens.
         assert_eq!(call.input_estimate, 8 + 6);
         assert_eq!(call.meter.read().input_estimate, 8 + 6);
-        assert!(call.prompt.is_none(), "counted once");
-        // Without the tokenizer, or for a model without a public one, nothing is kept.
-        let off = read(
+        // Once a call.
+        let longer = Bytes::from_static(
+            br#"{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello world, hello world, hello world"}]}"#,
+        );
+        call.count_prompt(Some(&longer));
+        assert_eq!(call.input_estimate, 8 + 6);
+        // Without the tokenizer, or for a model without a public one, the estimate stays.
+        let mut off = read(
             crate::protocol::openai_chat::API,
             path,
             Some(&body),
@@ -424,20 +526,22 @@ mod tests {
             false,
         )
         .call;
-        assert!(off.prompt.is_none());
-        let other = Bytes::from_static(br#"{"model": "claude-sonnet-4-5", "messages": []}"#);
-        assert!(
-            read(
-                crate::protocol::anthropic_messages::API,
-                "/v1/messages",
-                Some(&other),
-                false,
-                true
-            )
-            .call
-            .prompt
-            .is_none()
+        off.count_prompt(Some(&body));
+        assert_eq!(off.input_estimate, 10 + 6);
+        let other = Bytes::from_static(
+            br#"{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello world"}]}"#,
         );
+        let mut claude = read(
+            crate::protocol::anthropic_messages::API,
+            "/v1/messages",
+            Some(&other),
+            false,
+            true,
+        )
+        .call;
+        let estimate = claude.input_estimate;
+        claude.count_prompt(Some(&other));
+        assert_eq!(claude.input_estimate, estimate);
     }
 
     #[test]

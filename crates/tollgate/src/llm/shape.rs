@@ -5,9 +5,9 @@
 //! answer relayed as it is read, the meter) is this module's, the same for all.
 
 use super::meter::Meter;
+use super::request::Head;
 use super::sse::Event;
 use super::usage::{Counts, Reported};
-use serde_json::Value;
 
 /// One LLM API's differences from the others. The defaults are OpenAI's chat shape,
 /// which most providers copy.
@@ -16,22 +16,19 @@ pub trait Shape: Sync + 'static {
     fn recognises(&self, path: &str) -> bool;
 
     /// The model a request asks for: its body's top-level `model`.
-    fn model<'a>(&self, _path: &'a str, head: &'a Value) -> Option<&'a str> {
-        head.get("model")?.as_str()
+    fn model<'a>(&self, _path: &'a str, head: &'a Head) -> Option<&'a str> {
+        head.model.as_deref()
     }
 
     /// Whether the request asks for a stream: its body's `stream`.
-    fn streams(&self, _path: &str, head: &Value) -> bool {
-        head.get("stream").and_then(Value::as_bool).unwrap_or(false)
+    fn streams(&self, _path: &str, head: &Head) -> bool {
+        head.stream.unwrap_or(false)
     }
 
     /// Answers generated per call: `n`, or `best_of`, which generates that many
     /// server-side (billed) whatever `n` returns.
-    fn choices(&self, head: &Value) -> Option<u64> {
-        ["n", "best_of"]
-            .iter()
-            .filter_map(|k| head.get(k).and_then(Value::as_u64))
-            .max()
+    fn choices(&self, head: &Head) -> Option<u64> {
+        head.n.into_iter().chain(head.best_of).max()
     }
 
     /// Whether tollgate may add `stream_options.include_usage` to a stream lacking it

@@ -386,13 +386,26 @@ impl Exchange {
             self.body = Some(body);
             return Ok(None);
         }
-        let mut got = BytesMut::new();
+        // A body that came in one frame (most) is kept as that frame: no copy.
+        let mut got = Got::Nothing;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 ProxyError::BadRequest(format!("reading the request body failed: {e}"))
             })?;
             if let Ok(data) = frame.into_data() {
-                got.extend_from_slice(&data);
+                got = match got {
+                    Got::Nothing => Got::One(data),
+                    Got::One(first) => {
+                        let mut all = BytesMut::with_capacity(first.len() + data.len());
+                        all.extend_from_slice(&first);
+                        all.extend_from_slice(&data);
+                        Got::More(all)
+                    }
+                    Got::More(mut all) => {
+                        all.extend_from_slice(&data);
+                        Got::More(all)
+                    }
+                };
                 if got.len() > cap {
                     // Too big to keep: send what was read, then the rest, once.
                     let head = futures_util::stream::once(std::future::ready(Ok::<
@@ -435,6 +448,33 @@ impl Drop for Exchange {
         let chain = self.chain.clone();
         for r in &chain.remedies[..self.ran] {
             r.end(self);
+        }
+    }
+}
+
+/// What [`Exchange::buffer`] has read of a body.
+enum Got {
+    Nothing,
+    /// One frame: kept as it came.
+    One(Bytes),
+    /// Several, copied together.
+    More(BytesMut),
+}
+
+impl Got {
+    fn len(&self) -> usize {
+        match self {
+            Got::Nothing => 0,
+            Got::One(b) => b.len(),
+            Got::More(b) => b.len(),
+        }
+    }
+
+    fn freeze(self) -> Bytes {
+        match self {
+            Got::Nothing => Bytes::new(),
+            Got::One(b) => b,
+            Got::More(b) => b.freeze(),
         }
     }
 }

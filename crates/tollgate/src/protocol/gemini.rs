@@ -3,11 +3,11 @@
 
 use super::{Kind, Unit};
 use crate::llm::body::{CAP, json_value};
+use crate::llm::request::Head;
 use crate::llm::scan::Scan;
 use crate::llm::sse::Event;
 use crate::llm::usage::{Counts, Reported};
 use crate::llm::{Api, Meter, Shape};
-use serde_json::Value;
 
 pub const API: Api = Api::new("gemini", &Gemini);
 
@@ -30,18 +30,16 @@ impl Shape for Gemini {
     }
 
     /// `/v1beta/models/{model}:generateContent`.
-    fn model<'a>(&self, path: &'a str, _head: &'a Value) -> Option<&'a str> {
+    fn model<'a>(&self, path: &'a str, _head: &'a Head) -> Option<&'a str> {
         path.rsplit('/').next()?.split(':').next()
     }
 
-    fn streams(&self, path: &str, _head: &Value) -> bool {
+    fn streams(&self, path: &str, _head: &Head) -> bool {
         path.ends_with(":streamGenerateContent")
     }
 
-    fn choices(&self, head: &Value) -> Option<u64> {
-        head.get("generationConfig")?
-            .get("candidateCount")?
-            .as_u64()
+    fn choices(&self, head: &Head) -> Option<u64> {
+        head.candidate_count
     }
 
     fn answer_keys(&self) -> &'static [&'static str] {
@@ -103,7 +101,7 @@ mod tests {
     #[test]
     fn the_model_is_in_the_path() {
         let path = "/v1beta/models/gemini-2.5-pro:generateContent";
-        assert_eq!(Gemini.model(path, &Value::Null), Some("gemini-2.5-pro"));
+        assert_eq!(Gemini.model(path, &Head::default()), Some("gemini-2.5-pro"));
         assert_eq!(
             Gemini.path_with_model(
                 "/v1beta/models/gemini-2.5-pro:generateContent?alt=sse",

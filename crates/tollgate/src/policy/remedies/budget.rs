@@ -168,9 +168,7 @@ impl Remedy for Budget {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }
-            if let Some(c) = x.locals.get_mut::<crate::llm::Call>() {
-                c.count_prompt();
-            }
+            llm::count_prompt(x, &self.settings);
             let r = &self.resource;
             let (estimate, model) = match x.locals.get::<Call>() {
                 Some(c) => {

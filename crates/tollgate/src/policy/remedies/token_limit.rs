@@ -140,9 +140,7 @@ impl Remedy for TokenLimit {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }
-            if let Some(c) = x.locals.get_mut::<crate::llm::Call>() {
-                c.count_prompt();
-            }
+            llm::count_prompt(x, &self.settings);
             let n = x
                 .locals
                 .get::<crate::llm::Call>()

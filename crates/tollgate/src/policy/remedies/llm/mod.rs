@@ -193,14 +193,19 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
     Ok(true)
 }
 
+/// Counts the prompt of the call `x` makes with its model's tokenizer (for a remedy that
+/// reserves; see [`Call::count_prompt`]): the body as the call's read saw it.
+pub fn count_prompt(x: &mut Exchange, settings: &Settings) {
+    if let Some(c) = x.locals.get_mut::<Call>() {
+        c.count_prompt(x.buffered.as_ref().filter(|b| b.len() <= settings.max_body));
+    }
+}
+
 /// The answer, its body read for usage (once, whichever remedy asks first).
 pub fn meter(x: &mut Exchange, resp: Response<Body>) -> Response<Body> {
     match x.locals.get_mut::<Call>() {
         Some(call) if !call.metering => {
             call.metering = true;
-            // Admission is over: a prompt kept for an exact count no remedy asked for
-            // is not held while the answer streams.
-            call.prompt = None;
             crate::llm::body::meter(call, resp)
         }
         _ => resp,
