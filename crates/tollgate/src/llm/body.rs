@@ -43,13 +43,27 @@ impl Feed for Reader {
     fn feed(&mut self, data: &[u8]) {
         match &mut self.kind {
             Plain::Json(scan) => {
-                if self.whole.take() == Some(data.len() as u64)
-                    && let Some(found) = super::whole::read(self.meter.api.answer_keys(), data, CAP)
-                {
-                    for (k, v) in found.iter() {
-                        json_value(&self.meter, k, v);
+                if self.whole.take() == Some(data.len() as u64) {
+                    let api = self.meter.api;
+                    // The first usage object is read as the pass reaches it.
+                    let mut usage = None;
+                    let read = |v| {
+                        if usage.is_some() {
+                            return None;
+                        }
+                        let (r, n) = super::usage::Reported::parse_prefix(api, v)?;
+                        usage = Some(r);
+                        Some(n)
+                    };
+                    if let Some(found) = super::whole::read(api.answer_keys(), data, CAP, read) {
+                        for (k, v, read) in found.iter() {
+                            match read {
+                                true => self.meter.reported(usage.take(), api.final_usage(None)),
+                                false => json_value(&self.meter, k, v),
+                            }
+                        }
+                        return;
                     }
-                    return;
                 }
                 scan.feed(data);
                 for (k, v) in scan.found.drain(..) {

@@ -182,7 +182,8 @@ impl Meter {
         self.reported(Reported::parse(self.api, json), whole);
     }
 
-    fn reported(&self, r: Option<Reported>, whole: bool) {
+    /// A usage object's counts, read; `whole` when it is the answer's final word.
+    pub fn reported(&self, r: Option<Reported>, whole: bool) {
         if let Some(r) = r {
             self.update(|m| {
                 m.reported.merge(r);

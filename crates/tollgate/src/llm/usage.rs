@@ -209,6 +209,29 @@ impl Reported {
         };
         Some(fields.reported(api))
     }
+
+    /// [`Reported::parse`] of the usage object at the start of `b` (JSON text that goes
+    /// on after it), read by hand where it reads it; with the object's length. `None`
+    /// where the hand pass is not sure (see [`by_hand`]): the caller then delimits the
+    /// object and parses it with [`Reported::parse`].
+    pub fn parse_prefix(api: Api, b: &[u8]) -> Option<(Reported, usize)> {
+        if b.first() != Some(&b'{') {
+            return None;
+        }
+        let (fields, end) = hand_fields(b)?;
+        Some((fields.reported(api), end))
+    }
+}
+
+/// [`Fields`] of the object at the start of `b` by hand, and where it ends.
+fn hand_fields(b: &[u8]) -> Option<(Fields, usize)> {
+    use crate::json::walk::{SERDE_DEPTH, Walk};
+    let mut p = Walk::new(b, SERDE_DEPTH);
+    let f = hand_object(&mut p)?;
+    // Stricter than serde_json, which checks only the strings it decodes: unsure, not
+    // wrong.
+    std::str::from_utf8(&b[..p.i]).ok()?;
+    Some((f, p.i))
 }
 
 /// [`Fields`] of a usage object read in one pass by hand ([`crate::json::walk`]): what
@@ -221,10 +244,16 @@ fn by_hand(json: &[u8]) -> Option<Fields> {
     // Stricter than serde_json, which checks only the strings it decodes: unsure, not wrong.
     std::str::from_utf8(json).ok()?;
     let mut p = Walk::new(json, SERDE_DEPTH);
+    p.ws();
+    let f = hand_object(&mut p)?;
+    p.ends().then_some(f)
+}
+
+/// The usage object at the walk's position, by hand.
+fn hand_object(p: &mut crate::json::walk::Walk) -> Option<Fields> {
     let mut f = Fields::default();
     // The fields seen: serde refuses one written twice.
     let mut seen = 0u16;
-    p.ws();
     p.object(1, |p, key| {
         let (bit, count) = match key {
             b"prompt_tokens" => (0, &mut f.prompt_tokens),
@@ -253,7 +282,7 @@ fn by_hand(json: &[u8]) -> Option<Fields> {
         *count = hand_count(p, 1)?;
         Some(())
     })?;
-    p.ends().then_some(f)
+    Some(f)
 }
 
 /// `seen` with field `bit` added; `None` when it was there already.

@@ -12,22 +12,31 @@ use crate::json::swar;
 /// The most kept values read this way (an answer names its usage and model once each).
 pub const MAX_FOUND: usize = 4;
 
-/// What the pass kept: each value's key (its index in the keys watched) and its text.
+/// What the pass kept: each value's key (its index in the keys watched), its text, and
+/// whether the reader of the first key read it ([`read`]'s `first`).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Found<'a> {
-    values: [(usize, &'a [u8]); MAX_FOUND],
+    values: [(usize, &'a [u8], bool); MAX_FOUND],
     len: usize,
 }
 
 impl<'a> Found<'a> {
-    pub fn iter(&self) -> impl Iterator<Item = (usize, &'a [u8])> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &'a [u8], bool)> + '_ {
         self.values[..self.len].iter().copied()
     }
 }
 
 /// The values of `wanted` keys of `answer`'s top-level object, each at most `cap` bytes
-/// (a longer one is not kept, as the scan drops it).
-pub fn read<'a>(wanted: &[&str], answer: &'a [u8], cap: usize) -> Option<Found<'a>> {
+/// (a longer one is not kept, as the scan drops it). `first` may read a value of the
+/// first key as the pass reaches it, given the text from the value's start: its length
+/// when it did (the pass goes on past it, instead of delimiting it and leaving it to be
+/// read again), `None` to leave it to the caller.
+pub fn read<'a>(
+    wanted: &[&str],
+    answer: &'a [u8],
+    cap: usize,
+    mut first: impl FnMut(&'a [u8]) -> Option<usize>,
+) -> Option<Found<'a>> {
     let b = answer;
     let mut found = Found::default();
     let mut i = ws(b, 0);
@@ -54,11 +63,17 @@ pub fn read<'a>(wanted: &[&str], answer: &'a [u8], cap: usize) -> Option<Found<'
         // The value as the scan keeps it: from the colon to the comma or brace, its
         // whitespace with it (and counted against the cap).
         let start = i + 1;
-        i = ws(b, skip(b, ws(b, start))?);
-        if let Some(k) = wanted.iter().position(|w| w.as_bytes() == key)
+        let value = ws(b, start);
+        let k = wanted.iter().position(|w| w.as_bytes() == key);
+        let read = match k {
+            Some(0) => first(&b[value..]),
+            _ => None,
+        };
+        i = ws(b, read.map_or_else(|| skip(b, value), |n| Some(value + n))?);
+        if let Some(k) = k
             && i - start <= cap
         {
-            *found.values.get_mut(found.len)? = (k, &b[start..i]);
+            *found.values.get_mut(found.len)? = (k, &b[start..i], read.is_some());
             found.len += 1;
         }
         match b.get(i)? {
@@ -130,17 +145,75 @@ mod tests {
 
     const KEYS: &[&str] = &["usage", "model"];
 
-    /// Whether the pass read `answer`; when it did, the scan keeps the same values.
+    /// Whether the pass read `answer`; when it did, the scan keeps the same values, and
+    /// so does the pass whose first key's values are read by the usage reader where it
+    /// reads them.
     fn agrees(answer: &[u8]) -> bool {
-        let Some(found) = read(KEYS, answer, 64) else {
+        let Some(found) = read(KEYS, answer, 64, |_| None) else {
             return false;
         };
         let mut scan = Scan::new(KEYS, 64);
         scan.feed(answer);
         let scanned: Vec<(usize, &[u8])> = scan.found.iter().map(|(k, v)| (*k, &v[..])).collect();
-        let read: Vec<_> = found.iter().collect();
-        assert_eq!(read, scanned, "{}", String::from_utf8_lossy(answer));
+        fn texts<'a>(f: &Found<'a>) -> Vec<(usize, &'a [u8])> {
+            f.iter().map(|(k, v, _)| (k, v)).collect()
+        }
+        assert_eq!(
+            texts(&found),
+            scanned,
+            "{}",
+            String::from_utf8_lossy(answer)
+        );
+        let api = crate::protocol::openai_chat::API;
+        let by_usage = read(KEYS, answer, 64, |v| {
+            crate::llm::usage::Reported::parse_prefix(api, v).map(|(_, n)| n)
+        });
+        let by_usage = by_usage.expect("read as without the usage reader");
+        assert_eq!(
+            texts(&by_usage),
+            scanned,
+            "{}",
+            String::from_utf8_lossy(answer)
+        );
+        for (k, v, read) in by_usage.iter() {
+            let v = v.trim_ascii();
+            if read {
+                assert_eq!(k, 0);
+                let parsed = crate::llm::usage::Reported::parse_prefix(api, v);
+                assert_eq!(
+                    parsed.map(|(r, _)| r),
+                    crate::llm::usage::Reported::parse(api, v)
+                );
+            }
+        }
         true
+    }
+
+    #[test]
+    fn a_usage_object_is_read_once_as_the_pass_reaches_it() {
+        let answer = br#"{"usage": {"prompt_tokens": 3, "completion_tokens": 4}, "model": "m", "usage": null}"#;
+        let api = crate::protocol::openai_chat::API;
+        let mut read_by_it = 0;
+        let found = read(KEYS, answer, 64, |v| {
+            read_by_it += 1;
+            crate::llm::usage::Reported::parse_prefix(api, v).map(|(_, n)| n)
+        })
+        .unwrap();
+        // Called at both usage keys; `null` is left to the caller.
+        assert_eq!(read_by_it, 2);
+        let got: Vec<_> = found.iter().collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    0,
+                    &br#" {"prompt_tokens": 3, "completion_tokens": 4}"#[..],
+                    true
+                ),
+                (1, &br#" "m""#[..], false),
+                (0, &br#" null"#[..], false),
+            ]
+        );
     }
 
     #[test]
