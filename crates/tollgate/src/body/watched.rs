@@ -24,7 +24,9 @@ pub trait Watch {
 
     /// The wrapper is dropped (the body ended, or the client went away); `ended` says
     /// whether the body had reached its end (hyper stops polling once `is_end_stream`
-    /// says so, so the last `None` may never be seen).
+    /// says so, so the last `None` may never be seen). The body inside is dropped
+    /// first: the watches inside it have been told theirs (a nested wrapper's, the
+    /// policy engine's end of the exchange, which settles its reservations).
     fn dropped(&mut self, _ended: bool) {}
 }
 
@@ -35,8 +37,9 @@ pin_project_lite::pin_project! {
         B: HttpBody,
         W: Watch,
     {
+        // `None` only while the wrapper is dropped.
         #[pin]
-        inner: B,
+        inner: Option<B>,
         watch: W,
     }
 
@@ -46,15 +49,20 @@ pin_project_lite::pin_project! {
         W: Watch,
     {
         fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            this.watch.dropped(this.inner.is_end_stream());
+            let mut this = this.project();
+            let ended = this.inner.as_ref().as_pin_ref().is_none_or(|b| b.is_end_stream());
+            this.inner.set(None);
+            this.watch.dropped(ended);
         }
     }
 }
 
 impl<B: HttpBody, W: Watch> Watched<B, W> {
     pub fn new(inner: B, watch: W) -> Self {
-        Self { inner, watch }
+        Self {
+            inner: Some(inner),
+            watch,
+        }
     }
 }
 
@@ -74,7 +82,10 @@ where
         if let Some(e) = this.watch.interrupt(cx) {
             return Poll::Ready(Some(Err(e)));
         }
-        let r = this.inner.poll_frame(cx);
+        let Some(inner) = this.inner.as_pin_mut() else {
+            return Poll::Ready(None);
+        };
+        let r = inner.poll_frame(cx);
         match &r {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
@@ -89,10 +100,38 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(HttpBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Notes its name when dropped.
+    struct Note(&'static str, Arc<Mutex<Vec<&'static str>>>);
+
+    impl Watch for Note {
+        fn dropped(&mut self, ended: bool) {
+            assert!(ended, "{}: an empty body has ended", self.0);
+            self.1.lock().unwrap().push(self.0);
+        }
+    }
+
+    #[test]
+    fn a_wrapper_inside_is_told_of_the_drop_before_the_one_around_it() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let inner = Watched::new(crate::body::empty(), Note("inner", order.clone()));
+        let outer = Watched::new(inner, Note("outer", order.clone()));
+        assert!(outer.is_end_stream());
+        drop(outer);
+        assert_eq!(*order.lock().unwrap(), ["inner", "outer"]);
     }
 }

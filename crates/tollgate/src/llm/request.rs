@@ -26,6 +26,9 @@ pub struct Call {
     pub input_estimate: u64,
     /// The policy counts prompts with the model's tokenizer where it has one.
     pub tokenizer: bool,
+    /// The prompt as the request's read collected it, its text kept when the policy
+    /// counts prompts (`Settings::keep_prompt`): counted without reading the body again.
+    pub prompt: Option<tokens::Prompt>,
     /// [`Call::count_prompt`] ran.
     pub counted: bool,
     /// `include_usage` was added: the usage chunk is removed from what the client gets.
@@ -51,13 +54,18 @@ impl Call {
             return;
         }
         let model = self.model.as_deref();
-        if let Some(body) = body
-            && model.is_some_and(tokens::has_tokenizer)
-        {
-            let n = top(body, true).1.count(model);
-            self.input_estimate = n;
-            self.meter.update(|m| m.input_estimate = n);
+        if !model.is_some_and(tokens::has_tokenizer) {
+            return;
         }
+        let n = match self.prompt.take().filter(tokens::Prompt::kept) {
+            Some(kept) => kept.count(model),
+            None => match body {
+                Some(body) => top(body, true).1.count(model),
+                None => return,
+            },
+        };
+        self.input_estimate = n;
+        self.meter.update(|m| m.input_estimate = n);
     }
 
     /// The usage to reserve on admission: the prompt's estimate and the output cap (or
@@ -143,12 +151,23 @@ pub struct Read {
     pub body: Option<Bytes>,
 }
 
-/// Reads the request `body` of a call to `api` at `path`. `add_usage`: add
-/// `stream_options.include_usage` to an OpenAI chat stream lacking it. `tokenizer`: let
-/// [`Call::count_prompt`] count the prompt where the model has a public tokenizer (the
-/// estimate is a quarter of the text's bytes until then).
-pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokenizer: bool) -> Read {
-    let (head, prompt) = body.map(|b| top(b, false)).unwrap_or_default();
+/// How a policy reads its LLM requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading {
+    /// Add `stream_options.include_usage` to an OpenAI chat stream lacking it.
+    pub add_stream_usage: bool,
+    /// Let [`Call::count_prompt`] count the prompt where the model has a public
+    /// tokenizer (the estimate is a quarter of the text's bytes until then).
+    pub tokenizer: bool,
+    /// Keep the prompt's text for that count (a remedy of the policy counts it).
+    pub keep_prompt: bool,
+}
+
+/// Reads the request `body` of a call to `api` at `path` as `reading` says.
+pub fn read(api: Api, path: &str, body: Option<&Bytes>, reading: Reading) -> Read {
+    let (add_usage, tokenizer) = (reading.add_stream_usage, reading.tokenizer);
+    let keep = tokenizer && reading.keep_prompt;
+    let (head, prompt) = body.map(|b| top(b, keep)).unwrap_or_default();
     let model: Option<Arc<str>> = api.model(path, &head).map(Arc::from);
     let stream = api.streams(path, &head);
     let max_output = head
@@ -178,6 +197,7 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, add_usage: bool, tokeniz
             choices,
             input_estimate,
             tokenizer,
+            prompt: keep.then_some(prompt),
             counted: false,
             strip_usage: new_body.is_some(),
             meter,
@@ -395,6 +415,14 @@ fn with_usage(body: &Bytes, head: &Head) -> Option<Bytes> {
 mod tests {
     use super::*;
 
+    fn reading(add_stream_usage: bool, tokenizer: bool) -> Reading {
+        Reading {
+            add_stream_usage,
+            tokenizer,
+            keep_prompt: false,
+        }
+    }
+
     #[test]
     fn one_pass_reads_what_the_whole_value_gives() {
         let body = br#"{"messages": [{"role": "system", "content": "Be brief."},
@@ -500,8 +528,7 @@ mod tests {
             crate::protocol::openai_chat::API,
             path,
             Some(&body),
-            false,
-            true,
+            reading(false, true),
         )
         .call;
         // A quarter of "You are a helpful assistant.\nHello world" (40 bytes), and 3 a
@@ -517,13 +544,28 @@ mod tests {
         );
         call.count_prompt(Some(&longer));
         assert_eq!(call.input_estimate, 8 + 6);
+        // A policy that counts prompts keeps the text from the first read: the count
+        // needs no body.
+        let keeping = Reading {
+            keep_prompt: true,
+            ..reading(false, true)
+        };
+        let mut kept = read(
+            crate::protocol::openai_chat::API,
+            path,
+            Some(&body),
+            keeping,
+        )
+        .call;
+        assert_eq!(kept.input_estimate, 10 + 6);
+        kept.count_prompt(None);
+        assert_eq!(kept.input_estimate, 8 + 6);
         // Without the tokenizer, or for a model without a public one, the estimate stays.
         let mut off = read(
             crate::protocol::openai_chat::API,
             path,
             Some(&body),
-            false,
-            false,
+            reading(false, false),
         )
         .call;
         off.count_prompt(Some(&body));
@@ -535,8 +577,7 @@ mod tests {
             crate::protocol::anthropic_messages::API,
             "/v1/messages",
             Some(&other),
-            false,
-            true,
+            reading(false, true),
         )
         .call;
         let estimate = claude.input_estimate;
@@ -553,8 +594,7 @@ mod tests {
             crate::protocol::openai_chat::API,
             "/v1/chat/completions",
             Some(&body),
-            true,
-            false,
+            reading(true, false),
         );
         assert_eq!(r.call.model.as_deref(), Some("gpt-4o-mini"));
         assert!(r.call.stream && r.call.strip_usage);
@@ -571,8 +611,7 @@ mod tests {
             crate::protocol::openai_chat::API,
             "/v1/chat/completions",
             Some(&asks),
-            true,
-            false,
+            reading(true, false),
         );
         assert!(r.body.is_none() && !r.call.strip_usage);
         let whole = Bytes::from_static(br#"{"model":"m"}"#);
@@ -581,8 +620,7 @@ mod tests {
                 crate::protocol::openai_chat::API,
                 "/",
                 Some(&whole),
-                true,
-                false
+                reading(true, false),
             )
             .body
             .is_none()
@@ -596,8 +634,7 @@ mod tests {
             crate::protocol::gemini::API,
             "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
             Some(&body),
-            true,
-            false,
+            reading(true, false),
         );
         assert_eq!(r.call.model.as_deref(), Some("gemini-2.5-flash"));
         assert!(r.call.stream && !r.call.strip_usage);
@@ -607,7 +644,13 @@ mod tests {
     #[test]
     fn every_choice_reserves_its_output_cap() {
         let read_one = |api, path, body: &'static [u8]| {
-            read(api, path, Some(&Bytes::from_static(body)), true, false).call
+            read(
+                api,
+                path,
+                Some(&Bytes::from_static(body)),
+                reading(true, false),
+            )
+            .call
         };
         let c = read_one(
             crate::protocol::openai_chat::API,

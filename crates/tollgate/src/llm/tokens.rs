@@ -203,6 +203,11 @@ impl Prompt {
         }
     }
 
+    /// Whether its text was kept (for [`Prompt::count`]).
+    pub fn kept(&self) -> bool {
+        self.keep
+    }
+
     /// A quarter of the text's bytes, and the messages' framing.
     pub fn approximate(&self) -> u64 {
         (self.len as u64).div_ceil(4) + self.messages * PER_MESSAGE

@@ -45,6 +45,9 @@ pub struct Build<'a> {
     pub metrics: &'a Metrics,
     /// The policy whose chain is being built.
     pub policy: &'a str,
+    /// It counts prompts with the model's tokenizer (`Policy::counts_prompts`): its
+    /// LLM calls' prompt text is kept from the request's first read for the count.
+    pub counts_prompts: bool,
     resources: FxHashMap<String, Arc<dyn Any + Send + Sync>>,
 }
 
@@ -118,11 +121,13 @@ impl Engine {
             },
             metrics,
             policy: "",
+            counts_prompts: false,
             resources: FxHashMap::default(),
         };
         let mut chains = Vec::new();
         for p in &policies.policies {
             b.policy = &p.name;
+            b.counts_prompts = p.counts_prompts();
             let remedies = p.spec.build(&mut b);
             chains.push(Arc::new(Chain::new(&p.name, remedies, p.spec.remedies())));
         }

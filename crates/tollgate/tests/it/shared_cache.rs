@@ -318,21 +318,33 @@ async fn an_llm_answer_from_the_cache_is_charged_nothing_and_counts_what_it_save
     let (a, b) = (gateway(&yaml).await, gateway(&yaml).await);
     let path = "/v1/chat/completions";
     for (i, stream) in [false, true].into_iter().enumerate() {
-        let mut body = crate::llm::chat(stream, false, 9);
+        // A stream asks its usage itself: the client gets the usage chunk.
+        let mut body = crate::llm::chat(stream, stream, 9);
         body["temperature"] = serde_json::json!(0);
         let first = crate::llm::post(Some(&a), &up, path, &body, &[]).await;
         assert_eq!(
             (first.status, cache_header(&first).as_str()),
             (StatusCode::OK, "miss")
         );
-        // Counted once the call ended, after its reservation settled.
         let ended = format!(
             "tollgate_llm_calls_total{{policy=\"ai\",model=\"gpt-4o-mini-2025-01-01\"}} {}\n",
             i + 1
         );
         metrics_when(&a, |t| t.contains(&ended)).await;
-        let charged = used_tokens(&a).await;
-        assert!(charged > 0);
+        // The reservation settles at the answer's usage (on Redis, by a task of its own).
+        let usage = match stream {
+            true => crate::llm::streamed_usage(&first.body).expect("the usage chunk"),
+            false => first.json()["usage"].clone(),
+        };
+        let total = usage["total_tokens"].as_u64().unwrap();
+        assert!(total > 0);
+        let charged = eventually("the call settled at its usage", || async {
+            match used_tokens(&a).await {
+                n if n == total => Ok(n),
+                n => Err(n),
+            }
+        })
+        .await;
         entry_on_redis_with(&redis, "ai").await;
         let replayed = crate::llm::post(Some(&b), &up, path, &body, &[]).await;
         assert_eq!(cache_header(&replayed), "shared-hit", "stream: {stream}");

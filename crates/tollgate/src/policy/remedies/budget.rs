@@ -91,7 +91,10 @@ impl RemedyKind for Kind {
         Built::from(Arc::new(Budget {
             resource,
             block_unpriced: !r.spec.allow_unpriced,
-            settings: llm::Settings::default(),
+            settings: llm::Settings {
+                keep_prompt: b.counts_prompts,
+                ..llm::Settings::default()
+            },
             actions: b.actions(),
         }))
     }

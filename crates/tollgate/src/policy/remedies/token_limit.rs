@@ -88,7 +88,10 @@ impl RemedyKind for Kind {
         );
         Built::from(Arc::new(TokenLimit {
             resource,
-            settings: llm::Settings::default(),
+            settings: llm::Settings {
+                keep_prompt: b.counts_prompts,
+                ..llm::Settings::default()
+            },
             actions: b.actions(),
         }))
     }

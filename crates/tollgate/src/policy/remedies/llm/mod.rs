@@ -25,6 +25,9 @@ use std::sync::Arc;
 pub struct Settings {
     pub add_stream_usage: bool,
     pub tokenizer: bool,
+    /// A remedy of the policy counts prompts: the request's read keeps the prompt's text
+    /// (set when the chain is built, from the policy).
+    pub keep_prompt: bool,
     pub output_estimate: u64,
     pub max_body: usize,
     pub prices: Arc<Prices>,
@@ -83,8 +86,11 @@ impl RemedyKind for Kind {
         }
     }
 
-    fn build(s: &Settings, _: &mut Build<'_>) -> Built {
-        let llm = Arc::new(Llm(s.clone()));
+    fn build(s: &Settings, b: &mut Build<'_>) -> Built {
+        let llm = Arc::new(Llm(Settings {
+            keep_prompt: b.counts_prompts,
+            ..s.clone()
+        }));
         match &s.fallback {
             None => Built::from(llm),
             Some(f) => {
@@ -103,6 +109,7 @@ fn spec(raw: &RawLlm) -> Settings {
     Settings {
         add_stream_usage: raw.add_stream_usage,
         tokenizer: raw.tokenizer,
+        keep_prompt: false,
         output_estimate: raw.output_estimate.get(),
         max_body: raw.max_body.get(),
         prices: Arc::new(Prices::new(raw.prices.clone())),
@@ -155,13 +162,12 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
             return Ok(false);
         };
         let body = x.buffer(settings.max_body).await?;
-        let read = request::read(
-            api,
-            &path,
-            body,
-            settings.add_stream_usage,
-            settings.tokenizer,
-        );
+        let reading = request::Reading {
+            add_stream_usage: settings.add_stream_usage,
+            tokenizer: settings.tokenizer,
+            keep_prompt: settings.keep_prompt,
+        };
+        let read = request::read(api, &path, body, reading);
         if let Some(b) = read.body {
             x.parts
                 .headers
