@@ -374,15 +374,23 @@ fn has_text(data: &[u8]) -> bool {
         ]
         .map(Finder::new)
     });
+    // `find` from each position rather than `find_iter`, which copies the searcher.
     KEYS.iter().any(|k| {
-        k.find_iter(data).any(|i| {
+        let mut at = 0;
+        while let Some(i) = k.find(&data[at..]) {
+            let i = at + i;
             let mut rest = data[i + k.needle().len()..]
                 .iter()
                 .skip_while(|c| c.is_ascii_whitespace());
-            rest.next() == Some(&b':')
+            if rest.next() == Some(&b':')
                 && rest.find(|c| !c.is_ascii_whitespace()) == Some(&b'"')
                 && rest.next().is_some_and(|&c| c != b'"')
-        })
+            {
+                return true;
+            }
+            at = i + 1;
+        }
+        false
     })
 }
 

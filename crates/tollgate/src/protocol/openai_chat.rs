@@ -7,7 +7,7 @@ use crate::llm::body::count_content;
 use crate::llm::sse::Event;
 use crate::llm::usage::{Counts, Reported};
 use crate::llm::{Api, Meter, Shape};
-use memchr::memmem::FinderRev;
+use memchr::memmem::Finder;
 use std::sync::LazyLock;
 
 pub const API: Api = Api::new("openai.chat", &OpenAiChat);
@@ -61,24 +61,24 @@ pub fn chunk(meter: &Meter, data: &[u8]) -> bool {
 }
 
 /// Whether a chunk has a `"usage"` and no `"usage":null` (OpenAI writes the null in every
-/// chunk when the stream asks for its usage, and the count in the last). Searched from
-/// the end, where OpenAI writes it: a chunk with its null is told by the last
-/// occurrence, without reading the rest. The searchers are built once: building one
-/// costs more than searching a chunk.
+/// chunk when the stream asks for its usage, and the count in the last). A chunk whose
+/// last member is its null is told at once; any other is searched forward (a vectorised
+/// search: a reverse one has none, and cost 1 500 instructions for the usage chunk).
+/// The searcher is built once: building one costs more than searching a chunk.
 fn has_usage(data: &[u8]) -> bool {
     // Its last member, as OpenAI writes every chunk but the last: told at once.
     if data.trim_ascii_end().ends_with(b"\"usage\":null}") {
         return false;
     }
-    static USAGE: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"usage\""));
-    let mut end = data.len();
-    let mut seen = false;
-    while let Some(i) = USAGE.rfind(&data[..end]) {
+    static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+    let (mut at, mut seen) = (0, false);
+    while let Some(i) = USAGE.find(&data[at..]) {
+        let i = at + i;
         if data[i + 7..].starts_with(b":null") {
             return false;
         }
         seen = true;
-        end = i;
+        at = i + 1;
     }
     seen
 }
