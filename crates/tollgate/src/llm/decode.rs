@@ -54,7 +54,11 @@ enum Coder<F: Feed> {
 }
 
 /// The decoder of one answer.
-pub struct Decoder<F: Feed>(Coder<F>);
+pub struct Decoder<F: Feed> {
+    coder: Coder<F>,
+    /// [`Decoder::finish`] ran (once: a finished decoder may refuse to finish again).
+    finished: bool,
+}
 
 impl<F: Feed> Decoder<F> {
     /// A decoder for `content_encoding` feeding `reader`; `Err(reader)` for a coding it
@@ -76,19 +80,25 @@ impl<F: Feed> Decoder<F> {
             })),
             _ => return Err(sink.reader),
         };
-        Ok(Self(coder))
+        Ok(Self {
+            coder,
+            finished: false,
+        })
     }
 
     /// Whether decoding stopped (a corrupt stream, or more than [`MAX_DECODED`]).
     pub fn failed(&self) -> bool {
-        matches!(self.0, Coder::Failed)
+        matches!(self.coder, Coder::Failed)
     }
 
     /// Decodes what the decoder still holds once the answer has ended: a write decoder
     /// keeps its last output until its next write, so the last piece (a one-piece
     /// answer's all) reaches the reader only here.
     pub fn finish(&mut self) {
-        let ok = match &mut self.0 {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let ok = match &mut self.coder {
             Coder::Gzip(d) => d.try_finish().is_ok(),
             Coder::Zlib(d) => d.try_finish().is_ok(),
             Coder::RawDeflate(d) => d.try_finish().is_ok(),
@@ -98,13 +108,13 @@ impl<F: Feed> Decoder<F> {
             Coder::Zstd(_) | Coder::Deflate(..) | Coder::Failed => true,
         };
         if !ok {
-            self.0 = Coder::Failed;
+            self.coder = Coder::Failed;
         }
     }
 
     /// Decodes the next piece of the answer into the reader.
     pub fn feed(&mut self, data: &[u8]) {
-        let ok = match &mut self.0 {
+        let ok = match &mut self.coder {
             Coder::Gzip(d) => d.write_all(data).is_ok(),
             Coder::Zlib(d) => d.write_all(data).is_ok(),
             Coder::RawDeflate(d) => d.write_all(data).is_ok(),
@@ -120,7 +130,7 @@ impl<F: Feed> Decoder<F> {
                 let zlib = head[0] & 0x0f == 8 && u16::from_be_bytes([head[0], head[1]]) % 31 == 0;
                 let head = std::mem::take(head);
                 let sink = sink.take().expect("set until the coding is known");
-                self.0 = if zlib {
+                self.coder = if zlib {
                     Coder::Zlib(flate2::write::ZlibDecoder::new(sink))
                 } else {
                     Coder::RawDeflate(flate2::write::DeflateDecoder::new(sink))
@@ -130,7 +140,7 @@ impl<F: Feed> Decoder<F> {
             Coder::Failed => true,
         };
         if !ok {
-            self.0 = Coder::Failed;
+            self.coder = Coder::Failed;
         }
     }
 }
@@ -235,6 +245,8 @@ mod tests {
         for c in body.chunks(piece) {
             d.feed(c);
         }
+        d.finish();
+        // Told twice (at the body's length, then at its end): the second does nothing.
         d.finish();
         let out = got.0.borrow().clone();
         (out, d.failed())
