@@ -32,15 +32,37 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// [`Runtime::for_worker`] for each worker (`clients[i]` is worker `i`'s), each copy
+    /// made on a thread of its own: the allocator keeps a heap per thread, so no two
+    /// workers' copies (the reference counts their requests write) are made in one page,
+    /// nor share a cache line. Made one after the other on this thread, their small
+    /// allocations could lie side by side. A thread that cannot be started leaves its
+    /// copy to this one.
+    pub fn for_workers(&self, clients: &[Arc<UpstreamClient>]) -> Vec<Runtime> {
+        std::thread::scope(|s| {
+            let made: Vec<_> = clients
+                .iter()
+                .map(|c| {
+                    let spawned = std::thread::Builder::new()
+                        .name("tollgate-copy".into())
+                        .spawn_scoped(s, || self.for_worker(c.clone()));
+                    (c, spawned.ok())
+                })
+                .collect();
+            made.into_iter()
+                .map(|(c, thread)| match thread.map(|t| t.join()) {
+                    Some(Ok(copy)) => copy,
+                    Some(Err(panic)) => std::panic::resume_unwind(panic),
+                    None => self.for_worker(c.clone()),
+                })
+                .collect()
+        })
+    }
+
     /// This runtime as worker `client`'s: its own upstream client, its own copy of the
     /// route targets, of the policies' chains and of the diagnosis plan's templates (what
     /// requests clone: a shared reference count would be written by every worker); config
     /// sections and remedy state shared.
-    /// [`Runtime::for_worker`] for each worker (`clients[i]` is worker `i`'s).
-    pub fn for_workers(&self, clients: &[Arc<UpstreamClient>]) -> Vec<Runtime> {
-        clients.iter().map(|c| self.for_worker(c.clone())).collect()
-    }
-
     pub fn for_worker(&self, client: Arc<UpstreamClient>) -> Runtime {
         let mut config = Config::clone(&self.config);
         config.routes = config.routes.detached();
