@@ -166,7 +166,7 @@ pub struct Reading {
 /// Reads the request `body` of a call to `api` at `path` as `reading` says.
 pub fn read(api: Api, path: &str, body: Option<&Bytes>, reading: Reading) -> Read {
     let (add_usage, tokenizer) = (reading.add_stream_usage, reading.tokenizer);
-    let keep = tokenizer && reading.keep_prompt;
+    let keep = tokenizer && reading.keep_prompt && api.public_tokenizer();
     let (head, prompt) = body.map(|b| top(b, keep)).unwrap_or_default();
     let model: Option<Arc<str>> = api.model(path, &head).map(Arc::from);
     let stream = api.streams(path, &head);
@@ -524,13 +524,8 @@ mod tests {
             br#"{"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hello world"}]}"#,
         );
         let path = "/v1/chat/completions";
-        let mut call = read(
-            crate::protocol::openai_chat::API,
-            path,
-            Some(&body),
-            reading(false, true),
-        )
-        .call;
+        let chat = |r: Reading| read(crate::protocol::openai_chat::API, path, Some(&body), r).call;
+        let mut call = chat(reading(false, true));
         // A quarter of "You are a helpful assistant.\nHello world" (40 bytes), and 3 a
         // message: what usage-only policies keep, no tokenizer loaded.
         assert_eq!(call.input_estimate, 10 + 6);
@@ -550,24 +545,12 @@ mod tests {
             keep_prompt: true,
             ..reading(false, true)
         };
-        let mut kept = read(
-            crate::protocol::openai_chat::API,
-            path,
-            Some(&body),
-            keeping,
-        )
-        .call;
+        let mut kept = chat(keeping);
         assert_eq!(kept.input_estimate, 10 + 6);
         kept.count_prompt(None);
         assert_eq!(kept.input_estimate, 8 + 6);
         // Without the tokenizer, or for a model without a public one, the estimate stays.
-        let mut off = read(
-            crate::protocol::openai_chat::API,
-            path,
-            Some(&body),
-            reading(false, false),
-        )
-        .call;
+        let mut off = chat(reading(false, false));
         off.count_prompt(Some(&body));
         assert_eq!(off.input_estimate, 10 + 6);
         let other = Bytes::from_static(
@@ -577,9 +560,11 @@ mod tests {
             crate::protocol::anthropic_messages::API,
             "/v1/messages",
             Some(&other),
-            reading(false, true),
+            keeping,
         )
         .call;
+        // An API whose models have no public tokenizer keeps no text to count.
+        assert!(claude.prompt.is_none());
         let estimate = claude.input_estimate;
         claude.count_prompt(Some(&other));
         assert_eq!(claude.input_estimate, estimate);

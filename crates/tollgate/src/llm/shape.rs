@@ -31,6 +31,12 @@ pub trait Shape: Sync + 'static {
         head.n.into_iter().chain(head.best_of).max()
     }
 
+    /// Whether the API's models may have a public tokenizer (OpenAI's encodings): a
+    /// request to an API whose models have none keeps no prompt text for an exact count.
+    fn public_tokenizer(&self) -> bool {
+        true
+    }
+
     /// Whether tollgate may add `stream_options.include_usage` to a stream lacking it
     /// (an API that reports a stream's usage only when asked).
     fn adds_stream_usage(&self) -> bool {

@@ -64,6 +64,11 @@ impl Shape for AnthropicMessages {
         last_segment(path) == "messages"
     }
 
+    /// Its models' tokenizers are not public: prompts are estimated.
+    fn public_tokenizer(&self) -> bool {
+        false
+    }
+
     fn nested_event(&self, name: &[u8]) -> bool {
         name == b"message_start"
     }

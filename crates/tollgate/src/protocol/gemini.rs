@@ -29,6 +29,11 @@ impl Shape for Gemini {
         path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent")
     }
 
+    /// Its models' tokenizers are not public: prompts are estimated.
+    fn public_tokenizer(&self) -> bool {
+        false
+    }
+
     /// `/v1beta/models/{model}:generateContent`.
     fn model<'a>(&self, path: &'a str, _head: &'a Head) -> Option<&'a str> {
         path.rsplit('/').next()?.split(':').next()
