@@ -56,7 +56,8 @@ pub struct InstructionsArgs {
     /// stand-in, answered whole): llm-passthrough (no policy), llm-usage (its usage read),
     /// llm-limits (read, and counted against a token limit and a budget); LLM streams
     /// (the same call streamed unpaced, 16 content events and the usage chunk):
-    /// llm-stream (no policy), llm-stream-usage (its usage read); and MCP tool
+    /// llm-stream (no policy), llm-stream-usage (its usage read), llm-stream-limits (read
+    /// and counted against the limits); and MCP tool
     /// calls (`bench mcp`'s `tools/call`): mcp-passthrough (no policy), mcp-read (each
     /// call read and judged by `mcp:`), mcp-per-tool (a policy chosen by the tool) (comma
     /// separated).
@@ -75,7 +76,7 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 16] = [
     "passthrough",
     "with-remedy",
     "with-credentials",
@@ -88,6 +89,7 @@ const SCENARIOS: [&str; 15] = [
     "llm-limits",
     "llm-stream",
     "llm-stream-usage",
+    "llm-stream-limits",
     "mcp-passthrough",
     "mcp-read",
     "mcp-per-tool",
@@ -360,7 +362,8 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
         "with-credentials" => h.with_credentials_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,
-        "llm-passthrough" | "llm-usage" | "llm-limits" | "llm-stream" | "llm-stream-usage" => {
+        "llm-passthrough" | "llm-usage" | "llm-limits" | "llm-stream" | "llm-stream-usage"
+        | "llm-stream-limits" => {
             let file = format!("{name}.yaml");
             let config = match name {
                 "llm-passthrough" | "llm-stream" => crate::llm::PASSTHROUGH,
@@ -665,43 +668,35 @@ fn summary(counts: &[Count], spec: &Spec, measured: &str, top: usize) -> String 
             c.failed
         );
     }
-    // LLM calls against their own passthrough: the same POST, answered whole.
-    if let Some(base) = per("llm-passthrough") {
-        let each: Vec<String> = ["llm-usage", "llm-limits"]
-            .iter()
-            .filter_map(|n| per(n).map(|v| format!("{n} {:.2}×", v / base)))
-            .collect();
-        if !each.is_empty() {
-            let _ = writeln!(
-                s,
-                "
-LLM calls (`bench llm`'s complete chat completion, {:.0} instructions through the passthrough) ÷ llm-passthrough: {}.",
-                base,
-                each.join(", ")
-            );
-        }
-    }
-    // LLM streams against their own passthrough: the same streamed POST.
-    if let Some(base) = per("llm-stream")
-        && let Some(v) = per("llm-stream-usage")
-    {
-        let _ = writeln!(
-            s,
-            "\nLLM streams (the call streamed, 16 content events and the usage chunk, {base:.0} instructions through the passthrough) ÷ llm-stream: llm-stream-usage {:.2}× (+{:.0}).",
-            v / base,
-            v - base
-        );
-    }
-    // MCP tool calls against their own passthrough: the same POST.
-    if let Some(base) = per("mcp-passthrough") {
-        let each: Vec<String> = ["mcp-read", "mcp-per-tool"]
+    // LLM calls, LLM streams and MCP tool calls, each against its own passthrough: the
+    // same POST.
+    let families: [(&str, &[&str], &str); 3] = [
+        (
+            "llm-passthrough",
+            &["llm-usage", "llm-limits"],
+            "LLM calls (`bench llm`'s complete chat completion",
+        ),
+        (
+            "llm-stream",
+            &["llm-stream-usage", "llm-stream-limits"],
+            "LLM streams (the call streamed, 16 content events and the usage chunk",
+        ),
+        (
+            "mcp-passthrough",
+            &["mcp-read", "mcp-per-tool"],
+            "MCP tool calls (`bench mcp`'s `tools/call`",
+        ),
+    ];
+    for (base_name, others, what) in families {
+        let Some(base) = per(base_name) else { continue };
+        let each: Vec<String> = others
             .iter()
             .filter_map(|n| per(n).map(|v| format!("{n} {:.2}× (+{:.0})", v / base, v - base)))
             .collect();
         if !each.is_empty() {
             let _ = writeln!(
                 s,
-                "\nMCP tool calls (`bench mcp`'s `tools/call`, {base:.0} instructions through the passthrough) ÷ mcp-passthrough: {}.",
+                "\n{what}, {base:.0} instructions through the passthrough) ÷ {base_name}: {}.",
                 each.join(", ")
             );
         }

@@ -5,6 +5,7 @@
 //! diagnosis all read the one [`Meter`] a call carries (docs/llm.md).
 
 pub mod body;
+pub mod counts;
 pub mod decode;
 pub mod meter;
 pub mod prices;

@@ -53,14 +53,13 @@ impl Call {
         if std::mem::replace(&mut self.counted, true) || !self.tokenizer {
             return;
         }
-        let model = self.model.as_deref();
-        if !model.is_some_and(tokens::has_tokenizer) {
+        let Some(encoding) = self.model.as_deref().and_then(tokens::Encoding::of) else {
             return;
-        }
+        };
         let n = match self.prompt.take().filter(tokens::Prompt::kept) {
-            Some(kept) => kept.count(model),
+            Some(kept) => kept.count(encoding),
             None => match body {
-                Some(body) => top(body, true).1.count(model),
+                Some(body) => top(body, true).1.count(encoding),
                 None => return,
             },
         };
@@ -437,7 +436,8 @@ mod tests {
             let (head, prompt) = top(body, keep);
             let whole = tokens::Prompt::of(&v, keep);
             assert_eq!(prompt.approximate(), whole.approximate());
-            assert_eq!(prompt.count(Some("gpt-4o")), whole.count(Some("gpt-4o")));
+            let o200k = tokens::Encoding::of("gpt-4o").unwrap();
+            assert_eq!(prompt.count(o200k), whole.count(o200k));
             assert_eq!(head, Head::of(&v));
             assert_eq!(
                 head,

@@ -2,10 +2,13 @@
 //! the request's JSON (every string but names, roles, ids and binary data) approximated
 //! as one token per 4 bytes, plus 3 tokens per message for its framing, as OpenAI's
 //! cookbook counts chat messages. Where a token limit or a budget reserves the estimate,
-//! the text is counted exactly with the model's tokenizer where one is public (OpenAI's,
-//! through `tiktoken-rs`): only those remedies load its tables (some 50 MB, one copy
-//! for every worker), so a policy that only reads usage never does.
+//! each string is counted exactly with the model's tokenizer where one is public
+//! (OpenAI's, through `tiktoken-rs`), as the cookbook counts each message's content on
+//! its own; a string counted before on this thread is found in [`counts`]' memory. Only
+//! those remedies load the tokenizer's tables (some 50 MB, one copy for every worker),
+//! so a policy that only reads usage never does.
 
+use super::counts;
 use serde_json::Value;
 
 /// Keys whose string values are not prompt text.
@@ -140,8 +143,10 @@ const PER_MESSAGE: u64 = 3;
 /// A prompt's text and messages, as collected from the request's JSON.
 #[derive(Debug, Default, PartialEq)]
 pub struct Prompt {
-    /// The text, when kept for an exact count.
+    /// The strings, one after the other, when kept for an exact count.
     text: String,
+    /// Where each kept string ends in `text`.
+    ends: Vec<usize>,
     keep: bool,
     /// The text's bytes (its strings and the line breaks between them).
     len: usize,
@@ -192,15 +197,22 @@ impl Prompt {
     /// One string of prompt text more.
     pub fn string(&mut self, s: &str) {
         if self.len > 0 {
+            // The line break that would join it to the one before.
             self.len += 1;
-            if self.keep {
-                self.text.push('\n');
-            }
         }
         self.len += s.len();
-        if self.keep {
+        if self.keep && !s.is_empty() {
             self.text.push_str(s);
+            self.ends.push(self.text.len());
         }
+    }
+
+    /// The kept strings.
+    fn strings(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .filter_map(|(a, b)| self.text.get(a..b))
     }
 
     /// Whether its text was kept (for [`Prompt::count`]).
@@ -213,29 +225,55 @@ impl Prompt {
         (self.len as u64).div_ceil(4) + self.messages * PER_MESSAGE
     }
 
-    /// Counted with `model`'s tokenizer where it has a public one and the text was kept,
-    /// else approximated.
-    pub fn count(&self, model: Option<&str>) -> u64 {
+    /// Counted with `encoding`, string by string, where the text was kept, else
+    /// approximated.
+    pub fn count(&self, encoding: Encoding) -> u64 {
         match self.keep {
-            true => count(model, &self.text) + self.messages * PER_MESSAGE,
+            true => {
+                let strings: u64 = self.strings().map(|s| encoding.count(s)).sum();
+                strings + self.messages * PER_MESSAGE
+            }
             false => self.approximate(),
         }
     }
 }
 
-/// Whether `model` has a public tokenizer (without loading it).
-pub fn has_tokenizer(model: &str) -> bool {
-    tiktoken_rs::tokenizer::get_tokenizer(model).is_some()
-}
+/// A model's public tokenizer, named without loading its tables.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Encoding(tiktoken_rs::tokenizer::Tokenizer);
 
-/// The tokens of `text` for `model`.
-pub fn count(model: Option<&str>, text: &str) -> u64 {
-    if text.is_empty() {
-        return 0;
+impl Encoding {
+    /// `model`'s tokenizer, if it has a public one. The model named last on this thread
+    /// is remembered: finding a name among tiktoken's prefixes takes some 700
+    /// instructions, and a gateway's calls mostly name the same few models.
+    pub fn of(model: &str) -> Option<Encoding> {
+        thread_local! {
+            static LAST: std::cell::RefCell<(String, Option<Encoding>)> =
+                const { std::cell::RefCell::new((String::new(), None)) };
+        }
+        let look_up = || tiktoken_rs::tokenizer::get_tokenizer(model).map(Encoding);
+        LAST.with(|last| match last.try_borrow_mut() {
+            Ok(last) if last.0 == model => last.1,
+            Ok(mut last) => {
+                let e = look_up();
+                last.0.clear();
+                last.0.push_str(model);
+                last.1 = e;
+                e
+            }
+            Err(_) => look_up(),
+        })
     }
-    match model.and_then(|m| tiktoken_rs::bpe_for_model(m).ok()) {
-        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
-        None => approximate(text),
+
+    /// The tokens of `text`: from this thread's memory of counts, or counted (its tables
+    /// loaded the first time), approximated if they cannot be loaded.
+    pub fn count(self, text: &str) -> u64 {
+        counts::tokens(self.0, text, |t| {
+            match tiktoken_rs::bpe_for_tokenizer(self.0) {
+                Ok(bpe) => bpe.encode_ordinary(t).len() as u64,
+                Err(_) => approximate(t),
+            }
+        })
     }
 }
 
@@ -248,8 +286,9 @@ pub fn approximate(text: &str) -> u64 {
 /// Loads the public tokenizers now (about 0.2 s each), so the first request does not
 /// wait for them.
 pub fn warm_up() {
-    for m in ["gpt-4o", "gpt-4"] {
-        let _ = tiktoken_rs::bpe_for_model(m);
+    use tiktoken_rs::tokenizer::Tokenizer;
+    for t in [Tokenizer::O200kBase, Tokenizer::Cl100kBase] {
+        let _ = tiktoken_rs::bpe_for_tokenizer(t);
     }
 }
 
@@ -263,16 +302,54 @@ mod tests {
         let body = json!({"model": "gpt-4o-mini", "messages": [
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Hello world"}]});
-        // o200k_base: "You are a helpful assistant.\nHello world" is 8 tokens.
-        assert_eq!(
-            Prompt::of(&body, true).count(Some("gpt-4o-mini")),
-            8 + 2 * PER_MESSAGE
-        );
-        // Elsewhere, a quarter of the bytes.
+        // o200k_base: "You are a helpful assistant." is 6 tokens, "Hello world" 2.
+        let o200k = Encoding::of("gpt-4o-mini").unwrap();
+        assert_eq!(Prompt::of(&body, true).count(o200k), 8 + 2 * PER_MESSAGE);
+        // Claude's tokenizer is not public: a quarter of the bytes.
+        assert_eq!(Encoding::of("claude-sonnet-4-5"), None);
+        // The model named last is remembered, and another one looked up.
+        assert_eq!(Encoding::of("claude-sonnet-4-5"), None);
+        assert_eq!(Encoding::of("gpt-4-0613"), Encoding::of("gpt-4"));
+        assert_ne!(Encoding::of("gpt-4o"), Encoding::of("gpt-4"));
         let text = "You are a helpful assistant.\nHello world";
         assert_eq!(
-            Prompt::of(&body, true).count(Some("claude-sonnet-4-5")),
+            Prompt::of(&body, true).approximate(),
             approximate(text) + 2 * PER_MESSAGE
         );
+    }
+
+    #[test]
+    fn each_string_is_counted_on_its_own_and_once_per_thread() {
+        let o200k = Encoding::of("gpt-4o").unwrap();
+        let bpe = tiktoken_rs::o200k_base_singleton();
+        let system = "You are a careful agent. Use the tools given; explain each step.";
+        let turn = |n: usize| {
+            let mut m = vec![json!({"role": "system", "content": system})];
+            for i in 0..n {
+                m.push(
+                    json!({"role": "user", "content": format!("Question {i}: what is {i} + {i}?")}),
+                );
+            }
+            json!({"model": "gpt-4o", "messages": m})
+        };
+        let exact = |n: usize| {
+            let mut t = bpe.encode_ordinary(system).len() as u64;
+            for i in 0..n {
+                t += bpe
+                    .encode_ordinary(&format!("Question {i}: what is {i} + {i}?"))
+                    .len() as u64;
+            }
+            t + (n as u64 + 1) * PER_MESSAGE
+        };
+        let (found, counted) = counts::stats();
+        assert_eq!(Prompt::of(&turn(3), true).count(o200k), exact(3));
+        // The next turn resends the three strings before: only the new one is counted.
+        assert_eq!(Prompt::of(&turn(4), true).count(o200k), exact(4));
+        let (found_now, counted_now) = counts::stats();
+        assert_eq!(counted_now - counted, 5);
+        assert_eq!(found_now - found, 4);
+        // An empty string is no string.
+        let empty = json!({"messages": [{"role": "user", "content": ""}]});
+        assert_eq!(Prompt::of(&empty, true).count(o200k), PER_MESSAGE);
     }
 }

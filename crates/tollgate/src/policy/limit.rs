@@ -441,7 +441,7 @@ mod tests {
         // A budget's day: $1 in nano-dollars, reserved and settled as calls end.
         let spec = LimitSpec {
             limit: 1_000_000_000,
-            window: Window::Day(jiff::tz::TimeZone::UTC),
+            window: Window::day(jiff::tz::TimeZone::UTC),
             groups: None,
             refund_on: Vec::new(),
         };

@@ -342,14 +342,14 @@ pub fn period(e: &mut Errors, path: &str, per: &str, renews_on: i8, time_zone: &
         }
     };
     match per {
-        "day" => Window::Day(tz),
-        "month" => Window::Month { renews_on, tz },
+        "day" => Window::day(tz),
+        "month" => Window::month(renews_on, tz),
         other => {
             e.fail(
                 &format!("{path}.per"),
                 format!("`{other}`: write `day` or `month`"),
             );
-            Window::Day(tz)
+            Window::day(tz)
         }
     }
 }
