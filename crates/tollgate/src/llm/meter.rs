@@ -79,7 +79,7 @@ impl Metered {
         let price = [self.answered.as_ref(), self.requested.as_ref()]
             .into_iter()
             .flatten()
-            .find_map(|m| self.prices.of(m))?;
+            .find_map(|m| super::prices::Prices::remembered(&self.prices, m))?;
         Some(super::prices::cost_nanos(&self.usage(), &price))
     }
 

@@ -96,6 +96,40 @@ impl Prices {
         Self { own }
     }
 
+    /// [`Prices::of`], the last table and model asked on this thread remembered: a call
+    /// is priced on admission and again when it ends, and a gateway's calls mostly name
+    /// the same few models (two binary searches of the tables take some 350
+    /// instructions). The table is held, not only its address, so that a table freed by
+    /// a reload cannot be taken for a new one allocated at the same place.
+    pub fn remembered(table: &std::sync::Arc<Prices>, model: &str) -> Option<Price> {
+        type Last = Option<(std::sync::Arc<Prices>, String, Option<Price>)>;
+        thread_local! {
+            static LAST: std::cell::RefCell<Last> = const { std::cell::RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let Ok(mut last) = last.try_borrow_mut() else {
+                return table.of(model);
+            };
+            match &mut *last {
+                Some((t, m, p)) if std::sync::Arc::ptr_eq(t, table) && m == model => *p,
+                Some((t, m, p)) => {
+                    *p = table.of(model);
+                    if !std::sync::Arc::ptr_eq(t, table) {
+                        *t = table.clone();
+                    }
+                    m.clear();
+                    m.push_str(model);
+                    *p
+                }
+                None => {
+                    let p = table.of(model);
+                    *last = Some((table.clone(), model.to_owned(), p));
+                    p
+                }
+            }
+        })
+    }
+
     /// The price of `model`: an exact name first (the policy's, then the shipped one),
     /// else the longest name it starts with (on a tie, the policy's own).
     pub fn of(&self, model: &str) -> Option<Price> {
@@ -194,6 +228,26 @@ mod tests {
         assert_eq!(own.of("m-a").unwrap().input, 2.0);
         assert_eq!(own.of("claude-opus-4-5-20251101").unwrap().input, 5.0);
         assert_eq!(own.of("claude-opus-4-20250514").unwrap().input, 15.0);
+    }
+
+    #[test]
+    fn the_price_remembered_is_the_one_of_the_table_and_model_asked() {
+        use std::sync::Arc;
+        let own = Arc::new(Prices::new([("gpt-4o".to_owned(), p(1.0, 0.5, 2.0))]));
+        let shipped = Arc::new(Prices::default());
+        let input = |t: &Arc<Prices>, m| Prices::remembered(t, m).map(|p| p.input);
+        for _ in 0..2 {
+            assert_eq!(input(&own, "gpt-4o"), Some(1.0));
+            assert_eq!(input(&own, "gpt-4o"), Some(1.0));
+            // Another table, the same model: its own price.
+            assert_eq!(input(&shipped, "gpt-4o"), Some(2.50));
+            assert_eq!(input(&shipped, "llama3"), None);
+            assert_eq!(input(&shipped, "gpt-4o-mini"), Some(0.15));
+        }
+        // A table dropped and another made in its place is not taken for it.
+        drop(own);
+        let other = Arc::new(Prices::new([("gpt-4o".to_owned(), p(9.0, 9.0, 9.0))]));
+        assert_eq!(input(&other, "gpt-4o"), Some(9.0));
     }
 
     #[test]

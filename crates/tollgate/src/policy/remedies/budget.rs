@@ -8,7 +8,7 @@
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::llm::Call;
-use crate::llm::prices::{cost_nanos, dollars};
+use crate::llm::prices::{Prices, cost_nanos, dollars};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::clock;
@@ -175,7 +175,10 @@ impl Remedy for Budget {
             let r = &self.resource;
             let (estimate, model) = match x.locals.get::<Call>() {
                 Some(c) => {
-                    let price = c.model.as_deref().and_then(|m| c.prices.of(m));
+                    let price = c
+                        .model
+                        .as_deref()
+                        .and_then(|m| Prices::remembered(&c.prices, m));
                     (price.map(|p| cost_nanos(&c.reserve(), &p)), c.model.clone())
                 }
                 None => return Ok(Flow::Continue),
