@@ -15,6 +15,14 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 /// each generation's table 8 192 slots of 25 bytes, about 200 kB).
 pub const GENERATION: usize = 4096;
 
+/// How a prompt's strings were counted: found in the memory, or by the tokenizer
+/// (`tollgate_llm_prompt_strings_total`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Strings {
+    pub remembered: u64,
+    pub counted: u64,
+}
+
 /// A remembered count: the text's length (a second check beside the hash) and its
 /// tokens.
 #[derive(Clone, Copy)]
@@ -105,22 +113,30 @@ thread_local! {
     static MEMORY: RefCell<Memory> = RefCell::new(Memory::new(GENERATION));
 }
 
-/// The tokens of `text` in `encoding`, from this thread's memory or counted by `count`.
-pub fn tokens<E: std::hash::Hash>(encoding: E, text: &str, count: impl FnOnce(&str) -> u64) -> u64 {
+/// The tokens of `text` in `encoding`, from this thread's memory or counted by `count`;
+/// which of the two, added to `strings`.
+pub fn tokens<E: std::hash::Hash>(
+    encoding: E,
+    text: &str,
+    count: impl FnOnce(&str) -> u64,
+    strings: &mut Strings,
+) -> u64 {
     MEMORY.with(|m| match m.try_borrow_mut() {
-        Ok(mut m) => m.tokens(encoding, text, count),
+        Ok(mut m) => {
+            let before = m.counted;
+            let n = m.tokens(encoding, text, count);
+            match m.counted == before {
+                true => strings.remembered += 1,
+                false => strings.counted += 1,
+            }
+            n
+        }
         // Not reentered in practice (counting calls nothing that counts); counted anew
         // rather than refused if it ever is.
-        Err(_) => count(text),
-    })
-}
-
-/// This thread's strings found and strings counted so far.
-pub fn stats() -> (u64, u64) {
-    MEMORY.with(|m| {
-        m.try_borrow()
-            .map(|m| (m.found, m.counted))
-            .unwrap_or((0, 0))
+        Err(_) => {
+            strings.counted += 1;
+            count(text)
+        }
     })
 }
 

@@ -49,22 +49,24 @@ impl Call {
     /// the first time), when the policy asks for it and the model has one: for a remedy
     /// that reserves the estimate; once per call. A call that only reads its usage never
     /// looks the tokenizer up.
-    pub fn count_prompt(&mut self, body: Option<&Bytes>) {
+    pub fn count_prompt(&mut self, body: Option<&Bytes>) -> super::counts::Strings {
+        let mut strings = super::counts::Strings::default();
         if std::mem::replace(&mut self.counted, true) || !self.tokenizer {
-            return;
+            return strings;
         }
         let Some(encoding) = self.model.as_deref().and_then(tokens::Encoding::of) else {
-            return;
+            return strings;
         };
         let n = match self.prompt.take().filter(tokens::Prompt::kept) {
-            Some(kept) => kept.count(encoding),
+            Some(kept) => kept.count(encoding, &mut strings),
             None => match body {
-                Some(body) => top(body, true).1.count(encoding),
-                None => return,
+                Some(body) => top(body, true).1.count(encoding, &mut strings),
+                None => return strings,
             },
         };
         self.input_estimate = n;
         self.meter.update(|m| m.input_estimate = n);
+        strings
     }
 
     /// The usage to reserve on admission: the prompt's estimate and the output cap (or
@@ -437,7 +439,11 @@ mod tests {
             let whole = tokens::Prompt::of(&v, keep);
             assert_eq!(prompt.approximate(), whole.approximate());
             let o200k = tokens::Encoding::of("gpt-4o").unwrap();
-            assert_eq!(prompt.count(o200k), whole.count(o200k));
+            let mut strings = crate::llm::counts::Strings::default();
+            assert_eq!(
+                prompt.count(o200k, &mut strings),
+                whole.count(o200k, &mut strings)
+            );
             assert_eq!(head, Head::of(&v));
             assert_eq!(
                 head,

@@ -5,8 +5,8 @@
 //! each string is counted exactly with the model's tokenizer where one is public
 //! (OpenAI's, through `tiktoken-rs`), as the cookbook counts each message's content on
 //! its own; a string counted before on this thread is found in [`counts`]' memory. Only
-//! those remedies load the tokenizer's tables (some 50 MB, one copy for every worker),
-//! so a policy that only reads usage never does.
+//! those remedies load the tokenizer's tables (some 50 MB, one copy that every worker
+//! shares), so a policy that only reads usage never does.
 
 use super::counts;
 use serde_json::Value;
@@ -225,13 +225,13 @@ impl Prompt {
         (self.len as u64).div_ceil(4) + self.messages * PER_MESSAGE
     }
 
-    /// Counted with `encoding`, string by string, where the text was kept, else
-    /// approximated.
-    pub fn count(&self, encoding: Encoding) -> u64 {
+    /// Counted with `encoding`, string by string, where the text was kept (how each
+    /// string was counted added to `strings`), else approximated.
+    pub fn count(&self, encoding: Encoding, strings: &mut counts::Strings) -> u64 {
         match self.keep {
             true => {
-                let strings: u64 = self.strings().map(|s| encoding.count(s)).sum();
-                strings + self.messages * PER_MESSAGE
+                let text: u64 = self.strings().map(|s| encoding.count(s, strings)).sum();
+                text + self.messages * PER_MESSAGE
             }
             false => self.approximate(),
         }
@@ -244,7 +244,7 @@ pub struct Encoding(tiktoken_rs::tokenizer::Tokenizer);
 
 impl Encoding {
     /// `model`'s tokenizer, if it has a public one. The model named last on this thread
-    /// is remembered: finding a name among tiktoken's prefixes takes some 700
+    /// is remembered: finding a name among tiktoken's prefixes takes some 400
     /// instructions, and a gateway's calls mostly name the same few models.
     pub fn of(model: &str) -> Option<Encoding> {
         thread_local! {
@@ -266,14 +266,14 @@ impl Encoding {
     }
 
     /// The tokens of `text`: from this thread's memory of counts, or counted (its tables
-    /// loaded the first time), approximated if they cannot be loaded.
-    pub fn count(self, text: &str) -> u64 {
-        counts::tokens(self.0, text, |t| {
-            match tiktoken_rs::bpe_for_tokenizer(self.0) {
-                Ok(bpe) => bpe.encode_ordinary(t).len() as u64,
-                Err(_) => approximate(t),
-            }
-        })
+    /// loaded the first time), approximated if they cannot be loaded; which of the two,
+    /// added to `strings`.
+    pub fn count(self, text: &str, strings: &mut counts::Strings) -> u64 {
+        let count = |t: &str| match tiktoken_rs::bpe_for_tokenizer(self.0) {
+            Ok(bpe) => bpe.encode_ordinary(t).len() as u64,
+            Err(_) => approximate(t),
+        };
+        counts::tokens(self.0, text, count, strings)
     }
 }
 
@@ -304,7 +304,9 @@ mod tests {
             {"role": "user", "content": "Hello world"}]});
         // o200k_base: "You are a helpful assistant." is 6 tokens, "Hello world" 2.
         let o200k = Encoding::of("gpt-4o-mini").unwrap();
-        assert_eq!(Prompt::of(&body, true).count(o200k), 8 + 2 * PER_MESSAGE);
+        let mut strings = counts::Strings::default();
+        let n = Prompt::of(&body, true).count(o200k, &mut strings);
+        assert_eq!(n, 8 + 2 * PER_MESSAGE);
         // Claude's tokenizer is not public: a quarter of the bytes.
         assert_eq!(Encoding::of("claude-sonnet-4-5"), None);
         // The model named last is remembered, and another one looked up.
@@ -341,15 +343,21 @@ mod tests {
             }
             t + (n as u64 + 1) * PER_MESSAGE
         };
-        let (found, counted) = counts::stats();
-        assert_eq!(Prompt::of(&turn(3), true).count(o200k), exact(3));
-        // The next turn resends the three strings before: only the new one is counted.
-        assert_eq!(Prompt::of(&turn(4), true).count(o200k), exact(4));
-        let (found_now, counted_now) = counts::stats();
-        assert_eq!(counted_now - counted, 5);
-        assert_eq!(found_now - found, 4);
+        let count = |n| {
+            let mut strings = counts::Strings::default();
+            let tokens = Prompt::of(&turn(n), true).count(o200k, &mut strings);
+            (tokens, strings.remembered, strings.counted)
+        };
+        assert_eq!(count(3), (exact(3), 0, 4));
+        // The next turn resends the four strings before: only the new one is counted.
+        assert_eq!(count(4), (exact(4), 4, 1));
         // An empty string is no string.
         let empty = json!({"messages": [{"role": "user", "content": ""}]});
-        assert_eq!(Prompt::of(&empty, true).count(o200k), PER_MESSAGE);
+        let mut strings = counts::Strings::default();
+        assert_eq!(
+            Prompt::of(&empty, true).count(o200k, &mut strings),
+            PER_MESSAGE
+        );
+        assert_eq!(strings, counts::Strings::default());
     }
 }

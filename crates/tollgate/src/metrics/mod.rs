@@ -225,6 +225,8 @@ metrics! {
     llm_tokens: Family<LlmTokenLabels, sharded::ShardedCounter> = "llm_tokens", "Tokens of LLM calls as their answers' usage counts them, by policy, model and kind (input, output, cached, cache_write, reasoning; input counts cached and cache_write, output counts reasoning); a stream cut before its usage counts its estimate";
     llm_cost: Family<LlmLabels, sharded::NanoCounter> = "llm_cost_usd", "What LLM calls cost in US dollars by their policy's price table, by policy and model (unpriced models are not counted)";
     llm_first_byte: Family<NameLabels, LatencyHistogram> = "llm_time_to_first_byte_seconds", "From an LLM call's admission to the first bytes of its answer's body (time to first token on a stream), by policy";
+    /// Counted on the path by the call's worker, in its shard.
+    llm_prompt_strings: Family<KindLabels, sharded::ShardedCounter> = "llm_prompt_strings", "Strings of LLM prompts that a token limit or a budget counted with the model's tokenizer: by the tokenizer (kind=counted), or found in the worker's memory of the counts it made (kind=remembered)";
     /// Counted on the path by every worker: sharded per worker ([`sharded`]).
     remedy_actions: Family<ActionLabels, sharded::ShardedCounter> = "remedy_actions", "Remedy actions by policy, remedy and action (allowed, rejected, queued, dequeued, timed_out, queue_full, hit, miss, bypass, stored, revalidated, coalesced, retried, budget_exhausted, gave_up, tripped, closed, throttled, waited)";
     queue_depth: Family<NameLabels, Gauge> = "queue_depth", "Requests waiting in a rate-limit or concurrency queue, by limit name";
@@ -273,6 +275,9 @@ impl Metrics {
         }
         for kind in ["timeout", "error", "circuit_open"] {
             drop(self.store_errors.get_or_create(&KindLabels { kind }));
+        }
+        for kind in ["counted", "remembered"] {
+            drop(self.llm_prompt_strings.get_or_create(&KindLabels { kind }));
         }
         for kind in ["decrypted", "tunnelled"] {
             drop(self.intercepted.get_or_create(&KindLabels { kind }));

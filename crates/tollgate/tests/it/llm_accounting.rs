@@ -1,7 +1,8 @@
 //! LLM accounting that what an auditor tries first cannot escape: compressed answers
 //! (every SDK sends `Accept-Encoding: gzip`), other spellings of a recognised path, `n`
 //! choices, absurd counts, events past the cap, a refused reservation on Redis, a call
-//! that can never fit (docs/llm.md).
+//! that can never fit (docs/llm.md); and a resent conversation's prompt counted by the
+//! tokenizer once per string.
 
 use super::llm::{
     chat, llm_policy, post, read_then_leave, stand_in, streamed_usage, tokens_counted,
@@ -430,4 +431,35 @@ async fn a_billion_dollar_budget_is_taken() {
         s["policies"][0]["state"]["budget"]["limit_usd"],
         "$1000000000"
     );
+}
+
+/// A conversation resent turn after turn, as an agent sends it, is counted by the
+/// tokenizer once per string: the worker remembers each string's count, and
+/// `tollgate_llm_prompt_strings_total` says which strings it counted and which it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_conversation_is_counted_by_the_tokenizer_once_per_string() {
+    clear_of_the_hour_end(30).await;
+    let up = stand_in().await;
+    // One worker: every turn meets the same memory.
+    let gw = gateway_with_workers(
+        "policies:\n  - name: ai\n    token_limit: {limit: 1000000, window: hour}\n",
+        1,
+    )
+    .await;
+    let turn = |n: usize| {
+        let mut messages = vec![json!({"role": "system", "content": "You plan trips."})];
+        for i in 0..n {
+            messages.push(json!({"role": "user", "content": format!("Step {i}: where next?")}));
+        }
+        json!({"model": "gpt-4o-mini", "max_tokens": 5, "messages": messages})
+    };
+    for n in 1..=3 {
+        let got = post(Some(&gw), &up, "/v1/chat/completions", &turn(n), &[]).await;
+        assert_eq!(got.status, StatusCode::OK, "turn {n}");
+    }
+    // Turn 1 counts its 2 strings; turn 2 finds those and counts 1; turn 3 finds 3 and
+    // counts 1.
+    let counted = "tollgate_llm_prompt_strings_total{kind=\"counted\"} 4\n";
+    let remembered = "tollgate_llm_prompt_strings_total{kind=\"remembered\"} 5\n";
+    metrics_when(&gw, |t| t.contains(counted) && t.contains(remembered)).await;
 }

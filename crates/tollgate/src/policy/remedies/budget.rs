@@ -93,6 +93,7 @@ impl RemedyKind for Kind {
             block_unpriced: !r.spec.allow_unpriced,
             settings: llm::Settings {
                 keep_prompt: b.counts_prompts,
+                prompt_strings: llm::PromptStrings::of(b.metrics),
                 ..llm::Settings::default()
             },
             actions: b.actions(),

@@ -90,6 +90,7 @@ impl RemedyKind for Kind {
             resource,
             settings: llm::Settings {
                 keep_prompt: b.counts_prompts,
+                prompt_strings: llm::PromptStrings::of(b.metrics),
                 ..llm::Settings::default()
             },
             actions: b.actions(),

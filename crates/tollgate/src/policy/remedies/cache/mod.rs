@@ -302,7 +302,7 @@ impl Cache {
         mut fill: Fill,
     ) -> Result<Fill, Response<Body>> {
         match self.store.claim(key).await {
-            Ok(Claim::Found(e))
+            Ok(Claim::Found(e, _))
                 if e.matches(&x.parts.headers) && e.fresh_until_ms > clock::now_ms() =>
             {
                 drop(fill);
@@ -311,11 +311,11 @@ impl Cache {
                 note_saved(x, e.llm.clone());
                 Err(self.hit(&e, &x.method))
             }
-            Ok(Claim::Fetch(flight)) => {
+            Ok(Claim::Fetch(flight) | Claim::Found(_, flight)) => {
                 fill.flight = flight;
                 Ok(fill)
             }
-            _ => Ok(fill),
+            Err(_) => Ok(fill),
         }
     }
 

@@ -133,13 +133,17 @@ impl SharedCache {
     }
 
     /// The entry on the store, fresh enough to keep, kept in this replica's memory too;
-    /// `None` when there is none (or Redis cannot say).
-    async fn read(&self, k: &Key, key: &str) -> Option<Arc<Entry>> {
+    /// `None` when there is none (or Redis cannot say). A value that is not an entry is
+    /// counted where `count_corrupt` (a request's first look, not its claim's looks
+    /// again: one count per request that met it).
+    async fn read(&self, k: &Key, key: &str, count_corrupt: bool) -> Option<Arc<Entry>> {
         let Ok(Some(value)) = self.store.value(k, self.max_record).await else {
             return None;
         };
         let Some(entry) = decode(&value) else {
-            self.corrupt.inc();
+            if count_corrupt {
+                self.corrupt.inc();
+            }
             return None;
         };
         if entry.keep_until_ms <= clock::now_ms() {
@@ -160,7 +164,7 @@ impl CacheStore for SharedCache {
         let k = self.key(key);
         let key = key.to_owned();
         StoreFuture::Pending(Box::pin(async move {
-            Ok(self.read(&k, &key).await.map(|e| (e, true)))
+            Ok(self.read(&k, &key, true).await.map(|e| (e, true)))
         }))
     }
 
@@ -184,12 +188,22 @@ impl CacheStore for SharedCache {
             loop {
                 match self.store.lease(&lock, 1, ttl).await {
                     Ok(Some(id)) => {
-                        let store = self.store.clone();
-                        return Ok(Claim::Fetch(Some(Flight {
-                            store,
+                        let flight = Flight {
+                            store: self.store.clone(),
                             key: lock,
                             id,
-                        })));
+                        };
+                        // A holder stores its entry before it gives the lease back, but
+                        // the entry may have come between this replica's last look and
+                        // the lease it just took (the holder stored it and let go in
+                        // between): looked for once more, now that no one else can be
+                        // fetching, so that it is not fetched twice. Found, it comes
+                        // with the lease, which the request keeps if the entry does not
+                        // serve it (stale, or stored for other values of `Vary`).
+                        return Ok(match self.read(&entry, &key, false).await {
+                            Some(e) => Claim::Found(e, Some(flight)),
+                            None => Claim::Fetch(Some(flight)),
+                        });
                     }
                     Ok(None) => {}
                     Err(_) => return Ok(Claim::Fetch(None)),
@@ -199,8 +213,8 @@ impl CacheStore for SharedCache {
                         return Ok(Claim::Fetch(None));
                     }
                     tokio::time::sleep(POLL).await;
-                    if let Some(e) = self.read(&entry, &key).await {
-                        return Ok(Claim::Found(e));
+                    if let Some(e) = self.read(&entry, &key, false).await {
+                        return Ok(Claim::Found(e, None));
                     }
                     if self.store.leased(&lock).await.unwrap_or(0) == 0 {
                         break;

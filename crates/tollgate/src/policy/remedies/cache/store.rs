@@ -125,8 +125,9 @@ pub enum Claim {
     /// Fetch from the provider; with a shared store, holding the flight's lease (given
     /// back when dropped, once the entry is stored).
     Fetch(Option<Flight>),
-    /// Another replica stored it while this one waited.
-    Found(Arc<Entry>),
+    /// Another replica stored it while this one waited, or just before this one took
+    /// the lease (then held, for a fetch if the entry does not serve the request).
+    Found(Arc<Entry>, Option<Flight>),
 }
 
 pub struct MemoryCache {

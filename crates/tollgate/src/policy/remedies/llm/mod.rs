@@ -11,6 +11,7 @@ use crate::error::ProxyError;
 use crate::fields::units::{Int, Size};
 use crate::llm::prices::{Price, Prices};
 use crate::llm::{Call, request};
+use crate::metrics::sharded::ShardedCounter;
 use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -33,6 +34,51 @@ pub struct Settings {
     pub prices: Arc<Prices>,
     /// `fallback` and `fallback_on`, when the list has entries.
     pub fallback: Option<fallback::Spec>,
+    /// Where a remedy that reserves counts how its prompts' strings were counted.
+    pub prompt_strings: PromptStrings,
+}
+
+/// `tollgate_llm_prompt_strings_total`'s two series, counted by each call's worker.
+#[derive(Clone, Default)]
+pub struct PromptStrings {
+    counted: ShardedCounter,
+    remembered: ShardedCounter,
+}
+
+impl PromptStrings {
+    /// The series of `metrics`.
+    pub fn of(metrics: &crate::metrics::Metrics) -> Self {
+        let series = |kind| {
+            let labels = crate::metrics::KindLabels { kind };
+            metrics.llm_prompt_strings.get_or_create(&labels).clone()
+        };
+        PromptStrings {
+            counted: series("counted"),
+            remembered: series("remembered"),
+        }
+    }
+
+    fn note(&self, s: crate::llm::counts::Strings) {
+        if s.counted > 0 {
+            self.counted.inc_by(s.counted);
+        }
+        if s.remembered > 0 {
+            self.remembered.inc_by(s.remembered);
+        }
+    }
+}
+
+/// Counters are where the settings count, not part of what they are.
+impl PartialEq for PromptStrings {
+    fn eq(&self, _: &PromptStrings) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for PromptStrings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PromptStrings")
+    }
 }
 
 impl Default for Settings {
@@ -114,6 +160,7 @@ fn spec(raw: &RawLlm) -> Settings {
         max_body: raw.max_body.get(),
         prices: Arc::new(Prices::new(raw.prices.clone())),
         fallback: None,
+        prompt_strings: PromptStrings::default(),
     }
 }
 
@@ -203,7 +250,8 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
 /// reserves; see [`Call::count_prompt`]): the body as the call's read saw it.
 pub fn count_prompt(x: &mut Exchange, settings: &Settings) {
     if let Some(c) = x.locals.get_mut::<Call>() {
-        c.count_prompt(x.buffered.as_ref().filter(|b| b.len() <= settings.max_body));
+        let body = x.buffered.as_ref().filter(|b| b.len() <= settings.max_body);
+        settings.prompt_strings.note(c.count_prompt(body));
     }
 }
 
