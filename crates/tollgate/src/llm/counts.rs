@@ -1,11 +1,11 @@
 //! Prompt strings' token counts, remembered per thread: an agent resends its system
 //! prompt, its tools and its whole conversation with every turn, and the tokenizer
-//! costs about 45 ns a byte where hashing the string costs a quarter of one. Each string is
-//! counted once and found again by a keyed hash of its encoding and text (SipHash with
-//! a key drawn per thread, so that no client can write a text that passes for another
-//! one). The memory is two generations of at most [`GENERATION`] strings: a string seen
-//! in the older one is moved into the newer one, and when the newer one fills, the
-//! older one is forgotten — bounded, and what keeps coming back stays.
+//! costs about 45 ns a byte where hashing the string costs a quarter of one. Each
+//! string is counted once and found again by a keyed hash of its encoding and text
+//! (SipHash with a key drawn per thread, so that no client can write a text that passes
+//! for another one). The memory is two generations of at most [`GENERATION`] strings:
+//! a string seen in the older one is moved into the newer one, and when the newer one
+//! fills, the older one is forgotten — bounded, and what keeps coming back stays.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
