@@ -58,9 +58,6 @@ pub struct Memory {
     newer: Generation,
     older: Generation,
     capacity: usize,
-    /// Strings found, and strings counted by the tokenizer.
-    pub found: u64,
-    pub counted: u64,
 }
 
 impl Memory {
@@ -71,41 +68,32 @@ impl Memory {
             newer: Generation::default(),
             older: Generation::default(),
             capacity: capacity.max(1),
-            found: 0,
-            counted: 0,
         }
     }
 
-    /// The tokens of `text` in `encoding` (any value naming the encoding), remembered, or
-    /// counted by `count` and remembered.
+    /// The tokens of `text` in `encoding` (any value naming the encoding), and whether
+    /// they were remembered (else counted by `count`, and remembered now).
     pub fn tokens<E: std::hash::Hash>(
         &mut self,
         encoding: E,
         text: &str,
         count: impl FnOnce(&str) -> u64,
-    ) -> u64 {
+    ) -> (u64, bool) {
         let h = self.key.hash_one((encoding, text));
         let len = text.len();
         if let Some(c) = self.newer.get(&h).filter(|c| c.len == len) {
-            self.found += 1;
-            return c.tokens;
+            return (c.tokens, true);
         }
-        let tokens = match self.older.remove(&h).filter(|c| c.len == len) {
-            Some(c) => {
-                self.found += 1;
-                c.tokens
-            }
-            None => {
-                self.counted += 1;
-                count(text)
-            }
+        let (tokens, remembered) = match self.older.remove(&h).filter(|c| c.len == len) {
+            Some(c) => (c.tokens, true),
+            None => (count(text), false),
         };
         if self.newer.len() >= self.capacity {
             std::mem::swap(&mut self.newer, &mut self.older);
             self.newer.clear();
         }
         self.newer.insert(h, Counted { len, tokens });
-        tokens
+        (tokens, remembered)
     }
 }
 
@@ -123,9 +111,8 @@ pub fn tokens<E: std::hash::Hash>(
 ) -> u64 {
     MEMORY.with(|m| match m.try_borrow_mut() {
         Ok(mut m) => {
-            let before = m.counted;
-            let n = m.tokens(encoding, text, count);
-            match m.counted == before {
+            let (n, remembered) = m.tokens(encoding, text, count);
+            match remembered {
                 true => strings.remembered += 1,
                 false => strings.counted += 1,
             }
@@ -151,12 +138,13 @@ mod tests {
     #[test]
     fn a_string_is_counted_once_and_then_found() {
         let mut m = Memory::new(8);
-        assert_eq!(m.tokens(1u8, "hello", bytes), 5);
-        assert_eq!(m.tokens(1u8, "hello", |_| panic!("counted again")), 5);
-        assert_eq!((m.found, m.counted), (1, 1));
+        assert_eq!(m.tokens(1u8, "hello", bytes), (5, false));
+        assert_eq!(
+            m.tokens(1u8, "hello", |_| panic!("counted again")),
+            (5, true)
+        );
         // Another encoding is another count.
-        assert_eq!(m.tokens(2u8, "hello", |_| 7), 7);
-        assert_eq!((m.found, m.counted), (1, 2));
+        assert_eq!(m.tokens(2u8, "hello", |_| 7), (7, false));
     }
 
     #[test]
@@ -164,14 +152,12 @@ mod tests {
         let mut m = Memory::new(4);
         m.tokens(0u8, "kept", bytes);
         for i in 0..20 {
-            m.tokens(0u8, &format!("once {i}"), bytes);
+            assert!(!m.tokens(0u8, &format!("once {i}"), bytes).1);
             // Asked for again between the others: moved forward each time it is found.
-            assert_eq!(m.tokens(0u8, "kept", |_| panic!("forgotten")), 4);
+            assert_eq!(m.tokens(0u8, "kept", |_| panic!("forgotten")), (4, true));
         }
         // A string not asked for again is gone after two generations.
-        let before = m.counted;
-        m.tokens(0u8, "once 0", bytes);
-        assert_eq!(m.counted, before + 1);
+        assert_eq!(m.tokens(0u8, "once 0", bytes), (6, false));
         assert!(m.newer.len() <= 4 && m.older.len() <= 4);
     }
 }
