@@ -643,6 +643,8 @@ impl Remedy for CacheStage {
             }
             // Single-flight: at most one round of waiting for another request's fetch.
             let mut waited = false;
+            // This request's ticket to fetch, held while it looks at the store once more.
+            let mut ticket = None;
             let fill = loop {
                 if passed {
                     // No entry since the mark (the generation did not move): a miss
@@ -696,12 +698,20 @@ impl Remedy for CacheStage {
                     }
                     break (None, stale);
                 }
+                if let Some(fill) = ticket.take() {
+                    break (Some(fill), stale);
+                }
                 match c.join_or_fill(&key) {
                     Ok(fill) if c.store.shared() => match c.claim(x, &key, fill).await {
                         Ok(fill) => break (Some(fill), stale),
                         Err(answer) => return Ok(Flow::Answer(answer)),
                     },
-                    Ok(fill) => break (Some(fill), stale),
+                    // A fetch that ended between this request's look and its ticket (on
+                    // another worker) stored its entry before it gave its ticket back:
+                    // the store is looked at once more, the ticket held meanwhile so that
+                    // no other request starts a fetch (a shared store's claim does the
+                    // same on Redis).
+                    Ok(fill) => ticket = Some(fill),
                     Err(_) if waited => break (None, stale),
                     Err(mut rx) => {
                         c.actions.record(x, Action::Coalesced);
@@ -710,6 +720,8 @@ impl Remedy for CacheStage {
                     }
                 }
             };
+            // Held only if the look found the key passed since: no fetch to share.
+            drop(ticket);
             let (fill, stale) = fill;
             if let Some(e) = &stale {
                 add_validators(x, e);
