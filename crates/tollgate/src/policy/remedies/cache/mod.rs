@@ -306,10 +306,7 @@ impl Cache {
                 if e.matches(&x.parts.headers) && e.fresh_until_ms > clock::now_ms() =>
             {
                 drop(fill);
-                self.actions.record(x, Action::SharedHit);
-                x.locals.insert(CacheStatus::SharedHit);
-                note_saved(x, e.llm.clone());
-                Err(self.hit(&e, &x.method))
+                Err(self.found(x, &e, true))
             }
             Ok(Claim::Fetch(flight) | Claim::Found(_, flight)) => {
                 fill.flight = flight;
@@ -317,6 +314,19 @@ impl Cache {
             }
             Err(_) => Ok(fill),
         }
+    }
+
+    /// Answers `x` from `e`, found in the store (`shared`: read from Redis): the hit
+    /// counted, and what it saved noted.
+    fn found(&self, x: &mut Exchange, e: &Entry, shared: bool) -> Response<Body> {
+        let (action, status) = match shared {
+            true => (Action::SharedHit, CacheStatus::SharedHit),
+            false => (Action::Hit, CacheStatus::Hit),
+        };
+        self.actions.record(x, action);
+        x.locals.insert(status);
+        note_saved(x, e.llm.clone());
+        self.hit(e, &x.method)
     }
 
     /// Joins the fetch of `key` in progress, or starts one (returns its ticket).
@@ -678,14 +688,7 @@ impl Remedy for CacheStage {
                     {
                         f.keep(&key, e, generation, now);
                     }
-                    let (action, status) = match from_shared {
-                        true => (Action::SharedHit, CacheStatus::SharedHit),
-                        false => (Action::Hit, CacheStatus::Hit),
-                    };
-                    c.actions.record(x, action);
-                    x.locals.insert(status);
-                    note_saved(x, e.llm.clone());
-                    return Ok(Flow::Answer(c.hit(e, &x.method)));
+                    return Ok(Flow::Answer(c.found(x, e, from_shared)));
                 }
                 let stale = found.filter(|e| s.revalidate && e.has_validators());
                 // `get`, not `contains_key`: a use keeps the entry alive.
@@ -706,11 +709,9 @@ impl Remedy for CacheStage {
                         Ok(fill) => break (Some(fill), stale),
                         Err(answer) => return Ok(Flow::Answer(answer)),
                     },
-                    // A fetch that ended between this request's look and its ticket (on
-                    // another worker) stored its entry before it gave its ticket back:
-                    // the store is looked at once more, the ticket held meanwhile so that
-                    // no other request starts a fetch (a shared store's claim does the
-                    // same on Redis).
+                    // A fetch ending on another worker between this look and the ticket
+                    // stored its entry first: looked at once more, the ticket held (a
+                    // shared store's claim does the same on Redis).
                     Ok(fill) => ticket = Some(fill),
                     Err(_) if waited => break (None, stale),
                     Err(mut rx) => {
