@@ -82,6 +82,9 @@ pub const SHIPPED: &[(&str, Price)] = &[
     ("gemini-2.0-flash", p(0.10, 0.025, 0.40)),
 ];
 
+/// Models whose prices each thread remembers ([`Prices::remembered`]).
+const REMEMBERED: usize = 8;
+
 /// A policy's table: its own entries first, then the shipped ones.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Prices {
@@ -96,37 +99,31 @@ impl Prices {
         Self { own }
     }
 
-    /// [`Prices::of`], the last table and model asked on this thread remembered: a call
-    /// is priced on admission and again when it ends, and a gateway's calls mostly name
-    /// the same few models (two binary searches of the tables take some 350
-    /// instructions). The table is held, not only its address, so that a table freed by
-    /// a reload cannot be taken for a new one allocated at the same place.
+    /// [`Prices::of`], the last [`REMEMBERED`] tables and models asked on this thread
+    /// remembered: a call is priced on admission by the model it asks for and when it
+    /// ends by the one its answer names (often a dated snapshot of it), and a gateway's
+    /// calls mostly name the same few models (two binary searches of the tables take
+    /// some 350 instructions). The table is held, not only its address, so that a table
+    /// freed by a reload cannot be taken for a new one allocated at the same place.
     pub fn remembered(table: &std::sync::Arc<Prices>, model: &str) -> Option<Price> {
-        type Last = Option<(std::sync::Arc<Prices>, String, Option<Price>)>;
+        type Last = Vec<(std::sync::Arc<Prices>, String, Option<Price>)>;
         thread_local! {
-            static LAST: std::cell::RefCell<Last> = const { std::cell::RefCell::new(None) };
+            static LAST: std::cell::RefCell<Last> = const { std::cell::RefCell::new(Vec::new()) };
         }
         LAST.with(|last| {
             let Ok(mut last) = last.try_borrow_mut() else {
                 return table.of(model);
             };
-            match &mut *last {
-                Some((t, m, p)) if std::sync::Arc::ptr_eq(t, table) && m == model => *p,
-                Some((t, m, p)) => {
-                    *p = table.of(model);
-                    if !std::sync::Arc::ptr_eq(t, table) {
-                        *t = table.clone();
-                    }
-                    m.clear();
-                    m.push_str(model);
-                    *p
-                }
-                None => {
-                    let p = table.of(model);
-                    *last = Some((table.clone(), model.to_owned(), p));
-                    p
-                }
+            let same = |(t, m, _): &&(_, String, _)| std::sync::Arc::ptr_eq(t, table) && m == model;
+            if let Some((_, _, p)) = last.iter().find(same) {
+                return *p;
             }
+            let p = table.of(model);
+            if last.len() >= REMEMBERED {
+                last.pop();
+            }
+            last.insert(0, (table.clone(), model.to_owned(), p));
+            p
         })
     }
 
@@ -235,7 +232,7 @@ mod tests {
         use std::sync::Arc;
         let own = Arc::new(Prices::new([("gpt-4o".to_owned(), p(1.0, 0.5, 2.0))]));
         let shipped = Arc::new(Prices::default());
-        let input = |t: &Arc<Prices>, m| Prices::remembered(t, m).map(|p| p.input);
+        let input = |t: &Arc<Prices>, m: &str| Prices::remembered(t, m).map(|p| p.input);
         for _ in 0..2 {
             assert_eq!(input(&own, "gpt-4o"), Some(1.0));
             assert_eq!(input(&own, "gpt-4o"), Some(1.0));
@@ -243,6 +240,20 @@ mod tests {
             assert_eq!(input(&shipped, "gpt-4o"), Some(2.50));
             assert_eq!(input(&shipped, "llama3"), None);
             assert_eq!(input(&shipped, "gpt-4o-mini"), Some(0.15));
+        }
+        // More models than are remembered, asked in turn: each its own price.
+        let names: Vec<&str> = SHIPPED
+            .iter()
+            .map(|(n, _)| *n)
+            .take(REMEMBERED + 3)
+            .collect();
+        for _ in 0..3 {
+            for n in &names {
+                let dated = format!("{n}-2025-01-01");
+                for m in [*n, dated.as_str()] {
+                    assert_eq!(input(&shipped, m), shipped.of(m).map(|p| p.input), "{m}");
+                }
+            }
         }
         // A table dropped and another made in its place is not taken for it.
         drop(own);
