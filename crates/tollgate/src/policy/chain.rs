@@ -32,14 +32,62 @@ pub enum Flow {
     Answer(Response<Body>),
 }
 
+/// What a request phase returns: its outcome when it decided without waiting (a memory
+/// store's count, a header checked, a worker's own cache copy), or the future to wait on.
+/// Only a phase that waits pays for a boxed future: most matched requests decide every
+/// phase at once.
+pub enum Phase<'a> {
+    Now(Result<Flow, ProxyError>),
+    Wait(BoxFuture<'a, Result<Flow, ProxyError>>),
+}
+
+impl<'a> Phase<'a> {
+    /// Decided: go on to the next stage.
+    pub fn next() -> Self {
+        Phase::Now(Ok(Flow::Continue))
+    }
+
+    /// A phase that waits: `f`, boxed.
+    pub fn wait(f: impl Future<Output = Result<Flow, ProxyError>> + Send + 'a) -> Self {
+        Phase::Wait(Box::pin(f))
+    }
+
+    /// `f` decided at once when `now` says every future it awaits answers ready (the
+    /// stores it reads are this process's memory: [`crate::policy::store::StoreFuture::Ready`]),
+    /// else boxed to wait on. Should such an `f` still wait, the request gets an internal
+    /// error rather than a phase run twice.
+    pub fn decided(
+        now: bool,
+        f: impl Future<Output = Result<Flow, ProxyError>> + Send + 'a,
+    ) -> Self {
+        if !now {
+            return Phase::wait(f);
+        }
+        Phase::Now(
+            futures_util::FutureExt::now_or_never(f).unwrap_or(Err(ProxyError::Internal(
+                "a request phase in memory waited",
+            ))),
+        )
+    }
+
+    /// Its outcome, waited for when it has to be.
+    pub async fn outcome(self) -> Result<Flow, ProxyError> {
+        match self {
+            Phase::Now(r) => r,
+            Phase::Wait(f) => f.await,
+        }
+    }
+}
+
 /// An attempt's outcome, as the attempt stack sees it.
 pub type Outcome<'a> = Result<&'a http::response::Parts, &'a ProxyError>;
 
 /// One remedy as it runs on the request: the hooks every stage has. Only `request` is
 /// required.
 pub trait Remedy: Send + Sync + 'static {
-    /// The request phase: change the request, answer it, or wait.
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>>;
+    /// The request phase: change the request, answer it, or wait ([`Phase::Now`] when it
+    /// decides without waiting).
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a>;
 
     /// The response phase (reverse order): may change the head or wrap the body.
     fn response(&self, _x: &mut Exchange, resp: Response<Body>) -> Response<Body> {

@@ -7,7 +7,7 @@
 //! send is the same future an unmatched request's is. Both run the attempt stack the
 //! same way (`before_attempt`, `after_attempt`).
 
-use super::chain::{Attempt, Chain, Exchange, Flow};
+use super::chain::{Attempt, Chain, Exchange, Flow, Phase};
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
@@ -292,7 +292,11 @@ async fn request_stack(
 ) -> Result<Option<(Response<Body>, usize)>, ProxyError> {
     for (i, r) in chain.remedies.iter().enumerate() {
         x.started(i);
-        if let Flow::Answer(resp) = r.request(x).await? {
+        let flow = match r.request(x) {
+            Phase::Now(flow) => flow,
+            Phase::Wait(f) => f.await,
+        };
+        if let Flow::Answer(resp) = flow? {
             return Ok(Some((resp, i + 1)));
         }
     }
@@ -430,5 +434,105 @@ impl crate::body::Watch for Ending {
 
     fn end(&mut self, _complete: bool) {
         self.exchange.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::chain::Phase;
+    use std::sync::Arc;
+
+    /// The first policy's chain of `yaml`, as a worker runs it.
+    fn chain(yaml: &str) -> Arc<Chain> {
+        let config = crate::config::Config::from_yaml(yaml).expect("a valid config");
+        let metrics = crate::metrics::Metrics::default();
+        let store = crate::policy::store::build(&config.store, &metrics).expect("a store");
+        let engine = crate::policy::Engine::build(&config.policies, None, &store, &metrics);
+        engine.for_worker().chains[0].clone()
+    }
+
+    /// How each request phase of `chain` went for one request: `now` (decided at once),
+    /// `refused` (decided at once, with an error), `wait` (a future to wait on).
+    fn phases(chain: &Arc<Chain>) -> Vec<&'static str> {
+        let req = http::Request::get("http://api.example.com/v1/items")
+            .header("x-team", "a")
+            .body(crate::body::empty())
+            .unwrap();
+        let target =
+            crate::target::Target::parse(crate::target::Scheme::Http, "api.example.com").unwrap();
+        let mut x = Exchange::new(chain.clone(), req, target);
+        chain
+            .remedies
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                x.started(i);
+                match r.request(&mut x) {
+                    Phase::Now(Ok(_)) => "now",
+                    Phase::Now(Err(_)) => "refused",
+                    Phase::Wait(_) => "wait",
+                }
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn remedies_counting_in_memory_decide_without_waiting() {
+        let c = chain(
+            "policies:
+  - name: p
+    timeouts: {total: 30s}
+    header_guard: {require: [x-team]}
+    request: {set_headers: {x-a: b}}
+    breaker: {consecutive_failures: 3}
+    provider_throttling: {}
+    quota: {limit: 10, per: day}
+    rate_limit: {limit: 2, window: hour, refund_on: [304]}
+    response: {set_headers: {x-b: c}}
+",
+        );
+        let all_now = vec!["now"; c.remedies.len()];
+        assert_eq!(phases(&c), all_now);
+        assert_eq!(phases(&c), all_now);
+        let third = phases(&c);
+        let limit = c.names.iter().position(|n| *n == "rate_limit").unwrap();
+        assert_eq!(
+            third[limit], "refused",
+            "over the rate limit: refused at once, {third:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_phase_that_must_wait_is_a_future() {
+        // Over the limit with a queue: the request waits in it.
+        let queued = chain(
+            "policies:
+  - name: p
+    rate_limit: {limit: 1, window: hour, queue: {size: 10, max_wait: 1h}}
+",
+        );
+        assert_eq!(phases(&queued), ["now"]);
+        assert_eq!(phases(&queued), ["wait"]);
+        // A JSON edit reads the body; a cache looks at its store for a key this worker's
+        // copy does not answer.
+        let reading = chain(
+            "policies:
+  - name: p
+    request: {json_set: {/stream: false}}
+    cache: {ttl: 1m}
+",
+        );
+        assert_eq!(phases(&reading), ["wait", "wait"]);
+    }
+
+    #[tokio::test]
+    async fn a_phase_decided_in_memory_that_waits_is_an_error_not_a_hang() {
+        let waits = Phase::decided(true, std::future::pending());
+        assert!(matches!(waits, Phase::Now(Err(ProxyError::Internal(_)))));
+        let ready = Phase::decided(true, std::future::ready(Ok(Flow::Continue)));
+        assert!(matches!(ready, Phase::Now(Ok(Flow::Continue))));
+        let shared = Phase::decided(false, std::future::ready(Ok(Flow::Continue)));
+        assert!(matches!(shared, Phase::Wait(_)));
     }
 }

@@ -147,6 +147,24 @@ impl Limit {
             .await
     }
 
+    /// [`Limit::take`] decided at once, where every store it counts in is this process's
+    /// memory (its parents' too): `None` where one is shared, whose answer is waited for.
+    /// Memory answers every call ready ([`super::store::StoreFuture::Ready`]), so one
+    /// poll completes the take and nothing is boxed or waited on.
+    pub fn take_now(&self, h: &HeaderMap) -> Option<Result<Taken, OverLimit>> {
+        if !self.answers_now() {
+            return None;
+        }
+        let taken = futures_util::FutureExt::now_or_never(self.take(h));
+        debug_assert!(taken.is_some(), "a memory store's take waited");
+        taken
+    }
+
+    /// Whether every store this limit counts in answers at once (none is shared).
+    fn answers_now(&self) -> bool {
+        !self.store.shared() && self.parent.as_ref().is_none_or(|p| p.answers_now())
+    }
+
     /// Counts `n` (tokens, nano-dollars) if they fit, exactly (never through a batching
     /// store's blocks: what is reserved is corrected later by [`Limit::adjust`]); what
     /// they were counted in comes back in [`Taken::counted`].

@@ -9,7 +9,9 @@ use crate::fields::Errors;
 use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy};
+use crate::policy::chain::{
+    AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Phase, Remedy,
+};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -398,8 +400,9 @@ impl Remedy for Breaker {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        // Its state in this process's memory: decided at once.
+        Phase::decided(!self.resource.store.shared(), async move {
             self.resource.admit(x, &self.actions).await?;
             Ok(Flow::Continue)
         })

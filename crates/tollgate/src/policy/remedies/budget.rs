@@ -10,7 +10,7 @@ use crate::fields::Errors;
 use crate::llm::Call;
 use crate::llm::prices::{Prices, cost_nanos, dollars};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -167,8 +167,8 @@ impl Remedy for Budget {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }

@@ -6,7 +6,7 @@
 use crate::error::{ProxyError, Refusal, Rejection};
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
@@ -247,8 +247,8 @@ impl Remedy for Concurrency {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             let r = &self.resource;
             let key = r.key(&x.parts.headers);
             let first = match &r.queue {

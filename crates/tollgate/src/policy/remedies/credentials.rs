@@ -9,7 +9,7 @@ use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur};
 use crate::fields::{Errors, as_written};
 use crate::policy::chain::{
-    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Remedy,
+    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Outcome, Phase, Remedy,
 };
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -253,8 +253,8 @@ impl Remedy for Credentials {
         )))
     }
 
-    fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(std::future::ready(Ok(Flow::Continue)))
+    fn request<'a>(&'a self, _x: &'a mut Exchange) -> Phase<'a> {
+        Phase::next()
     }
 }
 

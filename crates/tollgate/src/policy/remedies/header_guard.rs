@@ -6,7 +6,7 @@
 
 use crate::error::ProxyError;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::HeaderName;
@@ -83,7 +83,7 @@ pub struct HeaderGuard {
 }
 
 impl Remedy for HeaderGuard {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
         let missing = self.spec.require.iter().find(|h| {
             x.parts
                 .headers
@@ -104,6 +104,6 @@ impl Remedy for HeaderGuard {
                 )))
             }
         };
-        Box::pin(std::future::ready(result))
+        Phase::Now(result)
     }
 }

@@ -3,11 +3,10 @@
 //! `x-tollgate-generated: true`, like everything tollgate makes up.
 
 use crate::body::full;
-use crate::error::ProxyError;
 use crate::fields::Errors;
 use crate::headers::X_TOLLGATE_GENERATED;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
@@ -97,7 +96,7 @@ impl RemedyKind for Kind {
 }
 
 impl Remedy for MockStage {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
         let m = &self.mock;
         let flow = if m.applies(x) {
             self.actions.record(x, Action::Answered);
@@ -110,7 +109,7 @@ impl Remedy for MockStage {
         } else {
             Flow::Continue
         };
-        Box::pin(std::future::ready(Ok(flow)))
+        Phase::Now(Ok(flow))
     }
 }
 

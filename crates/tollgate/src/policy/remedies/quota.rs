@@ -7,12 +7,12 @@ use crate::error::{ProxyError, Refusal};
 use crate::fields::Errors;
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
-use crate::policy::limit::Limit;
 use crate::policy::limit::LimitSpec;
+use crate::policy::limit::{Limit, OverLimit, Taken};
 use crate::policy::limit::{Refunds, refund, refund_on, refusal};
 use crate::policy::spec::Resource;
 use crate::policy::window::Window;
@@ -138,6 +138,31 @@ fn resource(b: &mut Build<'_>, r: &Resource<QuotaSpec>) -> Arc<QuotaResource> {
     })
 }
 
+impl Quota {
+    /// The take's outcome: counted (kept for `refund_on`), or refused.
+    fn taken(&self, x: &mut Exchange, taken: Result<Taken, OverLimit>) -> Result<Flow, ProxyError> {
+        let r = &self.resource;
+        match taken {
+            Ok(t) => {
+                r.remaining.set(t.remaining as i64);
+                self.actions.record(x, Action::Allowed);
+                if !t.counted.is_empty() {
+                    x.locals
+                        .get_or_default::<Refunds>()
+                        .0
+                        .push((Kind::NAME, t.counted));
+                }
+                Ok(Flow::Continue)
+            }
+            Err(refused) => {
+                r.remaining.set(0);
+                self.actions.record(x, Action::Rejected);
+                Err(refusal(&QUOTA_EXCEEDED, &r.what, &refused))
+            }
+        }
+    }
+}
+
 impl Remedy for Quota {
     fn state(&self) -> Option<BoxFuture<'_, serde_json::Value>> {
         Some(Box::pin(async move {
@@ -154,28 +179,15 @@ impl Remedy for Quota {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
-            let r = &self.resource;
-            match r.limit.take(&x.parts.headers).await {
-                Ok(t) => {
-                    r.remaining.set(t.remaining as i64);
-                    self.actions.record(x, Action::Allowed);
-                    if !t.counted.is_empty() {
-                        x.locals
-                            .get_or_default::<Refunds>()
-                            .0
-                            .push((Kind::NAME, t.counted));
-                    }
-                    Ok(Flow::Continue)
-                }
-                Err(refused) => {
-                    r.remaining.set(0);
-                    self.actions.record(x, Action::Rejected);
-                    Err(refusal(&QUOTA_EXCEEDED, &r.what, &refused))
-                }
-            }
-        })
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        // A quota in this process's memory is decided at once.
+        match self.resource.limit.take_now(&x.parts.headers) {
+            Some(taken) => Phase::Now(self.taken(x, taken)),
+            None => Phase::wait(async move {
+                let taken = self.resource.limit.take(&x.parts.headers).await;
+                self.taken(x, taken)
+            }),
+        }
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {

@@ -6,13 +6,13 @@ use crate::body::Body;
 use crate::error::{ProxyError, Refusal, Reject, Rejection};
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::limit::{GroupFields, LimitSpec, groups, refund_on};
-use crate::policy::limit::{Limit, Refunds, refund, refusal};
+use crate::policy::limit::{Limit, OverLimit, Refunds, Taken, refund, refusal};
 use crate::policy::queue::{Left, NextFree, Queue};
 use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
@@ -43,6 +43,24 @@ pub struct RateLimit {
     pub actions: Actions<Action>,
 }
 
+impl RateLimit {
+    /// A request admitted: what it was counted in kept for `refund_on`.
+    fn counted(
+        &self,
+        x: &mut Exchange,
+        counted: Result<Vec<Key>, ProxyError>,
+    ) -> Result<Flow, ProxyError> {
+        let counted = counted?;
+        if !counted.is_empty() {
+            x.locals
+                .get_or_default::<Refunds>()
+                .0
+                .push((Kind::NAME, counted));
+        }
+        Ok(Flow::Continue)
+    }
+}
+
 crate::policy::actions::queue_actions! {
     /// What a rate limit did with a request.
     pub enum Action for "rate_limit" {
@@ -69,6 +87,38 @@ fn not_in_time(kind: Reject, what: &str, limit: u64, q: &Queue, at: Instant) -> 
     })
 }
 
+/// A rate limit's first try, decided: counted (what it was counted in, with
+/// `refund_on`: see [`crate::policy::limit::Taken`]) or refused; `Err(first)` when the
+/// request waits in the queue (`first`: the try that was refused, `None` when others
+/// were queued ahead of it and it did not try).
+type Decided = Result<Result<Vec<Key>, ProxyError>, Option<Result<Taken, OverLimit>>>;
+
+/// What the first try at a limit decides (`first`: `None` when others are queued ahead).
+fn decide(
+    diag: &mut Option<Box<crate::diagnosis::RequestDiag>>,
+    first: Option<Result<Taken, OverLimit>>,
+    queue: Option<&Queue>,
+    actions: &Actions<Action>,
+    kind: Reject,
+    what: &str,
+) -> Decided {
+    match (first, queue) {
+        (Some(Ok(t)), _) => {
+            actions.note(diag, Action::Allowed);
+            Ok(Ok(t.counted))
+        }
+        (Some(Err(r)), None) => {
+            actions.note(diag, Action::Rejected);
+            Ok(Err(refusal(kind, what, &r)))
+        }
+        (Some(Err(r)), Some(_)) if r.blocked => {
+            actions.note(diag, Action::Rejected);
+            Ok(Err(refusal(kind, what, &r)))
+        }
+        (first, _) => Err(first),
+    }
+}
+
 /// Takes a limit, waiting in its queue when it has one. Returns what the request was
 /// counted in when the limit has `refund_on` (see [`crate::policy::limit::Taken`]).
 pub async fn take_or_wait(
@@ -79,34 +129,36 @@ pub async fn take_or_wait(
     kind: Reject,
     what: &str,
 ) -> Result<Vec<Key>, ProxyError> {
-    let deadline = super::timeouts::deadline(x);
-    let (headers, diag) = (&x.parts.headers, &mut x.diag);
-    let give_up = x.give_up.as_deref();
     let first = match queue {
         Some(q) if !q.is_empty() => None,
-        _ => Some(limit.take(headers).await),
+        _ => Some(limit.take(&x.parts.headers).await),
     };
-    let refused = match (first, queue) {
-        (Some(Ok(t)), _) => {
-            actions.note(diag, Action::Allowed);
-            return Ok(t.counted);
-        }
-        (Some(Err(r)), None) => {
-            actions.note(diag, Action::Rejected);
-            return Err(refusal(kind, what, &r));
-        }
-        (Some(Err(r)), Some(_)) if r.blocked => {
-            actions.note(diag, Action::Rejected);
-            return Err(refusal(kind, what, &r));
-        }
-        (first, Some(q)) => (first, q),
-        (None, None) => unreachable!("no first try only with a queue"),
+    match decide(&mut x.diag, first, queue, actions, kind, what) {
+        Ok(decided) => decided,
+        Err(first) => wait(x, limit, queue, first, actions, kind, what).await,
+    }
+}
+
+/// A request the first try sent to the queue: held until a later window admits it, or
+/// refused at once when that window starts after the wait's deadline.
+async fn wait(
+    x: &mut Exchange,
+    limit: &Limit,
+    queue: Option<&Queue>,
+    first: Option<Result<Taken, OverLimit>>,
+    actions: &Actions<Action>,
+    kind: Reject,
+    what: &str,
+) -> Result<Vec<Key>, ProxyError> {
+    let Some(q) = queue else {
+        return Err(ProxyError::Internal("a rate limit waited without a queue"));
     };
-    let q = refused.1;
-    let deadline = wait_deadline(deadline, q);
+    let deadline = wait_deadline(super::timeouts::deadline(x), q);
+    let (headers, diag) = (&x.parts.headers, &mut x.diag);
+    let give_up = x.give_up.as_deref();
     // When the next window is known to start after the deadline, waiting cannot help.
     // (The limit that refused: a group's share or a parent's, when the first try says.)
-    let (opens, refused_by) = match refused.0 {
+    let (opens, refused_by) = match first {
         Some(Err(r)) => (Some(clock::instant_at(r.reset_ms)), r.limit),
         _ => (q.opens_at(), limit.spec.limit),
     };
@@ -218,26 +270,44 @@ impl Remedy for RateLimit {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
-            let r = &self.resource;
-            let counted = take_or_wait(
-                x,
-                &r.limit,
-                r.queue.as_ref(),
-                &self.actions,
-                &RATE_LIMITED,
-                &r.what,
-            )
-            .await?;
-            if !counted.is_empty() {
-                x.locals
-                    .get_or_default::<Refunds>()
-                    .0
-                    .push((Kind::NAME, counted));
-            }
-            Ok(Flow::Continue)
-        })
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        let r = &self.resource;
+        let (queue, what) = (r.queue.as_ref(), &r.what);
+        // A limit in this process's memory, with no one queued ahead: decided at once.
+        let decided = match queue {
+            Some(q) if !q.is_empty() => None,
+            _ => r.limit.take_now(&x.parts.headers).map(|first| {
+                decide(
+                    &mut x.diag,
+                    Some(first),
+                    queue,
+                    &self.actions,
+                    &RATE_LIMITED,
+                    what,
+                )
+            }),
+        };
+        match decided {
+            Some(Ok(counted)) => Phase::Now(self.counted(x, counted)),
+            Some(Err(first)) => Phase::wait(async move {
+                let counted = wait(
+                    x,
+                    &r.limit,
+                    queue,
+                    first,
+                    &self.actions,
+                    &RATE_LIMITED,
+                    what,
+                )
+                .await;
+                self.counted(x, counted)
+            }),
+            None => Phase::wait(async move {
+                let counted =
+                    take_or_wait(x, &r.limit, queue, &self.actions, &RATE_LIMITED, what).await;
+                self.counted(x, counted)
+            }),
+        }
     }
 
     fn response(&self, x: &mut Exchange, resp: Response<Body>) -> Response<Body> {

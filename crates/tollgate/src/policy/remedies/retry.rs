@@ -21,7 +21,7 @@ use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, Int, Percent, SEC_MS, Size};
 use crate::headers::{X_SHOULD_RETRY, X_TOLLGATE_RETRIES};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{Attempts, BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Attempts, BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::failure::{Failure, Statuses, classify};
@@ -317,8 +317,8 @@ impl Remedy for RetryStage {
         }))))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             let r = &self.0;
             r.count_request().await;
             if let Some(d) = r.spec.deadline {

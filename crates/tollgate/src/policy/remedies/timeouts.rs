@@ -7,7 +7,7 @@
 use crate::body::{Body, BoxError, Watch, Watched};
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
-use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
@@ -74,12 +74,12 @@ pub fn deadline(x: &Exchange) -> Option<Instant> {
 }
 
 impl Remedy for Timeouts {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
         // The first stage: the engine's frame starts with it.
         if let Some(t) = self.total {
             x.locals.insert(Total(Instant::now() + t));
         }
-        Box::pin(std::future::ready(Ok(Flow::Continue)))
+        Phase::next()
     }
 
     fn response(&self, _x: &mut Exchange, resp: Response<Body>) -> Response<Body> {

@@ -4,10 +4,10 @@
 //! count to the answer's usage (policy::reserve). Over the limit: 429 `token_limited`
 //! with `Retry-After` to the next window.
 
-use crate::error::{ProxyError, Refusal};
+use crate::error::Refusal;
 use crate::fields::Errors;
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
@@ -139,8 +139,8 @@ impl Remedy for TokenLimit {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             if !llm::call(x, &self.settings).await? {
                 return Ok(Flow::Continue);
             }

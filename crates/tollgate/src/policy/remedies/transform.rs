@@ -5,7 +5,7 @@
 use crate::body::Body;
 use crate::error::ProxyError;
 use crate::fields::Errors;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use crate::policy::matcher::PathTemplate;
@@ -128,17 +128,21 @@ impl RemedyKind for RequestKind {
 }
 
 impl Remedy for RequestTransform {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
-            self.headers.apply(&mut x.parts.headers);
-            if let Some((pieces, template)) = &self.path {
-                rewrite_path(&mut x.parts.uri, pieces, template.as_ref())?;
-            }
-            if let Some(json) = &self.json {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        self.headers.apply(&mut x.parts.headers);
+        if let Some((pieces, template)) = &self.path
+            && let Err(e) = rewrite_path(&mut x.parts.uri, pieces, template.as_ref())
+        {
+            return Phase::Now(Err(e));
+        }
+        // Only a JSON edit reads the body, and waits for it.
+        match &self.json {
+            None => Phase::next(),
+            Some(json) => Phase::wait(async move {
                 edit_json(x, json).await?;
-            }
-            Ok(Flow::Continue)
-        })
+                Ok(Flow::Continue)
+            }),
+        }
     }
 }
 
@@ -323,8 +327,8 @@ impl RemedyKind for ResponseKind {
 }
 
 impl Remedy for ResponseTransform {
-    fn request<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(std::future::ready(Ok(Flow::Continue)))
+    fn request<'a>(&'a self, _x: &'a mut Exchange) -> Phase<'a> {
+        Phase::next()
     }
 
     fn response(&self, _x: &mut Exchange, mut resp: Response<Body>) -> Response<Body> {

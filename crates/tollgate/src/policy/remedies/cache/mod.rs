@@ -24,7 +24,7 @@ use crate::error::ProxyError;
 use crate::headers::X_TOLLGATE_CACHE;
 use crate::metrics::{Families, FloatCounter, LlmLabels, LlmTokenLabels, NameLabels};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -536,6 +536,174 @@ fn shared_cache(
     )
 }
 
+/// A request's key, and what this worker's copy said of it, for the look at the store.
+struct Look {
+    key: String,
+    generation: u64,
+    /// The copy to check against the store's entry (its source's address).
+    check: Option<usize>,
+    carries: control::Carries,
+}
+
+impl CacheStage {
+    /// The request's key, then this worker's copy: a hit there touches nothing another
+    /// worker writes, and a key it passes waits for no one. `Err`: the store is looked at
+    /// ([`CacheStage::look`]).
+    fn front(
+        &self,
+        x: &mut Exchange,
+        carries: control::Carries,
+        body: Option<&[u8]>,
+    ) -> Result<Flow, Look> {
+        let c = &self.cache;
+        let key = key::key(
+            &x.method,
+            x.target.authority.as_str(),
+            &x.parts.uri,
+            &x.parts.headers,
+            &c.spec.key_headers,
+            carries.authorization,
+            body,
+        );
+        let generation = c.generations.of(&key);
+        let mut check = None;
+        if let Some(f) = &self.front {
+            let now = clock::now_ms();
+            let accepts = |e: &Entry| e.matches(&x.parts.headers);
+            let mut saved = None;
+            let answer = |e: &Entry| {
+                saved = e.llm.clone();
+                c.hit(e, &x.method)
+            };
+            match f.serve(&key, generation, now, accepts, answer) {
+                front::Found::Served(resp) => {
+                    note_saved(x, saved);
+                    c.actions.record(x, Action::Hit);
+                    x.locals.insert(CacheStatus::Hit);
+                    return Ok(Flow::Answer(resp));
+                }
+                // No entry since the mark (the generation did not move): a miss that
+                // waits for no one.
+                front::Found::Pass => return Ok(self.missed(x, key, None, None, carries, true)),
+                front::Found::Check(source) => check = Some(source),
+                front::Found::Nothing => {}
+            }
+        }
+        Err(Look {
+            key,
+            generation,
+            check,
+            carries,
+        })
+    }
+
+    /// The store looked at for a key this worker's copy did not answer: a hit, or a miss
+    /// that fetches (single-flight: at most one round of waiting for another request's
+    /// fetch).
+    async fn look(&self, x: &mut Exchange, look: Look) -> Result<Flow, ProxyError> {
+        let c = &self.cache;
+        let s = &c.spec;
+        let Look {
+            key,
+            generation,
+            mut check,
+            carries,
+        } = look;
+        let mut waited = false;
+        // This request's ticket to fetch, held while it looks at the store once more.
+        let mut ticket = None;
+        let (fill, stale) = loop {
+            let (got, from_shared) = match c.store.get(&key).await {
+                Ok(Some((e, shared))) => (Some(e), shared),
+                _ => (None, false),
+            };
+            let empty = got.is_none();
+            let now = clock::now_ms();
+            let mut copied = false;
+            if let (Some(f), Some(source)) = (&self.front, check.take()) {
+                match &got {
+                    Some(e) if front::same(source, e) => {
+                        f.confirmed(&key, generation, now);
+                        copied = true;
+                    }
+                    _ => f.forget(&key),
+                }
+            }
+            // An entry stored for other values of the headers its response varied on
+            // is no entry for this request (the new response replaces it).
+            let found = got.filter(|e| e.matches(&x.parts.headers));
+            if let Some(e) = &found
+                && e.fresh_until_ms > now
+            {
+                if let Some(f) = &self.front
+                    && !copied
+                {
+                    f.keep(&key, e, generation, now);
+                }
+                return Ok(Flow::Answer(c.found(x, e, from_shared)));
+            }
+            let stale = found.filter(|e| s.revalidate && e.has_validators());
+            // `get`, not `contains_key`: a use keeps the entry alive.
+            if c.pass.get(&key).is_some() {
+                if let Some(f) = &self.front
+                    && empty
+                    && !waited
+                {
+                    f.pass(&key, generation, now);
+                }
+                break (None, stale);
+            }
+            if let Some(fill) = ticket.take() {
+                break (Some(fill), stale);
+            }
+            match c.join_or_fill(&key) {
+                Ok(fill) if c.store.shared() => match c.claim(x, &key, fill).await {
+                    Ok(fill) => break (Some(fill), stale),
+                    Err(answer) => return Ok(Flow::Answer(answer)),
+                },
+                // A fetch ending on another worker between this look and the ticket
+                // stored its entry first: looked at once more, the ticket held (a
+                // shared store's claim does the same on Redis).
+                Ok(fill) => ticket = Some(fill),
+                Err(_) if waited => break (None, stale),
+                Err(mut rx) => {
+                    c.actions.record(x, Action::Coalesced);
+                    waited = true;
+                    let _ = rx.wait_for(|done| *done).await;
+                }
+            }
+        };
+        // Held only if the look found the key passed since: no fetch to share.
+        drop(ticket);
+        if let Some(e) = &stale {
+            add_validators(x, e);
+        }
+        Ok(self.missed(x, key, fill, stale, carries, false))
+    }
+
+    /// A miss: the response to come is stored (or fills the key for those waiting) by
+    /// the response phase.
+    fn missed(
+        &self,
+        x: &mut Exchange,
+        key: String,
+        fill: Option<Fill>,
+        stale: Option<Arc<Entry>>,
+        carries: control::Carries,
+        passed: bool,
+    ) -> Flow {
+        self.cache.actions.record(x, Action::Miss);
+        x.locals.insert(PendingFill {
+            key,
+            stale,
+            fill,
+            authorization: carries.authorization,
+            request: (!passed).then(|| x.parts.headers.clone()),
+        });
+        Flow::Continue
+    }
+}
+
 impl Remedy for CacheStage {
     fn for_worker(&self) -> Option<Arc<dyn Remedy>> {
         Some(Arc::new(CacheStage {
@@ -590,152 +758,38 @@ impl Remedy for CacheStage {
         }))
     }
 
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
-            let c = &self.cache;
-            let s = &c.spec;
-            if c.on_shared_store {
-                c.follow(clock::now_ms());
-            }
-            let carries = control::Carries::of(&x.parts.headers);
-            if !s.methods.contains(&x.method) || carries.bypasses(&x.parts.headers) {
-                return Ok(bypass(x, c));
-            }
-            let body = if s.key_body {
-                let llm = x.method == Method::POST
-                    && crate::protocol::llm_api(&crate::policy::path::normalized(
-                        x.parts.uri.path(),
-                    ))
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        let c = &self.cache;
+        let s = &c.spec;
+        if c.on_shared_store {
+            c.follow(clock::now_ms());
+        }
+        let carries = control::Carries::of(&x.parts.headers);
+        if !s.methods.contains(&x.method) || carries.bypasses(&x.parts.headers) {
+            return Phase::Now(Ok(bypass(x, c)));
+        }
+        if !s.key_body {
+            // A hit on this worker's copy, or a key it passes, is decided at once.
+            return match self.front(x, carries, None) {
+                Ok(flow) => Phase::Now(Ok(flow)),
+                Err(look) => Phase::wait(self.look(x, look)),
+            };
+        }
+        Phase::wait(async move {
+            let llm = x.method == Method::POST
+                && crate::protocol::llm_api(&crate::policy::path::normalized(x.parts.uri.path()))
                     .is_some();
-                let digest = match x.buffer(s.max_entry).await? {
-                    Some(b) => key::body_digest(b, &s.key_ignore, llm, s.sampled),
-                    None => None,
-                };
-                match digest {
-                    Some(d) => Some(d),
-                    None => return Ok(bypass(x, c)),
-                }
-            } else {
-                None
+            let digest = match x.buffer(s.max_entry).await? {
+                Some(b) => key::body_digest(b, &s.key_ignore, llm, s.sampled),
+                None => None,
             };
-            let key = key::key(
-                &x.method,
-                x.target.authority.as_str(),
-                &x.parts.uri,
-                &x.parts.headers,
-                &s.key_headers,
-                carries.authorization,
-                body.as_ref().map(|d| &d[..]),
-            );
-            // This worker's copy first: a hit there touches nothing another worker writes.
-            let generation = c.generations.of(&key);
-            let mut check = None;
-            let mut passed = false;
-            if let Some(f) = &self.front {
-                let now = clock::now_ms();
-                let accepts = |e: &Entry| e.matches(&x.parts.headers);
-                let mut saved = None;
-                let answer = |e: &Entry| {
-                    saved = e.llm.clone();
-                    c.hit(e, &x.method)
-                };
-                match f.serve(&key, generation, now, accepts, answer) {
-                    front::Found::Served(resp) => {
-                        note_saved(x, saved);
-                        c.actions.record(x, Action::Hit);
-                        x.locals.insert(CacheStatus::Hit);
-                        return Ok(Flow::Answer(resp));
-                    }
-                    front::Found::Pass => passed = true,
-                    front::Found::Check(source) => check = Some(source),
-                    front::Found::Nothing => {}
-                }
-            }
-            // Single-flight: at most one round of waiting for another request's fetch.
-            let mut waited = false;
-            // This request's ticket to fetch, held while it looks at the store once more.
-            let mut ticket = None;
-            let fill = loop {
-                if passed {
-                    // No entry since the mark (the generation did not move): a miss
-                    // that waits for no one.
-                    break (None, None);
-                }
-                let (got, from_shared) = match c.store.get(&key).await {
-                    Ok(Some((e, shared))) => (Some(e), shared),
-                    _ => (None, false),
-                };
-                let empty = got.is_none();
-                let now = clock::now_ms();
-                let mut copied = false;
-                if let (Some(f), Some(source)) = (&self.front, check.take()) {
-                    match &got {
-                        Some(e) if front::same(source, e) => {
-                            f.confirmed(&key, generation, now);
-                            copied = true;
-                        }
-                        _ => f.forget(&key),
-                    }
-                }
-                // An entry stored for other values of the headers its response varied on
-                // is no entry for this request (the new response replaces it).
-                let found = got.filter(|e| e.matches(&x.parts.headers));
-                if let Some(e) = &found
-                    && e.fresh_until_ms > now
-                {
-                    if let Some(f) = &self.front
-                        && !copied
-                    {
-                        f.keep(&key, e, generation, now);
-                    }
-                    return Ok(Flow::Answer(c.found(x, e, from_shared)));
-                }
-                let stale = found.filter(|e| s.revalidate && e.has_validators());
-                // `get`, not `contains_key`: a use keeps the entry alive.
-                if c.pass.get(&key).is_some() {
-                    if let Some(f) = &self.front
-                        && empty
-                        && !waited
-                    {
-                        f.pass(&key, generation, now);
-                    }
-                    break (None, stale);
-                }
-                if let Some(fill) = ticket.take() {
-                    break (Some(fill), stale);
-                }
-                match c.join_or_fill(&key) {
-                    Ok(fill) if c.store.shared() => match c.claim(x, &key, fill).await {
-                        Ok(fill) => break (Some(fill), stale),
-                        Err(answer) => return Ok(Flow::Answer(answer)),
-                    },
-                    // A fetch ending on another worker between this look and the ticket
-                    // stored its entry first: looked at once more, the ticket held (a
-                    // shared store's claim does the same on Redis).
-                    Ok(fill) => ticket = Some(fill),
-                    Err(_) if waited => break (None, stale),
-                    Err(mut rx) => {
-                        c.actions.record(x, Action::Coalesced);
-                        waited = true;
-                        let _ = rx.wait_for(|done| *done).await;
-                    }
-                }
+            let Some(digest) = digest else {
+                return Ok(bypass(x, c));
             };
-            // Held only if the look found the key passed since: no fetch to share.
-            drop(ticket);
-            let (fill, stale) = fill;
-            if let Some(e) = &stale {
-                add_validators(x, e);
+            match self.front(x, carries, Some(&digest[..])) {
+                Ok(flow) => Ok(flow),
+                Err(look) => self.look(x, look).await,
             }
-            c.actions.record(x, Action::Miss);
-            x.locals.insert(PendingFill {
-                key,
-                stale,
-                fill,
-                authorization: carries.authorization,
-                request: (!passed).then(|| x.parts.headers.clone()),
-            });
-            Ok(Flow::Continue)
         })
     }
 

@@ -12,7 +12,7 @@ use crate::fields::units::{Int, Size};
 use crate::llm::prices::{Price, Prices};
 use crate::llm::{Call, request};
 use crate::metrics::sharded::ShardedCounter;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::{Method, Response, header};
@@ -167,8 +167,8 @@ fn spec(raw: &RawLlm) -> Settings {
 struct Llm(Settings);
 
 impl Remedy for Llm {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             call(x, &self.0).await?;
             Ok(Flow::Continue)
         })

@@ -11,7 +11,7 @@ use crate::fields::units::Size;
 use crate::mcp::rewrite::{self, Rewrite, Rewritten};
 use crate::mcp::{Call, Kind as MessageKind, NameGlob, names};
 use crate::policy::actions::Actions;
-use crate::policy::chain::{BoxFuture, Built, Exchange, Flow, Remedy};
+use crate::policy::chain::{Built, Exchange, Flow, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use http::{HeaderValue, Response, StatusCode, header};
@@ -170,8 +170,8 @@ pub struct Mcp {
 struct FilterList;
 
 impl Remedy for Mcp {
-    fn request<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async move {
+    fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
+        Phase::wait(async move {
             if crate::policy::mcp_call::call(x, self.spec.max_body)
                 .await?
                 .is_none()
