@@ -52,24 +52,6 @@ impl<'a> Phase<'a> {
         Phase::Wait(Box::pin(f))
     }
 
-    /// `f` decided at once when `now` says every future it awaits answers ready (the
-    /// stores it reads are this process's memory: [`crate::policy::store::StoreFuture::Ready`]),
-    /// else boxed to wait on. Should such an `f` still wait, the request gets an internal
-    /// error rather than a phase run twice.
-    pub fn decided(
-        now: bool,
-        f: impl Future<Output = Result<Flow, ProxyError>> + Send + 'a,
-    ) -> Self {
-        if !now {
-            return Phase::wait(f);
-        }
-        Phase::Now(
-            futures_util::FutureExt::now_or_never(f).unwrap_or(Err(ProxyError::Internal(
-                "a request phase in memory waited",
-            ))),
-        )
-    }
-
     /// Its outcome, waited for when it has to be.
     pub async fn outcome(self) -> Result<Flow, ProxyError> {
         match self {

@@ -485,7 +485,6 @@ mod tests {
     timeouts: {total: 30s}
     header_guard: {require: [x-team]}
     request: {set_headers: {x-a: b}}
-    breaker: {consecutive_failures: 3}
     provider_throttling: {}
     quota: {limit: 10, per: day}
     rate_limit: {limit: 2, window: hour, refund_on: [304]}
@@ -524,15 +523,5 @@ mod tests {
 ",
         );
         assert_eq!(phases(&reading), ["wait", "wait"]);
-    }
-
-    #[tokio::test]
-    async fn a_phase_decided_in_memory_that_waits_is_an_error_not_a_hang() {
-        let waits = Phase::decided(true, std::future::pending());
-        assert!(matches!(waits, Phase::Now(Err(ProxyError::Internal(_)))));
-        let ready = Phase::decided(true, std::future::ready(Ok(Flow::Continue)));
-        assert!(matches!(ready, Phase::Now(Ok(Flow::Continue))));
-        let shared = Phase::decided(false, std::future::ready(Ok(Flow::Continue)));
-        assert!(matches!(shared, Phase::Wait(_)));
     }
 }

@@ -401,8 +401,7 @@ impl Remedy for Breaker {
     }
 
     fn request<'a>(&'a self, x: &'a mut Exchange) -> Phase<'a> {
-        // Its state in this process's memory: decided at once.
-        Phase::decided(!self.resource.store.shared(), async move {
+        Phase::wait(async move {
             self.resource.admit(x, &self.actions).await?;
             Ok(Flow::Continue)
         })
