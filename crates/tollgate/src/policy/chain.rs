@@ -51,14 +51,6 @@ impl<'a> Phase<'a> {
     pub fn wait(f: impl Future<Output = Result<Flow, ProxyError>> + Send + 'a) -> Self {
         Phase::Wait(Box::pin(f))
     }
-
-    /// Its outcome, waited for when it has to be.
-    pub async fn outcome(self) -> Result<Flow, ProxyError> {
-        match self {
-            Phase::Now(r) => r,
-            Phase::Wait(f) => f.await,
-        }
-    }
 }
 
 /// An attempt's outcome, as the attempt stack sees it.
