@@ -407,6 +407,17 @@ pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
 #[derive(Default)]
 pub struct Refunds(pub Vec<(&'static str, Vec<Key>)>);
 
+/// Keeps what `stage` counted the request in (with `refund_on`; nothing otherwise) for
+/// [`refund`].
+pub fn keep_for_refund(x: &mut Exchange, stage: &'static str, counted: Vec<Key>) {
+    if !counted.is_empty() {
+        x.locals
+            .get_or_default::<Refunds>()
+            .0
+            .push((stage, counted));
+    }
+}
+
 /// Gives back what `stage` counted when the provider's answer is one of the limit's
 /// `refund_on` statuses (it did not charge the request). Whether it did.
 pub fn refund(x: &mut Exchange, stage: &str, limit: &Limit, status: http::StatusCode) -> bool {

@@ -13,7 +13,7 @@ use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::limit::LimitSpec;
 use crate::policy::limit::{Limit, OverLimit, Taken};
-use crate::policy::limit::{Refunds, refund, refund_on, refusal};
+use crate::policy::limit::{keep_for_refund, refund, refund_on, refusal};
 use crate::policy::spec::Resource;
 use crate::policy::window::Window;
 use http::Response;
@@ -146,12 +146,7 @@ impl Quota {
             Ok(t) => {
                 r.remaining.set(t.remaining as i64);
                 self.actions.record(x, Action::Allowed);
-                if !t.counted.is_empty() {
-                    x.locals
-                        .get_or_default::<Refunds>()
-                        .0
-                        .push((Kind::NAME, t.counted));
-                }
+                keep_for_refund(x, Kind::NAME, t.counted);
                 Ok(Flow::Continue)
             }
             Err(refused) => {

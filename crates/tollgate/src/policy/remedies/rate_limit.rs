@@ -12,7 +12,7 @@ use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
 use crate::policy::limit::{GroupFields, LimitSpec, groups, refund_on};
-use crate::policy::limit::{Limit, OverLimit, Refunds, Taken, refund, refusal};
+use crate::policy::limit::{Limit, OverLimit, Taken, keep_for_refund, refund, refusal};
 use crate::policy::queue::{Left, NextFree, Queue};
 use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
@@ -43,22 +43,10 @@ pub struct RateLimit {
     pub actions: Actions<Action>,
 }
 
-impl RateLimit {
-    /// A request admitted: what it was counted in kept for `refund_on`.
-    fn counted(
-        &self,
-        x: &mut Exchange,
-        counted: Result<Vec<Key>, ProxyError>,
-    ) -> Result<Flow, ProxyError> {
-        let counted = counted?;
-        if !counted.is_empty() {
-            x.locals
-                .get_or_default::<Refunds>()
-                .0
-                .push((Kind::NAME, counted));
-        }
-        Ok(Flow::Continue)
-    }
+/// A request admitted: what it was counted in kept for `refund_on`.
+fn admitted(x: &mut Exchange, counted: Result<Vec<Key>, ProxyError>) -> Result<Flow, ProxyError> {
+    keep_for_refund(x, Kind::NAME, counted?);
+    Ok(Flow::Continue)
 }
 
 crate::policy::actions::queue_actions! {
@@ -288,7 +276,7 @@ impl Remedy for RateLimit {
             }),
         };
         match decided {
-            Some(Ok(counted)) => Phase::Now(self.counted(x, counted)),
+            Some(Ok(counted)) => Phase::Now(admitted(x, counted)),
             Some(Err(first)) => Phase::wait(async move {
                 let counted = wait(
                     x,
@@ -300,12 +288,12 @@ impl Remedy for RateLimit {
                     what,
                 )
                 .await;
-                self.counted(x, counted)
+                admitted(x, counted)
             }),
             None => Phase::wait(async move {
                 let counted =
                     take_or_wait(x, &r.limit, queue, &self.actions, &RATE_LIMITED, what).await;
-                self.counted(x, counted)
+                admitted(x, counted)
             }),
         }
     }
