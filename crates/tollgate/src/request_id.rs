@@ -7,6 +7,11 @@ use crate::headers::X_TOLLGATE_REQUEST_ID;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The id field's value in a head made ahead of its request (a worker's copy of a cache
+/// entry): the field in place, its value given when the response is relayed. Empty, which
+/// no id is ([`RequestIds::for_request`] takes no empty one).
+pub const PLACEHOLDER: HeaderValue = HeaderValue::from_static("");
+
 /// Generates ids `<prefix>-<counter>`, one generator per worker: the prefix is the
 /// process's random number plus the worker's index, so ids are unique within a process
 /// and, by the random part, across processes; no lock, one atomic add on memory of the

@@ -73,15 +73,20 @@ struct Cell {
 
 #[derive(Default)]
 pub struct RemedyStats {
-    /// Endpoint key (`METHOD host template`) → its cells: an endpoint has a policy or
-    /// two and a few statuses, so a list beats a map.
+    /// Endpoint key (`METHOD host template`) → where its cells are in `cells`.
     by_endpoint: Endpoints,
+    /// Each endpoint's cells: an endpoint has a policy or two and a few statuses, so a
+    /// list beats a map. Never removed, so an index stays its endpoint's.
+    cells: Vec<Vec<Cell>>,
     /// Where [`RemedyStats::record_keyed`] writes a request's endpoint key, kept from one
     /// request to the next.
     scratch: String,
     /// The parts `scratch` was written from, each ended by a NUL (which no method, host
     /// or path holds).
     written_from: String,
+    /// The cells of the endpoint `scratch` holds: a request of the same endpoint as the
+    /// last looks nothing up.
+    last: Option<usize>,
 }
 
 /// Whether two (remedy, action) names are the same: the same `&'static str`s as a rule
@@ -92,23 +97,8 @@ fn same(a: &(&'static str, &'static str), b: &(&'static str, &'static str)) -> b
     eq(a.0, b.0) && eq(a.1, b.1)
 }
 
-/// Each endpoint's cells, by its key.
-type Endpoints = hashbrown::HashMap<Box<str>, Vec<Cell>, rustc_hash::FxBuildHasher>;
-
-/// The cells of endpoint `key`, made on its first request (the only time a key is
-/// copied), or `other`'s once `MAX_KEYS` endpoints are kept. Below that bound, one lookup,
-/// by the key as borrowed.
-fn bounded<'a>(map: &'a mut Endpoints, key: &str) -> &'a mut Vec<Cell> {
-    let key = if map.len() >= MAX_KEYS && !map.contains_key(key) {
-        "other"
-    } else {
-        key
-    };
-    match map.entry_ref(key) {
-        hashbrown::hash_map::EntryRef::Occupied(e) => e.into_mut(),
-        hashbrown::hash_map::EntryRef::Vacant(e) => e.insert_with_key(key.into(), Vec::new()),
-    }
-}
+/// Where each endpoint's cells are, by its key.
+type Endpoints = hashbrown::HashMap<Box<str>, usize, rustc_hash::FxBuildHasher>;
 
 /// Whether `joined` is `parts`, each ended by a NUL.
 fn written_from(joined: &str, parts: [&str; 4]) -> bool {
@@ -145,7 +135,8 @@ impl RemedyStats {
     /// One request a policy matched: its policy, endpoint (`METHOD host template`),
     /// response status and the remedies' actions.
     pub fn record(&mut self, policy: &str, endpoint: &str, status: u16, acted: &[Acted]) {
-        cell(bounded(&mut self.by_endpoint, endpoint), policy, status).add(acted);
+        let i = self.bounded(endpoint);
+        cell(&mut self.cells[i], policy, status).add(acted);
     }
 
     /// [`RemedyStats::record`] with the endpoint key written by `key` from the `parts`
@@ -161,26 +152,51 @@ impl RemedyStats {
         status: u16,
         acted: &[Acted],
     ) {
-        let mut endpoint = std::mem::take(&mut self.scratch);
-        if !written_from(&self.written_from, parts) {
-            self.written_from.clear();
-            for p in parts {
-                self.written_from.push_str(p);
-                self.written_from.push('\0');
+        let i = match self.last {
+            Some(i) if written_from(&self.written_from, parts) => i,
+            _ => {
+                self.written_from.clear();
+                for p in parts {
+                    self.written_from.push_str(p);
+                    self.written_from.push('\0');
+                }
+                let mut endpoint = std::mem::take(&mut self.scratch);
+                endpoint.clear();
+                key(&mut endpoint);
+                let i = self.bounded(&endpoint);
+                self.scratch = endpoint;
+                self.last = Some(i);
+                i
             }
-            endpoint.clear();
-            key(&mut endpoint);
+        };
+        cell(&mut self.cells[i], policy, status).add(acted);
+    }
+
+    /// Where the cells of endpoint `key` are, made on its first request (the only time a
+    /// key is copied), or `other`'s once `MAX_KEYS` endpoints are kept. Below that bound,
+    /// one lookup, by the key as borrowed.
+    fn bounded(&mut self, key: &str) -> usize {
+        let map = &mut self.by_endpoint;
+        let key = if map.len() >= MAX_KEYS && !map.contains_key(key) {
+            "other"
+        } else {
+            key
+        };
+        match map.entry_ref(key) {
+            hashbrown::hash_map::EntryRef::Occupied(e) => *e.get(),
+            hashbrown::hash_map::EntryRef::Vacant(e) => {
+                self.cells.push(Vec::new());
+                *e.insert_with_key(key.into(), self.cells.len() - 1)
+            }
         }
-        self.record(policy, &endpoint, status, acted);
-        self.scratch = endpoint;
     }
 
     /// Adds another part's counts, under the same bound on endpoints.
     fn absorb(&mut self, other: &RemedyStats) {
-        for (k, cells) in &other.by_endpoint {
-            let mine = bounded(&mut self.by_endpoint, k);
-            for c in cells {
-                cell(mine, &c.policy, c.status).absorb(&c.scope);
+        for (k, &theirs) in &other.by_endpoint {
+            let mine = self.bounded(k);
+            for c in &other.cells[theirs] {
+                cell(&mut self.cells[mine], &c.policy, c.status).absorb(&c.scope);
             }
         }
     }
@@ -190,9 +206,9 @@ impl RemedyStats {
         let mut by_policy: BTreeMap<&str, Scope> = BTreeMap::new();
         let mut by_endpoint: BTreeMap<&str, Scope> = BTreeMap::new();
         let mut by_status: BTreeMap<u16, Scope> = BTreeMap::new();
-        for (endpoint, cells) in &self.by_endpoint {
+        for (endpoint, &i) in &self.by_endpoint {
             let e = by_endpoint.entry(endpoint).or_default();
-            for c in cells {
+            for c in &self.cells[i] {
                 e.absorb(&c.scope);
                 by_policy.entry(&c.policy).or_default().absorb(&c.scope);
                 by_status.entry(c.status).or_default().absorb(&c.scope);

@@ -385,6 +385,15 @@ where
     headers::strip_hop_by_hop(&mut parts.headers);
     // The id moves into the response; the access log (when on) keeps its own copy.
     if let Some(h) = ctx.diag.as_mut().and_then(|d| d.har.as_mut()) {
+        // A head made ahead (a worker's cache copy) holds the id's field with no value
+        // yet: not a field the answer had, so not recorded.
+        if parts
+            .headers
+            .get(X_TOLLGATE_REQUEST_ID)
+            .is_some_and(HeaderValue::is_empty)
+        {
+            parts.headers.remove(X_TOLLGATE_REQUEST_ID);
+        }
         h.respond(parts.status, parts.version, &parts.headers);
     }
     let id = if ctx.path.is_some() || ctx.diag.is_some() {

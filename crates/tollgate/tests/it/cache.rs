@@ -52,6 +52,83 @@ async fn miss_then_hit_with_age() {
     );
 }
 
+/// From the fourth request of a key on one worker, hits come from the worker's copy of
+/// the entry, whose head holds the fields a hit adds ready for their values. They answer
+/// with the same head as a hit from the store, each with its own request id, and the HAR
+/// records what the provider's answer had, not a field made ready ahead.
+#[tokio::test]
+async fn hits_from_a_workers_copy_answer_the_head_a_stored_hit_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, hits) = counting_upstream(|_, _| async move {
+        answer(
+            200,
+            &[("x-first", "1"), ("etag", "\"v\""), ("x-last", "2")],
+            "payload",
+        )
+    })
+    .await;
+    let yaml = format!(
+        "{}diagnosis:\n  har:\n    enabled: true\n    file: {{dir: {}}}\n",
+        cached(""),
+        dir.path().display()
+    );
+    let gw = gateway_with_workers(&yaml, 1).await;
+    let mut got = vec![get_via(&gw, up.addr, "/r", &[]).await];
+    for _ in 0..100 {
+        if got.last().unwrap().header("x-tollgate-cache") == Some("hit") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        got.push(get_via(&gw, up.addr, "/r", &[]).await);
+    }
+    for _ in 0..4 {
+        got.push(get_via(&gw, up.addr, "/r", &[]).await);
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let names = |r: &Got| -> Vec<String> {
+        r.headers
+            .keys()
+            .map(|n| n.as_str().to_owned())
+            .filter(|n| !["date", "content-length"].contains(&n.as_str()))
+            .collect()
+    };
+    let hits_seen = &got[got.len() - 5..];
+    let mut ids = std::collections::HashSet::new();
+    for h in hits_seen {
+        assert_eq!(h.header("x-tollgate-cache"), Some("hit"));
+        assert_eq!(&h.body[..], b"payload");
+        assert!(h.header("age").unwrap().parse::<u64>().is_ok());
+        let id = h.header("x-tollgate-request-id").unwrap();
+        assert!(!id.is_empty() && ids.insert(id.to_owned()), "{id:?}");
+        assert_eq!(
+            names(h),
+            names(&hits_seen[0]),
+            "the same fields in the same order"
+        );
+    }
+    assert_eq!(
+        names(&hits_seen[0]),
+        [
+            "x-first",
+            "etag",
+            "x-last",
+            "age",
+            "x-tollgate-cache",
+            "x-tollgate-request-id"
+        ]
+    );
+    let entries = har_entries_in(dir.path(), got.len()).await;
+    for e in &entries {
+        let recorded: Vec<&str> = e["response"]["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["name"].as_str().unwrap())
+            .collect();
+        assert!(!recorded.contains(&"x-tollgate-request-id"), "{recorded:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_misses_make_one_provider_call() {
     let (up, hits) = counting_upstream(|_, _| async {

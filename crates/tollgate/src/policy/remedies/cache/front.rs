@@ -16,9 +16,9 @@
 //! bytes; past that, its copies start over from the store.
 
 use super::store::Entry;
+use crate::headers::{X_TOLLGATE_CACHE, X_TOLLGATE_REQUEST_ID};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
@@ -78,7 +78,6 @@ impl Generations {
 /// of its own.
 #[repr(align(128))]
 pub struct Front {
-    /// SipHash (std's keyed hasher): keys carry client-chosen URLs.
     copies: Mutex<Copies>,
     max_bytes: u64,
     touch_ms: u64,
@@ -86,7 +85,11 @@ pub struct Front {
 
 #[derive(Default)]
 struct Copies {
-    map: HashMap<String, Held>,
+    /// Hashed with a seed of this table's own (hashbrown's foldhash): keys carry
+    /// client-chosen URLs, and a client that cannot know the seed cannot choose keys that
+    /// collide. (SipHash, std's keyed hasher, cost every request 200 instructions more
+    /// for the same property; the table is also capped, by `max_bytes`.)
+    map: hashbrown::HashMap<String, Held>,
     bytes: u64,
 }
 
@@ -255,10 +258,20 @@ fn copied(e: &Entry) -> Entry {
         c.set_sensitive(v.is_sensitive());
         c
     };
-    let mut headers = HeaderMap::with_capacity(e.headers.len() + super::HIT_ADDS);
+    // One more than the fields it will hold: an insert, even one that only replaces a
+    // value, grows a map that is full (`HeaderMap::try_reserve_one`).
+    let mut headers = HeaderMap::with_capacity(e.headers.len() + super::HIT_ADDS + 1);
     for (n, v) in &e.headers {
         headers.append(own_name(n), own_value(v));
     }
+    // The fields a hit adds, in the order it adds them: a hit clones this map, a clone
+    // keeps no spare room, and a field added to it would grow it (a `realloc` and a copy
+    // per hit). Present here, each is only given its value: `Age` by `Cache::hit`, the
+    // request id by the response's relay. `x-tollgate-cache` already has its value, so a
+    // hit from this copy sets no status for the response phase to insert.
+    headers.insert(http::header::AGE, HeaderValue::from_static("0"));
+    headers.insert(X_TOLLGATE_CACHE, super::CacheStatus::Hit.header());
+    headers.insert(X_TOLLGATE_REQUEST_ID, crate::request_id::PLACEHOLDER);
     Entry {
         status: e.status,
         headers,
@@ -364,10 +377,17 @@ mod tests {
             "the body is the copy's"
         );
         let shared_values: Vec<_> = shared.headers.values().collect();
-        assert_eq!(values.iter().collect::<Vec<_>>(), shared_values);
+        let n = shared_values.len();
+        assert_eq!(values[..n].iter().collect::<Vec<_>>(), shared_values);
         for (mine, theirs) in values.iter().zip(&shared_values) {
             assert_ne!(mine.as_bytes().as_ptr(), theirs.as_bytes().as_ptr());
         }
+        assert_eq!(
+            values[n..],
+            ["0", "hit", ""],
+            "then the fields a hit adds, in place for their values: Age, the cache \
+             status, the request id"
+        );
         assert_eq!(f.held(), (1, u64::from(shared.weight("k"))));
     }
 

@@ -579,7 +579,8 @@ impl CacheStage {
                 front::Found::Served(resp) => {
                     note_saved(x, saved);
                     c.actions.record(x, Action::Hit);
-                    x.locals.insert(CacheStatus::Hit);
+                    // No status for the response phase: the copy's head carries
+                    // `x-tollgate-cache: hit` (front.rs, `copied`).
                     return Ok(Flow::Answer(resp));
                 }
                 // No entry since the mark (the generation did not move): a miss that
@@ -964,8 +965,9 @@ fn age_value(age: u64) -> HeaderValue {
 
 /// The fields a hit adds to its entry's head: `Age`, `x-tollgate-cache` and the request
 /// id. A stored head keeps room for them: its clone keeps the size of its index table,
-/// so a hit's inserts never grow it (rehashing every field). A worker's copy is made
-/// with the same room (`front.rs`).
+/// so a hit's inserts never grow it (rehashing every field). Its list of fields is
+/// cloned without room, so the first insert grows that (a `realloc`); a worker's copy
+/// (`front.rs`) holds the three fields already, and a hit from it grows nothing.
 const HIT_ADDS: usize = 3;
 
 fn with_status(mut resp: Response<Body>, status: CacheStatus) -> Response<Body> {
