@@ -87,7 +87,7 @@ pub struct Front {
 struct Copies {
     /// Hashed with a seed of this table's own (hashbrown's foldhash): keys carry
     /// client-chosen URLs, and a client that cannot know the seed cannot choose keys that
-    /// collide. (SipHash, std's keyed hasher, cost every request 200 instructions more
+    /// collide. (SipHash, std's keyed hasher, cost each look 130 instructions more
     /// for the same property; the table is also capped, by `max_bytes`.)
     map: hashbrown::HashMap<String, Held>,
     bytes: u64,
