@@ -271,9 +271,10 @@ impl Cache {
         self.bytes.set(bytes as i64);
     }
 
-    /// A response served from `e`. Its `x-tollgate-cache: hit` is set by the response
-    /// phase ([`with_status`]), as every status is.
-    fn hit(&self, e: &Entry, method: &Method) -> Response<Body> {
+    /// A response served from `e` at `now` (unix ms, read once by the caller). Its
+    /// `x-tollgate-cache` is set by the response phase ([`with_status`]), as every status
+    /// is, unless `e` is a worker's copy, whose head has it already (front.rs).
+    fn hit(&self, e: &Entry, method: &Method, now: u64) -> Response<Body> {
         if let Some(s) = &e.llm {
             self.saving.add(s);
         }
@@ -286,7 +287,7 @@ impl Cache {
         });
         *resp.status_mut() = e.status;
         *resp.headers_mut() = e.headers.clone();
-        let age = u64::from(e.initial_age) + clock::now_ms().saturating_sub(e.stored_ms) / 1000;
+        let age = u64::from(e.initial_age) + now.saturating_sub(e.stored_ms) / 1000;
         resp.headers_mut().insert(header::AGE, age_value(age));
         resp
     }
@@ -301,12 +302,12 @@ impl Cache {
         key: &str,
         mut fill: Fill,
     ) -> Result<Fill, Response<Body>> {
-        match self.store.claim(key).await {
-            Ok(Claim::Found(e, _))
-                if e.matches(&x.parts.headers) && e.fresh_until_ms > clock::now_ms() =>
-            {
+        let claimed = self.store.claim(key).await;
+        let now = clock::now_ms();
+        match claimed {
+            Ok(Claim::Found(e, _)) if e.matches(&x.parts.headers) && e.fresh_until_ms > now => {
                 drop(fill);
-                Err(self.found(x, &e, true))
+                Err(self.found(x, &e, true, now))
             }
             Ok(Claim::Fetch(flight) | Claim::Found(_, flight)) => {
                 fill.flight = flight;
@@ -316,9 +317,9 @@ impl Cache {
         }
     }
 
-    /// Answers `x` from `e`, found in the store (`shared`: read from Redis): the hit
-    /// counted, and what it saved noted.
-    fn found(&self, x: &mut Exchange, e: &Entry, shared: bool) -> Response<Body> {
+    /// Answers `x` from `e`, found in the store (`shared`: read from Redis) at `now`: the
+    /// hit counted, and what it saved noted.
+    fn found(&self, x: &mut Exchange, e: &Entry, shared: bool, now: u64) -> Response<Body> {
         let (action, status) = match shared {
             true => (Action::SharedHit, CacheStatus::SharedHit),
             false => (Action::Hit, CacheStatus::Hit),
@@ -326,7 +327,7 @@ impl Cache {
         self.actions.record(x, action);
         x.locals.insert(status);
         note_saved(x, e.llm.clone());
-        self.hit(e, &x.method)
+        self.hit(e, &x.method, now)
     }
 
     /// Joins the fetch of `key` in progress, or starts one (returns its ticket).
@@ -573,7 +574,7 @@ impl CacheStage {
             let mut saved = None;
             let answer = |e: &Entry| {
                 saved = e.llm.clone();
-                c.hit(e, &x.method)
+                c.hit(e, &x.method, now)
             };
             match f.serve(&key, generation, now, accepts, answer) {
                 front::Found::Served(resp) => {
@@ -641,7 +642,7 @@ impl CacheStage {
                 {
                     f.keep(&key, e, generation, now);
                 }
-                return Ok(Flow::Answer(c.found(x, e, from_shared)));
+                return Ok(Flow::Answer(c.found(x, e, from_shared, now)));
             }
             let stale = found.filter(|e| s.revalidate && e.has_validators());
             // `get`, not `contains_key`: a use keeps the entry alive.
@@ -837,7 +838,7 @@ impl Remedy for CacheStage {
                 llm: stale.llm.clone(),
                 pace: stale.pace.clone(),
             });
-            let resp = with_status(c.hit(&entry, &x.method), CacheStatus::Hit);
+            let resp = with_status(c.hit(&entry, &x.method, now), CacheStatus::Hit);
             let cache = c.clone();
             let fill = pending.fill;
             tokio::spawn(async move {
