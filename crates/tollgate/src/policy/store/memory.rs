@@ -21,12 +21,13 @@ struct Shard {
 }
 
 /// A shard locked for one operation on one key: the key, its hash, and the time read
-/// before the lock was taken.
+/// before the lock was taken (`None` for [`Store::add`], which reads it only when it
+/// needs it).
 struct At<'a> {
     shard: &'a mut Shard,
     key: &'a Key,
     hash: u64,
-    now: u64,
+    now: Option<u64>,
 }
 
 /// The key's hash: picks its shard, and probes the shard's table.
@@ -49,7 +50,7 @@ impl At<'_> {
 
     /// The key's value, if it has one that has not expired.
     fn live(&mut self) -> Option<Slot> {
-        let now = self.now;
+        let now = self.now.unwrap_or_else(clock::now_ms);
         self.slot().copied().filter(|s| s.live(now))
     }
 
@@ -101,15 +102,25 @@ impl Default for Memory {
 struct Padded(Mutex<Shard>);
 
 impl Memory {
+    /// `f` on `key`'s shard, the time read first: the lock is held no longer than the
+    /// lookup.
     fn with<T>(&self, key: &Key, f: impl FnOnce(At<'_>) -> T) -> Result<T, StoreError> {
+        self.with_at(key, Some(clock::now_ms()), f)
+    }
+
+    fn with_at<T>(
+        &self,
+        key: &Key,
+        now: Option<u64>,
+        f: impl FnOnce(At<'_>) -> T,
+    ) -> Result<T, StoreError> {
         let hash = hash_of(key);
-        // Read before the lock: the lock is held no longer than the lookup.
-        let now = clock::now_ms();
         let mut shard = self.shards[hash as usize % SHARDS]
             .0
             .lock()
             .map_err(|_| StoreError::new(Cause::Internal, "memory store lock poisoned"))?;
         if shard.map.len() >= shard.sweep_at.max(64) {
+            let now = now.unwrap_or_else(clock::now_ms);
             shard.map.retain(|(_, s)| s.live(now));
             shard.sweep_at = shard.map.len() * 2;
         }
@@ -139,13 +150,18 @@ impl Memory {
 
 impl Store for Memory {
     fn add(&self, key: &Key, n: u64, limit: u64, expires_ms: u64) -> StoreFuture<'_, Added> {
-        StoreFuture::ready(self.with(key, |mut at| {
+        // The clock is read only for a counter whose expiry is not the one given. A key's
+        // expiry is its window's end (the window is part of the key), which its callers
+        // compute from the time they read: a counter of this window is counted on
+        // without a second reading. (Given an expiry that has passed, as a settlement
+        // after its window may, it counts on what the key held: a key no read finds
+        // live, swept like any other.)
+        StoreFuture::ready(self.with_at(key, None, |mut at| {
             // One lookup: a counter that exists is read and updated in place (its key is
             // not copied again); an expired one counts from zero.
-            let now = at.now;
             let slot = at.slot();
             let count = match &slot {
-                Some(s) if s.live(now) => s.value,
+                Some(s) if s.expires_ms == expires_ms || s.live(clock::now_ms()) => s.value,
                 _ => 0,
             };
             if count.saturating_add(n) > limit {
@@ -232,5 +248,23 @@ mod tests {
         assert_eq!(m.raise(&d, far, far).await.unwrap(), far);
         assert_eq!(m.raise(&d, far - 5, far).await.unwrap(), far);
         assert_eq!(m.deadline(&d).await.unwrap(), far);
+    }
+
+    /// A counter given the expiry it holds counts on (its window's, read by the caller);
+    /// given another once its own has passed, it counts from zero, and no read finds it
+    /// live after its expiry.
+    #[tokio::test(start_paused = true)]
+    async fn a_counter_of_its_window_counts_on_and_an_expired_one_from_zero() {
+        let m = Memory::default();
+        let k = Key::new(&Arc::from("r"), &Arc::from("total"), 0);
+        let end = clock::now_ms() + 1_000;
+        assert_eq!(m.add(&k, 1, 10, end).await.unwrap().count, 1);
+        assert_eq!(m.add(&k, 2, 10, end).await.unwrap().count, 3);
+        assert_eq!(m.get(&k).await.unwrap(), 3);
+        tokio::time::advance(std::time::Duration::from_millis(1_500)).await;
+        assert_eq!(m.get(&k).await.unwrap(), 0, "expired for reads");
+        let next = clock::now_ms() + 1_000;
+        let after = m.add(&k, 1, 10, next).await.unwrap();
+        assert_eq!((after.taken, after.count), (true, 1), "counted from zero");
     }
 }
