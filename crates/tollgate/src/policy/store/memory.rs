@@ -108,6 +108,8 @@ impl Memory {
         self.with_at(key, Some(clock::now_ms()), f)
     }
 
+    /// [`Memory::with`] with the time given (`None`: read only where it is needed, a
+    /// sweep or an expiry to check).
     fn with_at<T>(
         &self,
         key: &Key,
