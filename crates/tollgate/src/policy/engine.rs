@@ -13,7 +13,6 @@ use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
 use crate::upstream::{AttemptSettings, Sender};
 use http::{Request, Response};
-use http_body_util::BodyExt;
 use std::pin::Pin;
 use std::task::Context;
 use std::time::Duration;
@@ -22,7 +21,7 @@ use tokio::time::{Instant, Sleep};
 /// What the engine produced: the response (its body owns the exchange, so the end hooks
 /// run when it ends or is dropped) and the upstream time of the last attempt.
 pub struct Done {
-    pub response: Response<Body>,
+    pub response: Response<Ended>,
     pub upstream: Option<Duration>,
     /// The policy that applied, when the request's MCP call moved it from the one its
     /// head matched (`Some(None)`: none applied).
@@ -240,7 +239,7 @@ fn finish(
         },
     );
     Ok(Done {
-        response: Response::from_parts(parts, body.boxed_unsync()),
+        response: Response::from_parts(parts, body),
         upstream,
         moved: None,
     })
@@ -413,12 +412,26 @@ fn answered(
     result.is_ok().then(|| sent.elapsed())
 }
 
+/// A matched request's response body, watched by its [`Ending`]: not boxed here, so the
+/// relay's own watcher wraps it in the one box the response body gets.
+pub type Ended = crate::body::Watched<Body, Ending>;
+
 /// Watches the response body of a matched request: it owns the exchange, dropped
 /// (running the end hooks, releasing what the request held) when the body ends or the
 /// client goes away; and it ends the body with an error at `timeouts.total`.
-struct Ending {
+pub struct Ending {
     deadline: Option<Pin<Box<Sleep>>>,
     exchange: Option<Box<Exchange>>,
+}
+
+impl Ending {
+    /// For a response no exchange ended in (a request sent plainly after all).
+    pub fn none() -> Self {
+        Self {
+            deadline: None,
+            exchange: None,
+        }
+    }
 }
 
 impl crate::body::Watch for Ending {

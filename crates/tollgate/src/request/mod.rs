@@ -130,7 +130,7 @@ pub fn handle(
                     &mut ctx.aggregate,
                 ))
                 .await
-                .map(Forwarded::Policy)
+                .map(Forwarded::Aggregated)
             }
             Ok(Step::Connect(req)) => tunnel::open_boxed(&worker, &rt, req, &mut ctx)
                 .await
@@ -146,6 +146,7 @@ pub fn handle(
             Ok(Forwarded::Ready(resp)) => resp,
             Ok(Forwarded::Upstream(resp)) => respond(worker, ctx, resp),
             Ok(Forwarded::Policy(resp)) => respond(worker, ctx, resp),
+            Ok(Forwarded::Aggregated(resp)) => respond(worker, ctx, resp),
             Err(err) => {
                 tracing::debug!(request_id = ?ctx.id, code = err.code(), "{err}");
                 let resp = err.to_response(&ctx.id);
@@ -186,8 +187,11 @@ enum Step {
 /// response already complete (CONNECT).
 enum Forwarded {
     Upstream(Response<PooledBody>),
-    /// A policy's response (the provider's after the response phases, or made up).
-    Policy(Response<Body>),
+    /// A policy's response (the provider's after the response phases, or made up), its
+    /// body watched by the exchange's end.
+    Policy(Response<crate::policy::engine::Ended>),
+    /// An aggregated endpoint's response.
+    Aggregated(Response<Body>),
     Ready(Response<Body>),
 }
 

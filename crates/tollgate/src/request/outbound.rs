@@ -80,11 +80,11 @@ pub async fn send(
         Some(i) if out.rt.config.policies.reads_call(i) => {
             Box::pin(through_call(out, i, req, target.clone()))
                 .await
-                .map(|d| d.response)
+                .map(|d| d.response.map(http_body_util::BodyExt::boxed_unsync))
         }
         Some(i) => through_policy(out, i, req, target.clone())
             .await
-            .map(|d| d.response),
+            .map(|d| d.response.map(http_body_util::BodyExt::boxed_unsync)),
         None => {
             let sent = sending(out.diag);
             let resp = out
@@ -180,7 +180,10 @@ async fn through_call(
         return match resp {
             Ok(r) => Ok(engine::Done {
                 upstream: Some(sent.elapsed()),
-                response: r.map(http_body_util::BodyExt::boxed_unsync),
+                response: r.map(|b| {
+                    let b = http_body_util::BodyExt::boxed_unsync(b);
+                    crate::body::Watched::new(b, engine::Ending::none())
+                }),
                 moved,
             }),
             Err(e) => Err(e.on_call(id)),

@@ -118,7 +118,7 @@ async fn request_as(
         true => engine::run_plain(x, script, &timer, &mut None).await,
         false => engine::run(x, script, &timer, &mut None).await,
     };
-    done.map(|d| d.response)
+    done.map(|d| d.response.map(http_body_util::BodyExt::boxed_unsync))
 }
 
 /// What a client sees of an outcome: the status (a proxy-made error's too) and the header
