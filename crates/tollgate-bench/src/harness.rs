@@ -452,6 +452,28 @@ log:
         Ok(path)
     }
 
+    /// Writes the built-in `matched` config: one policy matching every request that only
+    /// frames it (`timeouts`, a per-attempt setting): the matched path's own cost, which
+    /// every remedy pays before its own.
+    pub fn matched_config(&self) -> Result<PathBuf, String> {
+        let path = self.out.join("matched.yaml");
+        crate::report::write(
+            &self.out,
+            "matched.yaml",
+            "# Every request matched by a policy that only frames it.
+routes:
+  - prefix: /
+    upstream: ${TOLLGATE_BENCH_PROVIDER}
+policies:
+  - name: all
+    timeouts: {response: 1m}
+log:
+  level: warn
+",
+        )?;
+        Ok(path)
+    }
+
     /// Writes the built-in `with-credentials` config: one policy matching every request
     /// that sets an API key on each attempt (`credentials`, a remedy of the attempt stack),
     /// as a policy that only holds a provider's key does.

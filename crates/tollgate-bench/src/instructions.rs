@@ -49,7 +49,8 @@ pub struct InstructionsArgs {
     /// Functions listed per target, by instructions of their own.
     #[arg(long, default_value_t = 12)]
     pub top: usize,
-    /// tollgate scenarios to count (default: all): passthrough, with-remedy,
+    /// tollgate scenarios to count (default: all): passthrough, matched (a policy that
+    /// only frames the request: the matched path's own cost), with-remedy,
     /// with-credentials (a key set on each attempt), cache-hit, with-diagnosis,
     /// aggregate, dashboard-open (passthrough with the dashboard's live view open and
     /// reading every call), and LLM calls (a chat completion POSTed to the provider's
@@ -76,8 +77,9 @@ pub struct InstructionsArgs {
 /// associativity, line size), fixed so that counts compare across machines.
 const CACHE_GEOMETRY: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"];
 
-const SCENARIOS: [&str; 16] = [
+const SCENARIOS: [&str; 17] = [
     "passthrough",
+    "matched",
     "with-remedy",
     "with-credentials",
     "cache-hit",
@@ -359,6 +361,7 @@ fn scenario(h: &mut Harness, name: &str, workers: usize) -> Result<(Target, Shap
     let config = match name {
         "passthrough" | "dashboard-open" => h.passthrough_config()?,
         "with-remedy" => h.with_remedy_config()?,
+        "matched" => h.matched_config()?,
         "with-credentials" => h.with_credentials_config()?,
         "cache-hit" => h.cache_hit_config()?,
         "with-diagnosis" => h.with_diagnosis_config()?,

@@ -99,6 +99,22 @@ pub struct Attempt {
     pub settings: AttemptSettings,
 }
 
+/// What an attempt hook returns: its outcome when it decided without waiting (a header
+/// set, a setting changed, a response head read), or the future to wait on (a shared
+/// store asked), as [`Phase`] is for the request stack. Only a hook that waits pays for a
+/// boxed future.
+pub enum Hook<'a, T> {
+    Now(T),
+    Wait(BoxFuture<'a, T>),
+}
+
+impl<'a, T> Hook<'a, T> {
+    /// A hook that waits: `f`, boxed.
+    pub fn wait(f: impl Future<Output = T> + Send + 'a) -> Self {
+        Hook::Wait(Box::pin(f))
+    }
+}
+
 /// A remedy's part in each attempt (the attempt stack, below retry): a breaker or a
 /// provider's pause refusing a retry, credentials set on each attempt, a policy's own
 /// timeouts. Runs in registry order before each attempt and after it.
@@ -109,22 +125,22 @@ pub trait AttemptRemedy: Send + Sync + 'static {
         &'a self,
         x: &'a mut Exchange,
         a: &'a mut Attempt,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+    ) -> Hook<'a, Result<(), ProxyError>> {
         if a.number == 0 {
-            return Box::pin(std::future::ready(Ok(())));
+            return Hook::Now(Ok(()));
         }
         self.before_retry(x)
     }
 
     /// Before a retry (the first attempt was admitted by the request phase): may refuse
     /// it.
-    fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(std::future::ready(Ok(())))
+    fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> Hook<'a, Result<(), ProxyError>> {
+        Hook::Now(Ok(()))
     }
 
     /// After the attempt: the provider's response head, or the error.
-    fn after<'a>(&'a self, _x: &'a mut Exchange, _o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        Box::pin(std::future::ready(()))
+    fn after<'a>(&'a self, _x: &'a mut Exchange, _o: Outcome<'a>) -> Hook<'a, ()> {
+        Hook::Now(())
     }
 }
 

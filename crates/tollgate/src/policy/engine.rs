@@ -5,9 +5,9 @@
 //! future; a plain chain ([`super::chain::Chain::plain`]: one attempt, and no retry,
 //! fallback or total timeout) runs in the request's own future ([`run_plain`]), whose
 //! send is the same future an unmatched request's is. Both run the attempt stack the
-//! same way (`before_attempt`, `after_attempt`).
+//! same way (`through_attempt_stack`, `after_attempt`).
 
-use super::chain::{Attempt, Chain, Exchange, Flow, Phase};
+use super::chain::{Attempt, Chain, Exchange, Flow, Hook, Phase};
 use crate::body::{Body, BoxError};
 use crate::error::ProxyError;
 use crate::upstream::deadline::ResponseTimer;
@@ -127,8 +127,10 @@ fn ready_once<S: Sender>(
     Ok((request, settings(x, client), sent))
 }
 
-/// [`ready_once`] through the chain's attempt stack. A plain function returning an
-/// `async` block, for the reason [`run_plain`] is one.
+/// [`ready_once`] through the chain's attempt stack, in registry order: each remedy may
+/// refuse the attempt, or change its request or settings. A hook decided at once
+/// ([`Hook::Now`]) is not waited on. A plain function returning an `async` block, for the
+/// reason [`run_plain`] is one.
 #[allow(clippy::manual_async_fn)]
 fn through_attempt_stack<'a, S: Sender>(
     x: &'a mut Exchange,
@@ -137,41 +139,26 @@ fn through_attempt_stack<'a, S: Sender>(
     keep: bool,
 ) -> impl Future<Output = Result<Outgoing, ProxyError>> + Send + 'a {
     async move {
-        let a = Attempt {
+        let mut a = Attempt {
             number,
             request: x.attempt_request(keep).ok_or_else(body_gone)?,
             settings: settings(x, client),
         };
-        let Attempt {
-            mut request,
-            settings,
-            ..
-        } = before_attempt(x, a).await?;
-        let sent = sending(x, &mut request, number);
-        Ok((request, settings, sent))
-    }
-}
-
-/// The attempt stack before an attempt, in registry order: each remedy may refuse it, or
-/// change its request or settings. Called only for a chain that has one: without, the
-/// request is not moved through this future.
-#[allow(clippy::manual_async_fn)]
-fn before_attempt(
-    x: &mut Exchange,
-    mut a: Attempt,
-) -> impl Future<Output = Result<Attempt, ProxyError>> + Send + '_ {
-    async move {
         let chain = x.chain.clone();
         for r in &chain.attempt {
-            r.before(x, &mut a).await?;
+            match r.before(x, &mut a) {
+                Hook::Now(decided) => decided?,
+                Hook::Wait(f) => f.await?,
+            }
         }
-        Ok(a)
+        let sent = sending(x, &mut a.request, number);
+        Ok((a.request, a.settings, sent))
     }
 }
 
 /// The attempt stack after an attempt, in registry order: each remedy sees the
-/// provider's response head, or the error. Called only for a chain that has one, as
-/// [`before_attempt`] is.
+/// provider's response head, or the error. Called only for a chain that has one: without,
+/// the response is not moved through this future.
 #[allow(clippy::manual_async_fn)]
 fn after_attempt(
     x: &mut Exchange,
@@ -187,7 +174,9 @@ fn after_attempt(
             Err(e) => (Err(e), None),
         };
         for r in &chain.attempt {
-            r.after(x, head.as_ref()).await;
+            if let Hook::Wait(f) = r.after(x, head.as_ref()) {
+                f.await;
+            }
         }
         match (head, body) {
             (Ok(parts), Some(body)) => Ok(Response::from_parts(parts, body)),

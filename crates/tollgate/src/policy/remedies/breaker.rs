@@ -10,7 +10,7 @@ use crate::fields::units::{Dur, HOUR_MS, Int, Percent, SEC_MS};
 use crate::metrics::{Families, NameLabels};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{
-    AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Phase, Remedy,
+    AttemptRemedy, BoxFuture, Built, Exchange, Flow, Hook, Outcome, Phase, Remedy,
 };
 use crate::policy::clock;
 use crate::policy::compile::Build;
@@ -376,12 +376,12 @@ impl Shared for Kind {
 
 impl AttemptRemedy for Breaker {
     /// Refused while the breaker is open.
-    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(self.resource.admit(x, &self.actions))
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> Hook<'a, Result<(), ProxyError>> {
+        Hook::wait(self.resource.admit(x, &self.actions))
     }
 
-    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.resource.record(x, o, &self.actions).await })
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> Hook<'a, ()> {
+        Hook::wait(async move { self.resource.record(x, o, &self.actions).await })
     }
 }
 

@@ -9,7 +9,7 @@ use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur};
 use crate::fields::{Errors, as_written};
 use crate::policy::chain::{
-    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Outcome, Phase, Remedy,
+    Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Hook, Outcome, Phase, Remedy,
 };
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -264,14 +264,20 @@ impl AttemptRemedy for Credentials {
         &'a self,
         x: &'a mut Exchange,
         a: &'a mut Attempt,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+    ) -> Hook<'a, Result<(), ProxyError>> {
         let i = self.pick();
-        x.locals.get_or_default::<Account>().used = Some(i);
-        Box::pin(std::future::ready(self.accounts[i].apply(&mut a.request)))
+        // One account has no other to turn to: nothing to keep per request.
+        if self.accounts.len() > 1 {
+            x.locals.get_or_default::<Account>().used = Some(i);
+        }
+        Hook::Now(self.accounts[i].apply(&mut a.request))
     }
 
     /// Notes a 429: the account cools down, and a retry goes to a free one at once.
-    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> Hook<'a, ()> {
+        if self.accounts.len() == 1 {
+            return Hook::Now(());
+        }
         let account = x.locals.get_or_default::<Account>();
         account.fresh = false;
         if let (Ok(head), Some(i)) = (o, account.used)
@@ -283,7 +289,7 @@ impl AttemptRemedy for Credentials {
             self.cooling[i].fetch_max(until, Ordering::Relaxed);
             account.fresh = self.another_free(i);
         }
-        Box::pin(std::future::ready(()))
+        Hook::Now(())
     }
 }
 

@@ -10,7 +10,7 @@ use crate::fields::Errors;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS, SEC_MS};
 use crate::policy::actions::Actions;
 use crate::policy::chain::{
-    AttemptRemedy, BoxFuture, Built, Exchange, Flow, Outcome, Phase, Remedy,
+    AttemptRemedy, BoxFuture, Built, Exchange, Flow, Hook, Outcome, Phase, Remedy,
 };
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
@@ -165,19 +165,20 @@ impl Remedy for Throttle {
 
 impl AttemptRemedy for Throttle {
     /// Refused while the provider asked for a pause.
-    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> BoxFuture<'a, Result<(), ProxyError>> {
-        Box::pin(self.check(x, false))
+    fn before_retry<'a>(&'a self, x: &'a mut Exchange) -> Hook<'a, Result<(), ProxyError>> {
+        Hook::wait(self.check(x, false))
     }
 
-    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            if let Ok(head) = o
-                && let Some(pause) = self.pause(head)
-            {
-                self.actions.record(x, Action::Throttled);
-                let until = clock::now_ms().saturating_add(pause.as_millis() as u64);
-                let _ = self.store.raise(&self.key, until, until).await;
-            }
+    /// Starts a pause when the provider asked for one; an answer that asks none (most)
+    /// is decided at once.
+    fn after<'a>(&'a self, x: &'a mut Exchange, o: Outcome<'a>) -> Hook<'a, ()> {
+        let Some(pause) = o.ok().and_then(|head| self.pause(head)) else {
+            return Hook::Now(());
+        };
+        self.actions.record(x, Action::Throttled);
+        let until = clock::now_ms().saturating_add(pause.as_millis() as u64);
+        Hook::wait(async move {
+            let _ = self.store.raise(&self.key, until, until).await;
         })
     }
 }

@@ -7,7 +7,7 @@
 use crate::body::{Body, BoxError, Watch, Watched};
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
-use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Built, Exchange, Phase, Remedy};
+use crate::policy::chain::{Attempt, AttemptRemedy, Built, Exchange, Hook, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
@@ -126,12 +126,12 @@ impl AttemptRemedy for Timeouts {
         &'a self,
         _x: &'a mut Exchange,
         a: &'a mut Attempt,
-    ) -> BoxFuture<'a, Result<(), ProxyError>> {
+    ) -> Hook<'a, Result<(), ProxyError>> {
         a.settings.connect_timeout = self.connect.or(a.settings.connect_timeout);
         if let Some(r) = self.response {
             a.settings.response_timeout = r;
         }
-        Box::pin(std::future::ready(Ok(())))
+        Hook::Now(Ok(()))
     }
 }
 
