@@ -72,13 +72,18 @@ impl Call {
     /// The usage to reserve on admission: the prompt's estimate and the output cap (or
     /// `llm.output_estimate` when the request sets none) for each of its choices.
     pub fn reserve(&self) -> super::Usage {
-        let cap = self.max_output.unwrap_or(self.output_estimate);
         super::Usage {
             input: self.input_estimate,
-            output: cap.saturating_mul(self.choices),
+            output: output_reserve(self.max_output, self.output_estimate, self.choices),
             ..Default::default()
         }
     }
+}
+
+/// The output a call reserves: its cap (or `estimate` when it sets none) for each of its
+/// `choices`.
+fn output_reserve(max_output: Option<u64>, estimate: u64, choices: u64) -> u64 {
+    max_output.unwrap_or(estimate).saturating_mul(choices)
 }
 
 /// The top-level fields of a request that the shapes read, as serde_json reads them
@@ -153,7 +158,7 @@ pub struct Read {
 }
 
 /// How a policy reads its LLM requests.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Reading {
     /// Add `stream_options.include_usage` to an OpenAI chat stream lacking it.
     pub add_stream_usage: bool,
@@ -162,6 +167,10 @@ pub struct Reading {
     pub tokenizer: bool,
     /// Keep the prompt's text for that count (a remedy of the policy counts it).
     pub keep_prompt: bool,
+    /// Output tokens reserved when the request sets no cap (`llm.output_estimate`).
+    pub output_estimate: u64,
+    /// The policy's price table, given to the call and its meter as they are made.
+    pub prices: Arc<super::prices::Prices>,
 }
 
 /// Reads the request `body` of a call to `api` at `path` as `reading` says.
@@ -181,11 +190,14 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, reading: Reading) -> Rea
     let asks_usage = head.include_usage.unwrap_or(false);
     let add = add_usage && api.adds_stream_usage() && stream && !asks_usage;
     let new_body = add.then(|| with_usage(body?, &head)).flatten();
+    let output_estimate = reading.output_estimate;
     let meter = Meter::new(
         api,
         Metered {
             requested: model.clone(),
             input_estimate,
+            prices: reading.prices.clone(),
+            output_reserve: output_reserve(max_output, output_estimate, choices),
             ..Metered::default()
         },
     );
@@ -204,8 +216,8 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, reading: Reading) -> Rea
             meter,
             started: Instant::now(),
             metering: false,
-            output_estimate: 0,
-            prices: Default::default(),
+            output_estimate,
+            prices: reading.prices,
         },
         body: new_body,
     }
@@ -420,7 +432,7 @@ mod tests {
         Reading {
             add_stream_usage,
             tokenizer,
-            keep_prompt: false,
+            ..Reading::default()
         }
     }
 
@@ -551,7 +563,7 @@ mod tests {
             keep_prompt: true,
             ..reading(false, true)
         };
-        let mut kept = chat(keeping);
+        let mut kept = chat(keeping.clone());
         assert_eq!(kept.input_estimate, 10 + 6);
         kept.count_prompt(None);
         assert_eq!(kept.input_estimate, 8 + 6);

@@ -213,6 +213,8 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
             add_stream_usage: settings.add_stream_usage,
             tokenizer: settings.tokenizer,
             keep_prompt: settings.keep_prompt,
+            output_estimate: settings.output_estimate,
+            prices: settings.prices.clone(),
         };
         let read = request::read(api, &path, body, reading);
         if let Some(b) = read.body {
@@ -230,14 +232,7 @@ pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyEr
             );
             x.buffered = Some(b);
         }
-        let mut call = read.call;
-        call.output_estimate = settings.output_estimate;
-        call.prices = settings.prices.clone();
-        let output_reserve = call.reserve().output;
-        call.meter.update(|m| {
-            m.prices = settings.prices.clone();
-            m.output_reserve = output_reserve;
-        });
+        let call = read.call;
         if let Some(d) = &mut x.diag {
             d.llm = Some(call.meter.clone());
         }
