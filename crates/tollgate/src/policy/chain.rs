@@ -119,21 +119,15 @@ impl<'a, T> Hook<'a, T> {
 /// provider's pause refusing a retry, credentials set on each attempt, a policy's own
 /// timeouts. Runs in registry order before each attempt and after it.
 pub trait AttemptRemedy: Send + Sync + 'static {
-    /// Before the attempt is sent: may refuse it, or change its request or settings. By
-    /// default, [`AttemptRemedy::before_retry`] for an attempt after the first.
-    fn before<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> Hook<'a, Result<(), ProxyError>> {
-        if a.number == 0 {
-            return Hook::Now(Ok(()));
-        }
-        self.before_retry(x)
+    /// Before each attempt is sent, decided at once: may refuse it, or change its request
+    /// or settings. The first attempt's hooks never wait (its request phase admitted it),
+    /// so a plain chain's one attempt leaves without a future of its own.
+    fn before(&self, _x: &mut Exchange, _a: &mut Attempt) -> Result<(), ProxyError> {
+        Ok(())
     }
 
-    /// Before a retry (the first attempt was admitted by the request phase): may refuse
-    /// it.
+    /// Before a retry (an attempt after the first), after [`AttemptRemedy::before`]: may
+    /// refuse it, waiting for a shared store where it must.
     fn before_retry<'a>(&'a self, _x: &'a mut Exchange) -> Hook<'a, Result<(), ProxyError>> {
         Hook::Now(Ok(()))
     }

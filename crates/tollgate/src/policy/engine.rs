@@ -5,7 +5,7 @@
 //! future; a plain chain ([`super::chain::Chain::plain`]: one attempt, and no retry,
 //! fallback or total timeout) runs in the request's own future ([`run_plain`]), whose
 //! send is the same future an unmatched request's is. Both run the attempt stack the
-//! same way (`through_attempt_stack`, `after_attempt`).
+//! same way (`ready`, `ready_retry`, `after_attempt`).
 
 use super::chain::{Attempt, Chain, Exchange, Flow, Hook, Phase};
 use crate::body::{Body, BoxError};
@@ -77,17 +77,14 @@ pub fn run_plain<'a, S: Sender>(
             }
             Err(e) => return finish(x, Err(e), None, diag),
         }
-        // Without an attempt stack (a rate limit, a cache) no hook's future is made, and
-        // the request and the response are not moved through one.
+        // The one attempt's hooks before it decide at once (`AttemptRemedy::before`);
+        // without an attempt stack (a rate limit, a cache) the response is not moved
+        // through the hooks after it either.
         let hooks = !x.chain.attempt.is_empty();
         let (result, upstream) = {
             let sent;
             let result = {
-                let ready = match hooks {
-                    false => ready_once(&mut x, client, 0, false),
-                    true => through_attempt_stack(&mut x, client, 0, false).await,
-                };
-                let (request, settings, at) = match ready {
+                let (request, settings, at) = match ready(&mut x, client, 0, false) {
                     Ok(ready) => ready,
                     Err(e) => return finish(x, Err(e), None, diag),
                 };
@@ -114,46 +111,76 @@ pub fn run_plain<'a, S: Sender>(
 /// the moment it leaves.
 type Outgoing = (Request<Body>, AttemptSettings, Instant);
 
-/// Attempt `number` (0 the first) of a chain without an attempt stack, ready to leave
-/// (`keep`: a copy of the request is kept for another attempt).
-fn ready_once<S: Sender>(
+/// Attempt `number` (0 the first), its request a copy when `keep` (kept for another
+/// attempt).
+#[inline]
+fn attempt_of<S: Sender>(
+    x: &mut Exchange,
+    client: &S,
+    number: u32,
+    keep: bool,
+) -> Result<Attempt, ProxyError> {
+    Ok(Attempt {
+        number,
+        request: x.attempt_request(keep).ok_or_else(body_gone)?,
+        settings: settings(x, client),
+    })
+}
+
+/// Attempt `number` ready to leave, through the attempt stack's hooks that decide at
+/// once ([`super::chain::AttemptRemedy::before`], in registry order): each may refuse
+/// it, or change its request or settings. All a first attempt's hooks are these.
+fn ready<S: Sender>(
     x: &mut Exchange,
     client: &S,
     number: u32,
     keep: bool,
 ) -> Result<Outgoing, ProxyError> {
-    let mut request = x.attempt_request(keep).ok_or_else(body_gone)?;
-    let sent = sending(x, &mut request, number);
-    Ok((request, settings(x, client), sent))
+    if x.chain.attempt.is_empty() {
+        // No hook: the request is not moved through an `Attempt`.
+        let mut request = x.attempt_request(keep).ok_or_else(body_gone)?;
+        let sent = sending(x, &mut request, number);
+        return Ok((request, settings(x, client), sent));
+    }
+    let mut a = attempt_of(x, client, number, keep)?;
+    let chain = x.chain.clone();
+    for r in &chain.attempt {
+        r.before(x, &mut a)?;
+    }
+    Ok(leave(x, a))
 }
 
-/// [`ready_once`] through the chain's attempt stack, in registry order: each remedy may
-/// refuse the attempt, or change its request or settings. A hook decided at once
-/// ([`Hook::Now`]) is not waited on. A plain function returning an `async` block, for the
-/// reason [`run_plain`] is one.
+/// [`ready`] for a retry: each remedy's hook before it, then its hook before a retry
+/// ([`super::chain::AttemptRemedy::before_retry`]: a breaker or a provider's pause may
+/// refuse it, waiting for a shared store). A plain function returning an `async` block,
+/// for the reason [`run_plain`] is one.
 #[allow(clippy::manual_async_fn)]
-fn through_attempt_stack<'a, S: Sender>(
+fn ready_retry<'a, S: Sender>(
     x: &'a mut Exchange,
     client: &'a S,
     number: u32,
     keep: bool,
 ) -> impl Future<Output = Result<Outgoing, ProxyError>> + Send + 'a {
     async move {
-        let mut a = Attempt {
-            number,
-            request: x.attempt_request(keep).ok_or_else(body_gone)?,
-            settings: settings(x, client),
-        };
+        let mut a = attempt_of(x, client, number, keep)?;
         let chain = x.chain.clone();
         for r in &chain.attempt {
-            match r.before(x, &mut a) {
+            r.before(x, &mut a)?;
+            match r.before_retry(x) {
                 Hook::Now(decided) => decided?,
                 Hook::Wait(f) => f.await?,
             }
         }
-        let sent = sending(x, &mut a.request, number);
-        Ok((a.request, a.settings, sent))
+        Ok(leave(x, a))
     }
+}
+
+/// An attempt leaves: its request and settings, and the moment it is sent
+/// ([`sending`]).
+#[inline]
+fn leave(x: &mut Exchange, mut a: Attempt) -> Outgoing {
+    let sent = sending(x, &mut a.request, a.number);
+    (a.request, a.settings, sent)
 }
 
 /// The attempt stack after an attempt, in registry order: each remedy sees the
@@ -344,12 +371,12 @@ async fn attempt<S: Sender>(
     upstream: &mut Option<Duration>,
 ) -> Result<Response<Body>, ProxyError> {
     let keep = x.chain.attempts.keeps(x) || x.chain.fallback.is_some();
-    // Without an attempt stack the request goes straight to the send, and the response
-    // straight back (neither moved through a hook's future).
+    // The first attempt's hooks decide at once; a retry's may wait. Without an attempt
+    // stack the response comes straight back (not moved through a hook's future).
     let hooks = !x.chain.attempt.is_empty();
-    let (request, settings, sent) = match hooks {
-        false => ready_once(x, client, number, keep)?,
-        true => through_attempt_stack(x, client, number, keep).await?,
+    let (request, settings, sent) = match number {
+        0 => ready(x, client, number, keep)?,
+        _ => ready_retry(x, client, number, keep).await?,
     };
     let result = client
         .send_attempt(request, &x.target, timer, sent, settings)

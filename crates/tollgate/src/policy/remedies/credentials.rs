@@ -260,17 +260,13 @@ impl Remedy for Credentials {
 
 impl AttemptRemedy for Credentials {
     /// Sets an account's credential on this attempt.
-    fn before<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> Hook<'a, Result<(), ProxyError>> {
+    fn before(&self, x: &mut Exchange, a: &mut Attempt) -> Result<(), ProxyError> {
         let i = self.pick();
         // One account has no other to turn to: nothing to keep per request.
         if self.accounts.len() > 1 {
             x.locals.get_or_default::<Account>().used = Some(i);
         }
-        Hook::Now(self.accounts[i].apply(&mut a.request))
+        self.accounts[i].apply(&mut a.request)
     }
 
     /// Notes a 429: the account cools down, and a retry goes to a free one at once.

@@ -7,7 +7,7 @@
 use crate::body::{Body, BoxError, Watch, Watched};
 use crate::error::ProxyError;
 use crate::fields::units::{DAY_MS, Dur, HOUR_MS};
-use crate::policy::chain::{Attempt, AttemptRemedy, Built, Exchange, Hook, Phase, Remedy};
+use crate::policy::chain::{Attempt, AttemptRemedy, Built, Exchange, Phase, Remedy};
 use crate::policy::compile::Build;
 use crate::policy::kind::{Check, Phases, RemedyKind};
 use bytes::Bytes;
@@ -122,16 +122,12 @@ impl Watch for Idle {
 }
 
 impl AttemptRemedy for Timeouts {
-    fn before<'a>(
-        &'a self,
-        _x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> Hook<'a, Result<(), ProxyError>> {
+    fn before(&self, _x: &mut Exchange, a: &mut Attempt) -> Result<(), ProxyError> {
         a.settings.connect_timeout = self.connect.or(a.settings.connect_timeout);
         if let Some(r) = self.response {
             a.settings.response_timeout = r;
         }
-        Hook::Now(Ok(()))
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use crate::body::{Body, full};
 use crate::error::ProxyError;
 use crate::fields::Errors;
 use crate::llm::{Api, Call};
-use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Exchange, Fallback, Hook};
+use crate::policy::chain::{Attempt, AttemptRemedy, BoxFuture, Exchange, Fallback};
 use crate::policy::failure::{Failure, Statuses, classify};
 use crate::policy::remedies::credentials::{Credential, RawAccount, credential};
 use crate::routes::Route;
@@ -128,15 +128,11 @@ impl Fallback for Fallbacks {
 }
 
 impl AttemptRemedy for Fallbacks {
-    fn before<'a>(
-        &'a self,
-        x: &'a mut Exchange,
-        a: &'a mut Attempt,
-    ) -> Hook<'a, Result<(), ProxyError>> {
-        Hook::Now(match x.locals.get::<At>().map(|a| a.0) {
+    fn before(&self, x: &mut Exchange, a: &mut Attempt) -> Result<(), ProxyError> {
+        match x.locals.get::<At>().map(|a| a.0) {
             Some(at) if at > 0 => self.rewrite(x, a, at),
             _ => Ok(()),
-        })
+        }
     }
 }
 
