@@ -531,6 +531,69 @@ mod tests {
         );
     }
 
+    /// How each attempt hook of `chain` went for a first attempt and a response `head`:
+    /// `now` or `wait`, hook by hook (`before`, then `after`).
+    fn hooks(chain: &Arc<Chain>, head: http::response::Parts) -> Vec<&'static str> {
+        let req = http::Request::get("http://api.example.com/v1/items")
+            .body(crate::body::empty())
+            .unwrap();
+        let target =
+            crate::target::Target::parse(crate::target::Scheme::Http, "api.example.com").unwrap();
+        let mut x = Exchange::new(chain.clone(), req, target);
+        let mut a = Attempt {
+            number: 0,
+            request: x.attempt_request(true).unwrap(),
+            settings: crate::upstream::AttemptSettings {
+                response_timeout: Duration::from_secs(1),
+                connect_timeout: None,
+                resend_lost: false,
+            },
+        };
+        let mut seen = Vec::new();
+        for r in &chain.attempt {
+            r.before(&mut x, &mut a)
+                .expect("a first attempt is not refused");
+        }
+        for r in &chain.attempt {
+            seen.push(match r.after(&mut x, Ok(&head)) {
+                Hook::Now(()) => "now",
+                Hook::Wait(_) => "wait",
+            });
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn attempt_hooks_that_decide_at_once_are_no_futures() {
+        let c = chain(
+            "policies:
+  - name: p
+    timeouts: {response: 30s}
+    provider_throttling: {}
+    credentials: {header: {name: x-api-key, value: k}}
+",
+        );
+        let ok = http::Response::new(()).into_parts().0;
+        assert_eq!(hooks(&c, ok), ["now"; 3], "{:?}", c.names);
+        // A pause the provider asks for is raised in the store: that hook waits.
+        let mut paused = http::Response::new(()).into_parts().0;
+        paused.status = http::StatusCode::TOO_MANY_REQUESTS;
+        paused.headers.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+        assert!(hooks(&c, paused).contains(&"wait"));
+        // A breaker counts every outcome in its store.
+        let breaker = chain(
+            "policies:
+  - name: p
+    breaker: {consecutive_failures: 2, open_for: 30s}
+",
+        );
+        let ok = http::Response::new(()).into_parts().0;
+        assert_eq!(hooks(&breaker, ok), ["wait"]);
+    }
+
     #[tokio::test]
     async fn a_phase_that_must_wait_is_a_future() {
         // Over the limit with a queue: the request waits in it.
