@@ -417,15 +417,15 @@ impl Harness {
         }
     }
 
+    /// Writes config `file` (under the output directory) with `yaml`, and returns its path.
+    fn config(&self, file: &str, yaml: &str) -> Result<PathBuf, String> {
+        crate::report::write(&self.out, file, yaml)?;
+        Ok(self.out.join(file))
+    }
+
     /// Writes the built-in passthrough config (route `/` to the provider) and returns its path.
     pub fn passthrough_config(&self) -> Result<PathBuf, String> {
-        let path = self.out.join("passthrough.yaml");
-        crate::report::write(
-            &self.out,
-            "passthrough.yaml",
-            "# tollgate with no policies: one route to the provider.\nroutes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\n",
-        )?;
-        Ok(path)
+        self.config("passthrough.yaml", "# tollgate with no policies: one route to the provider.\nroutes:\n  - prefix: /\n    upstream: ${TOLLGATE_BENCH_PROVIDER}\nlog:\n  level: warn\n")
     }
 
     /// Writes the built-in `with-remedy` config: one policy matching every request, with
@@ -433,11 +433,7 @@ impl Harness {
     /// only a status the provider never sends), so every request runs the policy engine,
     /// two remedies and the provider call.
     pub fn with_remedy_config(&self) -> Result<PathBuf, String> {
-        let path = self.out.join("with-remedy.yaml");
-        crate::report::write(
-            &self.out,
-            "with-remedy.yaml",
-            "# Every request matched: a rate limit that never rejects and a cache that always misses.
+        self.config("with-remedy.yaml", "# Every request matched: a rate limit that never rejects and a cache that always misses.
 routes:
   - prefix: /
     upstream: ${TOLLGATE_BENCH_PROVIDER}
@@ -447,18 +443,14 @@ policies:
     cache: {ttl: 1h, statuses: [299]}
 log:
   level: warn
-",
-        )?;
-        Ok(path)
+")
     }
 
     /// Writes the built-in `matched` config: one policy matching every request that only
     /// frames it (`timeouts`, a per-attempt setting): the matched path's own cost, which
     /// every remedy pays before its own.
     pub fn matched_config(&self) -> Result<PathBuf, String> {
-        let path = self.out.join("matched.yaml");
-        crate::report::write(
-            &self.out,
+        self.config(
             "matched.yaml",
             "# Every request matched by a policy that only frames it.
 routes:
@@ -470,17 +462,14 @@ policies:
 log:
   level: warn
 ",
-        )?;
-        Ok(path)
+        )
     }
 
     /// Writes the built-in `with-credentials` config: one policy matching every request
     /// that sets an API key on each attempt (`credentials`, a remedy of the attempt stack),
     /// as a policy that only holds a provider's key does.
     pub fn with_credentials_config(&self) -> Result<PathBuf, String> {
-        let path = self.out.join("with-credentials.yaml");
-        crate::report::write(
-            &self.out,
+        self.config(
             "with-credentials.yaml",
             "# Every request matched: an API key set on each attempt.
 routes:
@@ -492,8 +481,7 @@ policies:
 log:
   level: warn
 ",
-        )?;
-        Ok(path)
+        )
     }
 
     /// Writes the built-in `with-diagnosis` config: no policy; every call captured as a
@@ -527,9 +515,7 @@ log:
     /// Writes the built-in `cache-hit` config: every GET answered from the cache after
     /// the first (no provider call).
     pub fn cache_hit_config(&self) -> Result<PathBuf, String> {
-        let path = self.out.join("cache-hit.yaml");
-        crate::report::write(
-            &self.out,
+        self.config(
             "cache-hit.yaml",
             "# Every request after the first answered from the cache.
 routes:
@@ -541,8 +527,7 @@ policies:
 log:
   level: warn
 ",
-        )?;
-        Ok(path)
+        )
     }
 
     /// Starts tollgate with `config`; `${TOLLGATE_BENCH_PROVIDER}` in it is the provider URL.

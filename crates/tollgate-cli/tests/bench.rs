@@ -662,7 +662,7 @@ fn instructions_counts_each_target_under_callgrind() {
             "--connections",
             "4",
             "--scenarios",
-            "passthrough,with-remedy,llm-passthrough,llm-usage",
+            "passthrough,matched,with-remedy,llm-passthrough,llm-usage",
             "--peer",
             "hyper",
             "--top",
@@ -679,6 +679,7 @@ fn instructions_counts_each_target_under_callgrind() {
     );
     for target in [
         "passthrough",
+        "matched",
         "with-remedy",
         "hyper",
         "llm-passthrough",

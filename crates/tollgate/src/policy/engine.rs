@@ -481,16 +481,21 @@ mod tests {
         engine.for_worker().chains[0].clone()
     }
 
-    /// How each request phase of `chain` went for one request: `now` (decided at once),
-    /// `refused` (decided at once, with an error), `wait` (a future to wait on).
-    fn phases(chain: &Arc<Chain>) -> Vec<&'static str> {
+    /// An exchange of `chain` for one request (`GET`, with an `x-team` field).
+    fn exchange(chain: &Arc<Chain>) -> Exchange {
         let req = http::Request::get("http://api.example.com/v1/items")
             .header("x-team", "a")
             .body(crate::body::empty())
             .unwrap();
         let target =
             crate::target::Target::parse(crate::target::Scheme::Http, "api.example.com").unwrap();
-        let mut x = Exchange::new(chain.clone(), req, target);
+        Exchange::new(chain.clone(), req, target)
+    }
+
+    /// How each request phase of `chain` went for one request: `now` (decided at once),
+    /// `refused` (decided at once, with an error), `wait` (a future to wait on).
+    fn phases(chain: &Arc<Chain>) -> Vec<&'static str> {
+        let mut x = exchange(chain);
         chain
             .remedies
             .iter()
@@ -531,15 +536,11 @@ mod tests {
         );
     }
 
-    /// How each attempt hook of `chain` went for a first attempt and a response `head`:
-    /// `now` or `wait`, hook by hook (`before`, then `after`).
+    /// How each hook after a first attempt of `chain` went, its answer `head`: `now`
+    /// (decided at once) or `wait` (a future to wait on). The hooks before it run first,
+    /// and refuse nothing.
     fn hooks(chain: &Arc<Chain>, head: http::response::Parts) -> Vec<&'static str> {
-        let req = http::Request::get("http://api.example.com/v1/items")
-            .body(crate::body::empty())
-            .unwrap();
-        let target =
-            crate::target::Target::parse(crate::target::Scheme::Http, "api.example.com").unwrap();
-        let mut x = Exchange::new(chain.clone(), req, target);
+        let mut x = exchange(chain);
         let mut a = Attempt {
             number: 0,
             request: x.attempt_request(true).unwrap(),
