@@ -3,7 +3,9 @@
 //! entries filtered by host, status and policy, as a table or JSON; and `har tail`
 //! following the files as calls arrive.
 
-use super::{emulator_config, get, provider, run_on_ephemeral_ports, signal, spawn, tollgate};
+use super::{
+    discovered, emulator_config, get, provider, run_on_ephemeral_ports, signal, spawn, tollgate,
+};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -69,12 +71,13 @@ fn discover_and_har_tell_port_policy_cache_5xx_and_consumers_and_tail_follows() 
         .collect();
     assert_eq!(statuses, [200, 200, 200, 503]);
 
-    // The table: host with its port, the policy, cache hits, 5xx, consumers.
-    let discover = tollgate()
-        .args(["discover", "--admin", &format!("http://{admin}")])
-        .output()
-        .unwrap();
-    let table = String::from_utf8(discover.stdout).unwrap();
+    // The table: host with its port, the policy, cache hits, 5xx, consumers, once the
+    // observer has counted all four calls.
+    let table = discovered(&admin, |t| {
+        t.lines()
+            .any(|l| l.contains("/get") && l.trim_start().starts_with("3 "))
+            && t.contains("/status/")
+    });
     let row = |endpoint: &str| -> Vec<String> {
         table
             .lines()

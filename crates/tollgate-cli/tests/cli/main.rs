@@ -102,6 +102,29 @@ fn spawn(cmd: &mut Command, marker: &str) -> (Child, Vec<String>) {
     (child, addrs)
 }
 
+/// `tollgate discover`'s table once `shown` holds for it. The observer thread counts
+/// calls off the request path, after the HAR thread may already have written them, so
+/// a test polls; it fails with the last table when `shown` never holds.
+fn discovered(admin: &str, shown: impl Fn(&str) -> bool) -> String {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let o = tollgate()
+            .args(["discover", "--admin", &format!("http://{admin}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let table = String::from_utf8(o.stdout).unwrap();
+        if shown(&table) {
+            return table;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "discover never showed the calls:\n{table}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &child.id().to_string()])
@@ -372,20 +395,7 @@ fn har_to_stdout_and_files_then_discover_and_har_commands() {
     assert!(entry.contains("REDACTED"));
 
     // `tollgate discover` against the running gateway.
-    let mut table = String::new();
-    for _ in 0..100 {
-        let o = tollgate()
-            .args(["discover", "--admin", &format!("http://{admin}")])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        table = String::from_utf8(o.stdout).unwrap();
-        if table.contains("/anything/users/{id}") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(table.contains("/anything/users/{id}"), "{table}");
+    discovered(admin, |t| t.contains("/anything/users/{id}"));
 
     // `tollgate har` on the file sink's directory.
     let list = tollgate().args(["har", "list"]).arg(&har).output().unwrap();
