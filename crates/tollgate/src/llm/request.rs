@@ -91,7 +91,8 @@ fn output_reserve(max_output: Option<u64>, estimate: u64, choices: u64) -> u64 {
 /// type is `None`. The last of a key written twice counts, as in a parsed map.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Head {
-    pub model: Option<String>,
+    /// Shared with the call and its meter as it is (one allocation for the name).
+    pub model: Option<Arc<str>>,
     pub stream: Option<bool>,
     /// `stream_options` is there, whatever its value.
     pub stream_options: bool,
@@ -126,7 +127,7 @@ impl Head {
         match key {
             b"model" => {
                 self.model = match v {
-                    Value::String(s) => Some(s),
+                    Value::String(s) => Some(s.into()),
                     _ => None,
                 }
             }
@@ -146,6 +147,43 @@ impl Head {
                 self.candidate_count = field("candidateCount");
             }
             _ => {}
+        }
+    }
+
+    /// Top-level field `key` (one of [`HEAD`]) is the scalar `v`, as [`Head::set`] reads
+    /// its `Value`: no `Value` made (nor, for a number, the text `arbitrary_precision`
+    /// keeps of it).
+    fn set_scalar(&mut self, key: &[u8], v: Scalar) {
+        match (key, v) {
+            (b"model", Scalar::Str(s)) => self.model = Some(s.into()),
+            (b"stream", Scalar::Bool(b)) => self.stream = Some(b),
+            (b"stream_options" | b"generationConfig", v) => self.set(key, v.value()),
+            (b"max_tokens", Scalar::Whole(n)) => self.max_tokens = Some(n),
+            (b"max_completion_tokens", Scalar::Whole(n)) => self.max_completion_tokens = Some(n),
+            (b"max_output_tokens", Scalar::Whole(n)) => self.max_output_tokens = Some(n),
+            (b"n", Scalar::Whole(n)) => self.n = Some(n),
+            (b"best_of", Scalar::Whole(n)) => self.best_of = Some(n),
+            // Of another type than the field's: none, as `Value::as_*` gives.
+            (k, _) => self.set(k, Value::Null),
+        }
+    }
+}
+
+/// A head field's value of a common kind, read straight from the text.
+enum Scalar<'a> {
+    /// A string without escapes: its bytes are its text.
+    Str(&'a str),
+    Bool(bool),
+    /// A whole number written as serde_json writes a `u64`.
+    Whole(u64),
+}
+
+impl Scalar<'_> {
+    fn value(self) -> Value {
+        match self {
+            Scalar::Str(s) => Value::String(s.to_owned()),
+            Scalar::Bool(b) => Value::Bool(b),
+            Scalar::Whole(n) => Value::from(n),
         }
     }
 }
@@ -178,7 +216,11 @@ pub fn read(api: Api, path: &str, body: Option<&Bytes>, reading: Reading) -> Rea
     let (add_usage, tokenizer) = (reading.add_stream_usage, reading.tokenizer);
     let keep = tokenizer && reading.keep_prompt && api.public_tokenizer();
     let (head, prompt) = body.map(|b| top(b, keep)).unwrap_or_default();
-    let model: Option<Arc<str>> = api.model(path, &head).map(Arc::from);
+    // The body's model shared as it was read; a model from the path (Gemini) made here.
+    let model: Option<Arc<str>> = api.model(path, &head).map(|m| match &head.model {
+        Some(h) if **h == *m => h.clone(),
+        _ => Arc::from(m),
+    });
     let stream = api.streams(path, &head);
     let max_output = head
         .max_tokens
@@ -246,14 +288,23 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Head, tokens::Prompt)> {
     p.ws();
     p.object(1, |p, k| {
         role |= k == b"role";
-        if let Some(h) = HEAD.iter().find(|h| h.as_bytes() == k) {
+        if is_head(k) {
             let start = p.i;
             p.value(1)?;
-            let v = head_value(text.get(start..p.i)?)?;
-            if tokens::is_text(k) {
-                prompt.collect(&v);
+            match head_value(text.get(start..p.i)?)? {
+                Ok(v) => {
+                    if let (true, Scalar::Str(s)) = (tokens::is_text(k), &v) {
+                        prompt.string(s);
+                    }
+                    head.set_scalar(k, v);
+                }
+                Err(v) => {
+                    if tokens::is_text(k) {
+                        prompt.collect(&v);
+                    }
+                    head.set(k, v);
+                }
             }
-            head.set(h.as_bytes(), v);
             Some(())
         } else if tokens::is_text(k) {
             prompt_text(p, text, &mut prompt, 1)
@@ -267,24 +318,41 @@ fn by_hand(body: &[u8], keep: bool) -> Option<(Head, tokens::Prompt)> {
     p.ends().then_some((head, prompt))
 }
 
-/// A head field's value (`json`, checked by the walk): the common scalars made at once (a
+/// A head field's value (`json`, checked by the walk): the common scalars read at once (a
 /// string without escapes, a boolean, a whole number written plainly), the rest parsed
 /// by serde_json.
-fn head_value(json: &str) -> Option<Value> {
+fn head_value(json: &str) -> Option<Result<Scalar<'_>, Value>> {
     let b = json.as_bytes();
     match b {
         [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => {
-            Some(Value::String(json.get(1..json.len() - 1)?.to_owned()))
+            Some(Ok(Scalar::Str(json.get(1..json.len() - 1)?)))
         }
-        b"true" => Some(Value::Bool(true)),
-        b"false" => Some(Value::Bool(false)),
+        b"true" => Some(Ok(Scalar::Bool(true))),
+        b"false" => Some(Ok(Scalar::Bool(false))),
         // Written as `Number` writes it (no sign, fraction, exponent or leading zero), so
-        // its text under `arbitrary_precision` is the same.
+        // serde_json's `as_u64` of it is this.
         [b'1'..=b'9', rest @ ..] if rest.len() < 19 && rest.iter().all(u8::is_ascii_digit) => {
-            json.parse::<u64>().ok().map(Value::from)
+            json.parse::<u64>().ok().map(|n| Ok(Scalar::Whole(n)))
         }
-        _ => serde_json::from_str(json).ok(),
+        _ => serde_json::from_str(json).ok().map(Err),
     }
+}
+
+/// Whether top-level key `k` is one of [`HEAD`]: one `match` rather than a pass over the
+/// list for each key (a test holds the two to the same).
+fn is_head(k: &[u8]) -> bool {
+    matches!(
+        k,
+        b"model"
+            | b"stream"
+            | b"stream_options"
+            | b"max_tokens"
+            | b"max_completion_tokens"
+            | b"max_output_tokens"
+            | b"n"
+            | b"best_of"
+            | b"generationConfig"
+    )
 }
 
 /// A value's prompt text, as [`tokens::Walk`] collects it, by hand: the value is inside a
@@ -475,6 +543,16 @@ mod tests {
         let (head, prompt) = top(br#"["a", "bc"]"#, false);
         assert_eq!(head, Head::default());
         assert_eq!(prompt.approximate(), 1);
+    }
+
+    #[test]
+    fn the_head_keys_are_the_list() {
+        for k in HEAD {
+            assert!(is_head(k.as_bytes()), "{k}");
+        }
+        for k in ["", "models", "mode", "messages", "N", "stream_option"] {
+            assert!(!is_head(k.as_bytes()), "{k}");
+        }
     }
 
     #[test]
