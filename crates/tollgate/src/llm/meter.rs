@@ -212,7 +212,7 @@ impl Meter {
 
     fn model(&self, s: Option<&str>) {
         if let Some(s) = s.filter(|s| !s.is_empty() && s.len() <= 256) {
-            self.update(|m| m.answered = Some(Arc::from(s)));
+            self.update(|m| m.answered = Some(super::names::shared(s)));
         }
     }
 }

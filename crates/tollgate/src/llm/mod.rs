@@ -8,6 +8,7 @@ pub mod body;
 pub mod counts;
 pub mod decode;
 pub mod meter;
+pub mod names;
 pub mod prices;
 pub mod request;
 pub mod scan;

@@ -155,7 +155,7 @@ impl Head {
     /// keeps of it).
     fn set_scalar(&mut self, key: &[u8], v: Scalar) {
         match (key, v) {
-            (b"model", Scalar::Str(s)) => self.model = Some(s.into()),
+            (b"model", Scalar::Str(s)) => self.model = Some(super::names::shared(s)),
             (b"stream", Scalar::Bool(b)) => self.stream = Some(b),
             (b"stream_options" | b"generationConfig", v) => self.set(key, v.value()),
             (b"max_tokens", Scalar::Whole(n)) => self.max_tokens = Some(n),

@@ -1,0 +1,50 @@
+//! Model names shared per worker: a call's model is named by its request and again by its
+//! answer (often a dated snapshot of it), and a gateway's calls mostly name the same few
+//! models, so each worker keeps the last [`REMEMBERED`] names it made and hands out
+//! another reference to one that matches instead of allocating the name again.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// How many names each worker keeps.
+pub const REMEMBERED: usize = 4;
+
+/// `name` as an `Arc<str>`: one this thread made before when it is among the last few.
+pub fn shared(name: &str) -> Arc<str> {
+    thread_local! {
+        static LAST: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    }
+    LAST.with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else {
+            return Arc::from(name);
+        };
+        if let Some(n) = last.iter().find(|n| ***n == *name) {
+            return n.clone();
+        }
+        let n: Arc<str> = Arc::from(name);
+        if last.len() >= REMEMBERED {
+            last.pop();
+        }
+        last.insert(0, n.clone());
+        n
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_made_again_is_the_one_made_before_until_it_is_pushed_out() {
+        let a = shared("gpt-4o-mini");
+        let b = shared("gpt-4o-mini");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*shared("gpt-4o-mini-2025-01-01"), "gpt-4o-mini-2025-01-01");
+        for i in 0..REMEMBERED {
+            shared(&format!("m{i}"));
+        }
+        let c = shared("gpt-4o-mini");
+        assert_eq!(c, a);
+        assert!(!Arc::ptr_eq(&a, &c), "pushed out by newer names");
+    }
+}
