@@ -199,12 +199,21 @@ impl Meter {
 
     /// [`Meter::model_value`] of the JSON text of the model's string.
     pub fn model_json(&self, json: &[u8]) {
-        // A name with no escape (every model's) is the text between its quotes.
+        // A name with no escape (every model's) is the text between its quotes: one of
+        // the worker's last names when it is one (its text already checked), else
+        // checked here.
         if let [b'"', inner @ .., b'"'] = json
             && crate::json::swar::string_stop(inner).is_none()
-            && let Ok(s) = std::str::from_utf8(inner)
         {
-            return self.model(Some(s));
+            if (1..=256).contains(&inner.len())
+                && let Some(name) = super::names::remembered(inner)
+            {
+                self.update(|m| m.answered = Some(name));
+                return;
+            }
+            if let Ok(s) = std::str::from_utf8(inner) {
+                return self.model(Some(s));
+            }
         }
         let s = serde_json::from_slice::<std::borrow::Cow<str>>(json).ok();
         self.model(s.as_deref());
@@ -223,14 +232,18 @@ mod tests {
 
     #[test]
     fn a_model_name_is_read_with_or_without_escapes() {
-        for (json, want) in [
+        let cases = [
             (&br#""gpt-4o-2024-08-06""#[..], Some("gpt-4o-2024-08-06")),
             (br#""gpt\u002d4o""#, Some("gpt-4o")),
             (br#""mod\u00e9le""#, Some("modéle")),
             (b"\"a\tb\"", None),
             (br#""""#, None),
             (br#"7"#, None),
-        ] {
+            (b"\"\xff\"", None),
+        ];
+        // The second time, the names read the first are the worker's last ones.
+        for (json, want) in cases.iter().chain(&cases) {
+            let (json, want) = (*json, *want);
             let m = Meter::new(crate::protocol::openai_chat::API, Metered::default());
             m.model_json(json);
             assert_eq!(m.read().answered.as_deref(), want, "{json:?}");

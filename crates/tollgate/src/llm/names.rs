@@ -9,11 +9,21 @@ use std::sync::Arc;
 /// How many names each worker keeps.
 pub const REMEMBERED: usize = 4;
 
+thread_local! {
+    static LAST: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The name among this thread's last few whose text is `bytes`: found before its bytes
+/// are checked as UTF-8 (a name made is).
+pub fn remembered(bytes: &[u8]) -> Option<Arc<str>> {
+    LAST.with(|last| {
+        let last = last.try_borrow().ok()?;
+        last.iter().find(|n| n.as_bytes() == bytes).cloned()
+    })
+}
+
 /// `name` as an `Arc<str>`: one this thread made before when it is among the last few.
 pub fn shared(name: &str) -> Arc<str> {
-    thread_local! {
-        static LAST: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
-    }
     LAST.with(|last| {
         let Ok(mut last) = last.try_borrow_mut() else {
             return Arc::from(name);
@@ -46,5 +56,7 @@ mod tests {
         let c = shared("gpt-4o-mini");
         assert_eq!(c, a);
         assert!(!Arc::ptr_eq(&a, &c), "pushed out by newer names");
+        assert!(Arc::ptr_eq(&remembered(b"gpt-4o-mini").unwrap(), &c));
+        assert_eq!(remembered(b"gpt-4o"), None);
     }
 }

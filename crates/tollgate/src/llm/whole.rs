@@ -64,7 +64,12 @@ pub fn read<'a>(
         // whitespace with it (and counted against the cap).
         let start = i + 1;
         let value = ws(b, start);
-        let k = wanted.iter().position(|w| w.as_bytes() == key);
+        // The length and first byte first: most top-level keys are none of the few
+        // watched, and a byte comparison is cheaper than a call to compare the bytes.
+        let k = wanted.iter().position(|w| {
+            let w = w.as_bytes();
+            w.len() == key.len() && w.first() == key.first() && w == key
+        });
         let read = match k {
             Some(0) => first(&b[value..]),
             _ => None,

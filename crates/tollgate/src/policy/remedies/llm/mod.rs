@@ -201,14 +201,18 @@ pub const X_TOLLGATE_FALLBACK: http::HeaderName =
 pub async fn call(x: &mut Exchange, settings: &Settings) -> Result<bool, ProxyError> {
     if x.locals.get::<Call>().is_none() {
         // Recognised as the provider routes the path (`%63ompletions` is `completions`).
-        let path = crate::policy::path::normalized(x.parts.uri.path()).into_owned();
+        use crate::policy::path::normalized;
         let Some(api) = (x.method == Method::POST)
-            .then(|| crate::protocol::llm_api(&path))
+            .then(|| crate::protocol::llm_api(&normalized(x.parts.uri.path())))
             .flatten()
         else {
             return Ok(false);
         };
-        let body = x.buffer(settings.max_body).await?;
+        // The body is borrowed from the exchange with its path (normalised again rather
+        // than copied across the wait: most paths have no `%` and borrow as they are).
+        let fits = x.buffer(settings.max_body).await?.is_some();
+        let body = x.buffered.as_ref().filter(|_| fits);
+        let path = normalized(x.parts.uri.path());
         let reading = request::Reading {
             add_stream_usage: settings.add_stream_usage,
             tokenizer: settings.tokenizer,
