@@ -240,7 +240,8 @@ impl Limit {
                 tracing::warn!("{e}; request let through");
                 return Ok(Taken {
                     remaining: 0,
-                    counted: Vec::new(),
+                    counted: Counted::new(),
+                    end,
                 });
             }
         };
@@ -250,7 +251,7 @@ impl Limit {
             }
             return Err(refused(self.spec.limit, false));
         }
-        let mut counted = Vec::new();
+        let mut counted = Counted::new();
         if let Some(parent) = &self.parent {
             match Box::pin(parent.take_keeping(h, n, keep)).await {
                 Ok(t) => counted = t.counted,
@@ -270,6 +271,7 @@ impl Limit {
         Ok(Taken {
             remaining: self.spec.limit.saturating_sub(added.count),
             counted,
+            end,
         })
     }
 
@@ -300,9 +302,14 @@ impl Limit {
 pub struct Taken {
     pub remaining: u64,
     /// The counters this request went into (its parent's too), kept only with
-    /// `refund_on`: empty, and no allocation, otherwise.
-    pub counted: Vec<Key>,
+    /// `refund_on` or for a reservation: empty otherwise.
+    pub counted: Counted,
+    /// The end of the window it was counted in (unix ms).
+    pub end: u64,
 }
+
+/// The counters a request went into: most often one (the limit's total), held inline.
+pub type Counted = smallvec::SmallVec<[Key; 1]>;
 
 // ---- config: as written, and its validation ----
 
@@ -405,11 +412,11 @@ pub fn refusal(kind: Reject, what: &str, r: &OverLimit) -> ProxyError {
 /// What a limit with `refund_on` counted a request in, by remedy (quota, rate limit),
 /// to give back if the answer is one the provider does not charge.
 #[derive(Default)]
-pub struct Refunds(pub Vec<(&'static str, Vec<Key>)>);
+pub struct Refunds(pub Vec<(&'static str, Counted)>);
 
 /// Keeps what `stage` counted the request in (with `refund_on`; nothing otherwise) for
 /// [`refund`].
-pub fn keep_for_refund(x: &mut Exchange, stage: &'static str, counted: Vec<Key>) {
+pub fn keep_for_refund(x: &mut Exchange, stage: &'static str, counted: Counted) {
     if !counted.is_empty() {
         x.locals
             .get_or_default::<Refunds>()

@@ -10,7 +10,6 @@ use super::chain::{Exchange, Flow};
 use super::clock;
 use super::compile::Build;
 use super::limit::{GroupFields, Limit, LimitSpec, OverLimit, groups};
-use super::store::Key;
 use super::window::Window;
 use crate::error::{ProxyError, Reject, Rejection};
 use crate::fields::Errors;
@@ -161,14 +160,14 @@ pub async fn admit<A: Action>(
 struct Reserved {
     stage: &'static str,
     limit: Arc<Limit>,
-    counted: Vec<Key>,
+    counted: crate::policy::limit::Counted,
     amount: u64,
     expires_ms: u64,
 }
 
-/// The reservations of a request, by remedy.
+/// The reservations of a request, by remedy (a token limit's and a budget's, inline).
 #[derive(Default)]
-pub struct Reservations(Vec<Reserved>);
+pub struct Reservations(smallvec::SmallVec<[Reserved; 2]>);
 
 /// Reserves `n` on `limit` for `stage`: the amount left in the window and when it ends
 /// (Unix ms), or why it does not fit.
@@ -178,8 +177,9 @@ async fn reserve(
     limit: &Arc<Limit>,
     n: u64,
 ) -> Result<(u64, u64), OverLimit> {
-    let (_, expires_ms) = limit.spec.window.bounds(clock::now_ms());
     let t = limit.reserve(&x.parts.headers, n).await?;
+    // The window the reservation was counted in: its settling adds to that one.
+    let expires_ms = t.end;
     x.locals.get_or_default::<Reservations>().0.push(Reserved {
         stage,
         limit: limit.clone(),

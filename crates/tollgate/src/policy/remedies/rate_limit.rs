@@ -11,13 +11,12 @@ use crate::policy::clock;
 use crate::policy::compile::Build;
 use crate::policy::config::RawRef;
 use crate::policy::kind::{Check, Phases, RemedyKind, Shared, resolve};
+use crate::policy::limit::{Counted, Limit, OverLimit, Taken, keep_for_refund, refund, refusal};
 use crate::policy::limit::{GroupFields, LimitSpec, groups, refund_on};
-use crate::policy::limit::{Limit, OverLimit, Taken, keep_for_refund, refund, refusal};
 use crate::policy::queue::{Left, NextFree, Queue};
 use crate::policy::queue::{QUEUE_FULL, QUEUE_TIMEOUT, queue_outcome, wait_deadline};
 use crate::policy::queue::{QueueSpec, RawQueue, queue};
 use crate::policy::spec::Resource;
-use crate::policy::store::Key;
 use crate::policy::window::window;
 use http::Response;
 use http::StatusCode;
@@ -44,7 +43,7 @@ pub struct RateLimit {
 }
 
 /// A request admitted: what it was counted in kept for `refund_on`.
-fn admitted(x: &mut Exchange, counted: Result<Vec<Key>, ProxyError>) -> Result<Flow, ProxyError> {
+fn admitted(x: &mut Exchange, counted: Result<Counted, ProxyError>) -> Result<Flow, ProxyError> {
     keep_for_refund(x, Kind::NAME, counted?);
     Ok(Flow::Continue)
 }
@@ -79,7 +78,7 @@ fn not_in_time(kind: Reject, what: &str, limit: u64, q: &Queue, at: Instant) -> 
 /// `refund_on`: see [`crate::policy::limit::Taken`]) or refused; `Err(first)` when the
 /// request waits in the queue (`first`: the try that was refused, `None` when others
 /// were queued ahead of it and it did not try).
-type Decided = Result<Result<Vec<Key>, ProxyError>, Option<Result<Taken, OverLimit>>>;
+type Decided = Result<Result<Counted, ProxyError>, Option<Result<Taken, OverLimit>>>;
 
 /// What the first try at a limit decides (`first`: `None` when others are queued ahead).
 fn decide(
@@ -116,7 +115,7 @@ pub async fn take_or_wait(
     actions: &Actions<Action>,
     kind: Reject,
     what: &str,
-) -> Result<Vec<Key>, ProxyError> {
+) -> Result<Counted, ProxyError> {
     let first = match queue {
         Some(q) if !q.is_empty() => None,
         _ => Some(limit.take(&x.parts.headers).await),
@@ -137,7 +136,7 @@ async fn wait(
     actions: &Actions<Action>,
     kind: Reject,
     what: &str,
-) -> Result<Vec<Key>, ProxyError> {
+) -> Result<Counted, ProxyError> {
     let Some(q) = queue else {
         return Err(ProxyError::Internal("a rate limit waited without a queue"));
     };
@@ -155,7 +154,7 @@ async fn wait(
         return Err(not_in_time(kind, what, refused_by, q, at));
     }
     actions.note(diag, Action::Queued);
-    let counted = std::sync::Mutex::new(Vec::new());
+    let counted = std::sync::Mutex::new(Counted::new());
     let waited = q
         .wait(q.spec.priority(headers), deadline, give_up, || {
             let counted = &counted;
