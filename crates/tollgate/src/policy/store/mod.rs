@@ -139,11 +139,33 @@ impl Cause {
 /// The name of one piece of state: the resource (its kind, name and a fingerprint of its
 /// definition, so a changed definition starts afresh), a part (a consumer group, `total`,
 /// `fail`…) and a window number (0 for state without windows).
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Eq)]
 pub struct Key {
     pub resource: Arc<str>,
     pub part: Arc<str>,
     pub window: u64,
+}
+
+/// Equal names: a worker's keys share its copies of the names ([`names`]), so the same
+/// reference is the common case and no byte is compared; another worker's copy of the
+/// same name is compared by its text.
+fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Self) -> bool {
+        self.window == o.window && same(&self.resource, &o.resource) && same(&self.part, &o.part)
+    }
+}
+
+/// By text, as equal keys are equal text.
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.resource.hash(h);
+        self.part.hash(h);
+        self.window.hash(h);
+    }
 }
 
 impl Key {
@@ -270,5 +292,25 @@ pub trait Store: Send + Sync + 'static {
     /// it answers.
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({"backend": "memory"})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn keys_are_equal_by_text_whoever_made_their_names() {
+        let (r, p) = (Arc::<str>::from("rate:a"), Arc::<str>::from("total"));
+        let mine = Key::new(&r, &p, 7);
+        // Another worker's copies: the same text, other references.
+        let theirs = Key::new(&Arc::from("rate:a"), &Arc::from("total"), 7);
+        assert_eq!(mine, theirs);
+        let h = rustc_hash::FxBuildHasher;
+        assert_eq!(h.hash_one(&mine), h.hash_one(&theirs));
+        assert_ne!(mine, Key::new(&r, &p, 8));
+        assert_ne!(mine, Key::new(&r, &Arc::from("group"), 7));
+        assert_ne!(mine, Key::new(&Arc::from("rate:b"), &p, 7));
     }
 }
