@@ -374,6 +374,16 @@ fn has_text(data: &[u8]) -> bool {
         ]
         .map(Finder::new)
     });
+    // OpenAI's own spelling (no whitespace), which nearly every chunk with text has: one
+    // search, and the byte after the quote.
+    static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"content\":\""));
+    if let Some(i) = CONTENT.find(data)
+        && data
+            .get(i + CONTENT.needle().len())
+            .is_some_and(|&c| c != b'"')
+    {
+        return true;
+    }
     // `find` from each position rather than `find_iter`, which copies the searcher.
     KEYS.iter().any(|k| {
         let mut at = 0;
@@ -426,6 +436,9 @@ mod tests {
             r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\""}}]}}]}"#
         ));
         assert!(!text(r#"{"choices":[{"delta":{"content":null}}]}"#));
+        // An empty one first, text after it: found past the first.
+        assert!(text(r#"{"a":{"content":""},"b":{"content":"x"}}"#));
+        assert!(!text(r#"{"content":""#));
     }
 
     #[test]
