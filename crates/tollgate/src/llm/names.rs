@@ -9,6 +9,10 @@ use std::sync::Arc;
 /// How many names each worker keeps.
 pub const REMEMBERED: usize = 4;
 
+/// The longest name kept (a model's is a few dozen bytes): a request may name anything,
+/// and what a worker keeps stays until newer names push it out.
+const LONGEST: usize = 256;
+
 thread_local! {
     static LAST: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
 }
@@ -24,6 +28,9 @@ pub fn remembered(bytes: &[u8]) -> Option<Arc<str>> {
 
 /// `name` as an `Arc<str>`: one this thread made before when it is among the last few.
 pub fn shared(name: &str) -> Arc<str> {
+    if name.len() > LONGEST {
+        return Arc::from(name);
+    }
     LAST.with(|last| {
         let Ok(mut last) = last.try_borrow_mut() else {
             return Arc::from(name);
@@ -58,5 +65,10 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c), "pushed out by newer names");
         assert!(Arc::ptr_eq(&remembered(b"gpt-4o-mini").unwrap(), &c));
         assert_eq!(remembered(b"gpt-4o"), None);
+        // A name longer than any model's is made, never kept.
+        let long = "m".repeat(LONGEST + 1);
+        assert_eq!(&*shared(&long), long);
+        assert_eq!(remembered(long.as_bytes()), None);
+        assert!(Arc::ptr_eq(&remembered(b"gpt-4o-mini").unwrap(), &c));
     }
 }
