@@ -24,8 +24,16 @@ fn the_build_context_leaves_out_target_and_git() {
         );
     }
     // Nothing the Dockerfile's build copies is left out: the workspace's manifests,
-    // lock file and crates, and scripts/pgo, which builds the gateway trained.
-    for kept in ["Cargo.toml", "Cargo.lock", "crates", "deploy", "scripts"] {
+    // lock file and crates, scripts/pgo, which builds the gateway trained, and
+    // .cargo/config.toml, the inlining budget of the plain build (`PGO=0`).
+    for kept in [
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo",
+        "crates",
+        "deploy",
+        "scripts",
+    ] {
         assert!(
             !patterns
                 .iter()
