@@ -43,6 +43,28 @@ fn the_build_context_leaves_out_target_and_git() {
     }
 }
 
+/// The trained build inlines with the budget every other build from a clone has:
+/// scripts/pgo sets a `RUSTFLAGS`, which replaces `.cargo/config.toml`'s list, so it
+/// names the budget itself, and the two must not drift apart.
+#[test]
+fn the_trained_build_inlines_with_the_budget_of_every_build() {
+    let config = std::fs::read_to_string(format!("{ROOT}/.cargo/config.toml")).unwrap();
+    let budget = config
+        .split("inline-threshold=")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!(".cargo/config.toml names no inline-threshold:\n{config}"));
+    let pgo = std::fs::read_to_string(format!("{ROOT}/scripts/pgo")).unwrap();
+    assert!(
+        pgo.lines().any(|l| l == format!("BUDGET={budget}")),
+        "scripts/pgo's BUDGET is not .cargo/config.toml's {budget}"
+    );
+    assert!(
+        pgo.contains("-inline-threshold=$BUDGET"),
+        "scripts/pgo does not pass its BUDGET"
+    );
+}
+
 /// Builds the image (as shipped: trained for profile-guided optimisation, three builds and
 /// the training), runs it on the host's network and probes `/healthz`. It needs
 /// buildah (Debian's package) and its base images (`rust:1-bookworm`,
