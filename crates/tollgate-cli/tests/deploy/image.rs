@@ -65,6 +65,30 @@ fn the_trained_build_inlines_with_the_budget_of_every_build() {
     );
 }
 
+/// scripts/pgo's counts find their functions in the optimised build by symbol name, which
+/// carries each crate's `-C metadata`: cargo hashes the profile's settings and the
+/// features into it, so the instrumented and the optimised builds must be given the same
+/// cargo options (their RUSTFLAGS alone differ). A `--config` given to the optimised build
+/// alone (BOLT's `strip=false`, once) built the image's gateway untrained.
+#[test]
+fn both_trained_builds_get_the_same_cargo_options() {
+    let pgo = std::fs::read_to_string(format!("{ROOT}/scripts/pgo")).unwrap();
+    let builds: Vec<(usize, &str)> = pgo
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with("cargo build --profile"))
+        .collect();
+    let [(first, a), (second, b)] = builds[..] else {
+        panic!("scripts/pgo has not two builds of --profile: {builds:?}");
+    };
+    assert_eq!(a.trim(), b.trim(), "the two builds' cargo options differ");
+    let between: Vec<&str> = pgo.lines().skip(first).take(second - first).collect();
+    assert!(
+        !between.iter().any(|l| l.trim_start().starts_with("set --")),
+        "scripts/pgo changes the cargo options between its builds"
+    );
+}
+
 /// Builds the image (as shipped: trained for profile-guided optimisation, three builds and
 /// the training), runs it on the host's network and probes `/healthz`. It needs
 /// buildah (Debian's package) and its base images (`rust:1-bookworm`,
