@@ -91,8 +91,8 @@ fn both_trained_builds_get_the_same_cargo_options() {
 
 /// `scripts/pgo --out ~/.cargo/bin/tollgate` (README's install of the trained build)
 /// replaces a binary that a running gateway may be executing, which a copy onto it cannot
-/// do ("Text file busy"). scripts/pgo's own lines for `--out`, run against such a file: a
-/// copy of `sleep` executing from it.
+/// do ("Text file busy"), and `--out ~/.cargo/bin` does the same. scripts/pgo's own lines
+/// for `--out`, run against such a file: a copy of `sleep` executing from it.
 #[test]
 fn the_trained_build_installs_over_a_running_binary() {
     let pgo = std::fs::read_to_string(format!("{ROOT}/scripts/pgo")).unwrap();
@@ -106,40 +106,47 @@ fn the_trained_build_installs_over_a_running_binary() {
     let block = block[..=end].join("\n");
 
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("tollgate");
-    std::fs::copy("/bin/sleep", &out).unwrap();
-    // `spawn` returns once the child has exec'd: from then on the file is busy.
-    let mut running = Command::new(&out).arg("60").spawn().unwrap();
-    let built = dir.path().join("built");
-    std::fs::write(&built, "the trained build").unwrap();
-    let script = format!(
-        "bin='{}'; out='{}'\n{block}\necho \"$bin\"",
-        built.display(),
-        out.display()
-    );
-    let run = Command::new("bash")
-        .args(["-euc", &script])
-        .output()
-        .unwrap();
-    running.kill().unwrap();
-    running.wait().unwrap();
+    let installed = dir.path().join("tollgate");
+    for (n, out) in [&installed, &dir.path().to_path_buf()]
+        .into_iter()
+        .enumerate()
+    {
+        std::fs::copy("/bin/sleep", &installed).unwrap();
+        // `spawn` returns once the child has exec'd: from then on the file is busy.
+        let mut running = Command::new(&installed).arg("60").spawn().unwrap();
+        let built = dir.path().join("built");
+        let build = format!("trained build {n}");
+        std::fs::write(&built, &build).unwrap();
+        let script = format!(
+            "bin='{}'; out='{}'\n{block}\necho \"$bin\"",
+            built.display(),
+            out.display()
+        );
+        let run = Command::new("bash")
+            .args(["-euc", &script])
+            .output()
+            .unwrap();
+        running.kill().unwrap();
+        running.wait().unwrap();
 
-    assert!(
-        run.status.success(),
-        "--out could not replace a running binary: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert_eq!(std::fs::read(&out).unwrap(), b"the trained build");
-    assert_eq!(
-        String::from_utf8_lossy(&run.stdout).trim(),
-        out.display().to_string(),
-        "scripts/pgo does not print where the binary went"
-    );
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left.len(), 2, "a temporary file was left beside: {left:?}");
+        assert!(
+            run.status.success(),
+            "--out {} could not replace a running binary: {}",
+            out.display(),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(std::fs::read_to_string(&installed).unwrap(), build);
+        assert_eq!(
+            String::from_utf8_lossy(&run.stdout).trim(),
+            installed.display().to_string(),
+            "scripts/pgo does not print where the binary went"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "a temporary file was left beside: {left:?}");
+    }
 }
 
 /// Builds the image (as shipped: trained for profile-guided optimisation, three builds and
